@@ -1,0 +1,54 @@
+"""Typed errors. Every front end (CLI, GUI) shows ``str(error)`` to the user, never a traceback.
+
+Messages are written for the person using the tool: what went wrong and what to do about it.
+"""
+
+from __future__ import annotations
+
+
+class GradscopeError(Exception):
+    """Base of every error gradscope raises on purpose."""
+
+
+class ModelLoadError(GradscopeError):
+    """A model file could not be opened (missing, not a model, corrupt, unsupported)."""
+
+
+class UnsafeModelError(ModelLoadError):
+    """The model needs unsafe deserialization (e.g. a Lambda layer) and the user has not opted in."""
+
+
+class CustomObjectError(ModelLoadError):
+    """The model uses a custom layer/function that is not registered or supplied."""
+
+    def __init__(self, message: str, object_name: str | None = None) -> None:
+        super().__init__(message)
+        self.object_name = object_name
+
+
+class ImageLoadError(GradscopeError):
+    """An input image could not be read or does not fit the model."""
+
+
+class PlanError(GradscopeError):
+    """A plan (selector -> rule) is malformed or refers to unknown nodes/rules/parameters."""
+
+
+class RuleError(GradscopeError):
+    """A rule failed: bad parameters, raised inside backward, or returned wrong shapes/dtypes."""
+
+
+class RuleFileError(RuleError):
+    """A user rule file failed to import or defines no rules."""
+
+
+class TargetError(GradscopeError):
+    """The requested target (class, neuron, channel, loss) does not exist in the model."""
+
+
+class GraphError(GradscopeError):
+    """The model's graph cannot be walked (unknown node id, unsupported model structure)."""
+
+
+class Cancelled(GradscopeError):
+    """Long work was cancelled by the user."""
