@@ -1,0 +1,131 @@
+"""The layer graph as plain data: what the GUI draws, the CLI prints and plans select from.
+
+No TensorFlow here: the engine builds a ``LayerGraph`` from a Keras model once, and everything else
+(views, selectors, session files) works on these frozen dataclasses.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+
+Shape = tuple[int | None, ...]
+
+
+@dataclass(frozen=True)
+class NodeSpec:
+    """One call of one operation in the model (a shared layer called twice is two nodes).
+
+    ``id`` is stable across save/load: the layer path (``outer/inner/layer``) plus ``#k`` for the k-th call of a
+    shared layer (k > 0), and ``:act`` for an activation split off a fused ``activation=`` argument.
+    """
+
+    id: str
+    name: str
+    op_type: str
+    inputs: tuple[str, ...]
+    input_shapes: tuple[Shape, ...]
+    output_shapes: tuple[Shape, ...]
+    dtype: str
+    params: int = 0
+    trainable_params: int = 0
+    group: str | None = None  # id of the nested model this node belongs to (None: top level)
+    activation: str | None = None  # activation function name for activation nodes (split or standalone)
+    layer_name: str | None = None  # name of the Keras layer/operation that runs this node
+    is_input: bool = False
+    is_output: bool = False
+    config: dict = field(default_factory=dict, compare=False, hash=False)
+
+    @property
+    def output_shape(self) -> Shape:
+        return self.output_shapes[0] if self.output_shapes else ()
+
+    @property
+    def label(self) -> str:
+        shape = "x".join("?" if d is None else str(d) for d in self.output_shape[1:])
+        return f"{self.name}\n{self.op_type} {shape}".rstrip()
+
+
+@dataclass(frozen=True)
+class LayerGraph:
+    """A DAG of nodes in topological order (inputs first)."""
+
+    nodes: tuple[NodeSpec, ...]
+    input_ids: tuple[str, ...]
+    output_ids: tuple[str, ...]
+    model_name: str = "model"
+    groups: tuple[str, ...] = ()  # ids of nested models, outermost first
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "_by_id", {n.id: n for n in self.nodes})
+
+    def __iter__(self) -> Iterator[NodeSpec]:
+        return iter(self.nodes)
+
+    def __len__(self) -> int:
+        return len(self.nodes)
+
+    def __contains__(self, node_id: object) -> bool:
+        return node_id in self._by_id  # type: ignore[attr-defined]
+
+    def node(self, node_id: str) -> NodeSpec:
+        try:
+            return self._by_id[node_id]  # type: ignore[attr-defined]
+        except KeyError:
+            from gradscope.core.errors import GraphError
+
+            close = [n.id for n in self.nodes if node_id.lower() in n.id.lower()][:5]
+            hint = f" Did you mean: {', '.join(close)}?" if close else " Run `gradscope graph MODEL` to list nodes."
+            raise GraphError(f"No node {node_id!r} in model {self.model_name!r}.{hint}") from None
+
+    def ids(self) -> list[str]:
+        return [n.id for n in self.nodes]
+
+    def edges(self) -> list[tuple[str, str]]:
+        return [(src, n.id) for n in self.nodes for src in n.inputs]
+
+    def parents(self, node_id: str) -> list[NodeSpec]:
+        return [self.node(i) for i in self.node(node_id).inputs]
+
+    def children(self, node_id: str) -> list[NodeSpec]:
+        return [n for n in self.nodes if node_id in n.inputs]
+
+    def find(self, text: str) -> list[NodeSpec]:
+        """Nodes whose id, name or type contains ``text`` (case-insensitive): the search box."""
+        t = text.lower()
+        return [n for n in self.nodes if t in n.id.lower() or t in n.name.lower() or t in n.op_type.lower()]
+
+    def to_table(self) -> str:
+        """A fixed-width table for the CLI (`gradscope graph MODEL`)."""
+        rows = [("id", "type", "output shape", "params", "inputs")]
+        for n in self.nodes:
+            shape = "(" + ", ".join("None" if d is None else str(d) for d in n.output_shape) + ")"
+            rows.append((n.id, n.op_type, shape, f"{n.params:,}", ", ".join(n.inputs)))
+        widths = [max(len(r[i]) for r in rows) for i in range(4)]
+        lines = ["  ".join(c.ljust(w) for c, w in zip(r[:4], widths)) + "  " + r[4] for r in rows]
+        lines.insert(1, "-" * len(lines[0]))
+        per_layer = {n.layer_name or n.id: n.params for n in self.nodes}  # a shared layer counts once
+        total = sum(per_layer.values())
+        lines.append(f"{len(self.nodes)} nodes, {total:,} parameters")
+        return "\n".join(line.rstrip() for line in lines)
+
+    def to_dict(self) -> dict:
+        return {
+            "model_name": self.model_name,
+            "input_ids": list(self.input_ids),
+            "output_ids": list(self.output_ids),
+            "groups": list(self.groups),
+            "nodes": [
+                {
+                    "id": n.id,
+                    "name": n.name,
+                    "op_type": n.op_type,
+                    "inputs": list(n.inputs),
+                    "output_shapes": [list(s) for s in n.output_shapes],
+                    "params": n.params,
+                    "group": n.group,
+                    "activation": n.activation,
+                }
+                for n in self.nodes
+            ],
+        }

@@ -1,0 +1,97 @@
+"""Results of one backward pass, as numpy (safe to hand to any thread, Qt included)."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+#: Order of the in-graph statistics columns (engine and results agree on it).
+STAT_NAMES = ("norm", "mean_abs", "max_abs", "zero_fraction", "nan_count", "inf_count")
+
+
+@dataclass(frozen=True)
+class NodeStats:
+    """Statistics of the gradient arriving at a node's output (over the whole batch)."""
+
+    norm: float
+    mean_abs: float
+    max_abs: float
+    zero_fraction: float
+    nan_count: int
+    inf_count: int
+    is_none: bool = False  # no gradient reaches this node at all (disconnected / cut)
+
+    @classmethod
+    def from_row(cls, row: np.ndarray) -> NodeStats:
+        return cls(float(row[0]), float(row[1]), float(row[2]), float(row[3]), int(row[4]), int(row[5]))
+
+    @classmethod
+    def none(cls) -> NodeStats:
+        return cls(math.nan, math.nan, math.nan, math.nan, 0, 0, is_none=True)
+
+    @property
+    def status(self) -> str:
+        """'none', 'nan', 'zero' or 'ok': what the graph view colours a node by."""
+        if self.is_none:
+            return "none"
+        if self.nan_count or self.inf_count:
+            return "nan"
+        if self.max_abs == 0.0:
+            return "zero"
+        return "ok"
+
+
+@dataclass
+class BackwardResult:
+    """Signal at the input (and at captured nodes), per-node statistics and the model's real predictions."""
+
+    input_grads: list[np.ndarray]
+    node_grads: dict[str, np.ndarray]
+    stats: dict[str, NodeStats]
+    predictions: np.ndarray  # the model's real output (probabilities if it ends in softmax)
+    logits: np.ndarray  # what the class target reads (pre-softmax)
+    target_indices: np.ndarray  # class index per sample (class targets), else empty
+    rules: dict[str, str]  # node id -> rule name actually applied
+    inputs: list[np.ndarray] = field(default_factory=list)
+    skipped: dict[str, list[str]] = field(default_factory=dict)
+    unmatched: list[str] = field(default_factory=list)
+    meta: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def input_grad(self) -> np.ndarray:
+        return self.input_grads[0]
+
+    def signal(self, node_id: str | None = None) -> np.ndarray:
+        """The backward signal at ``node_id``'s output (None: the first model input)."""
+        if node_id is None:
+            return self.input_grads[0]
+        try:
+            return self.node_grads[node_id]
+        except KeyError:
+            from gradscope.core.errors import GraphError
+
+            raise GraphError(
+                f"The signal at {node_id!r} was not captured in this run; pass capture=[{node_id!r}]."
+            ) from None
+
+    def flow_table(self) -> list[dict[str, Any]]:
+        """One row per node in graph order: what the gradient-flow plot and its CSV show."""
+        rows = []
+        for node_id, s in self.stats.items():
+            rows.append(
+                {
+                    "node": node_id,
+                    "rule": self.rules.get(node_id, ""),
+                    "status": s.status,
+                    "norm": s.norm,
+                    "mean_abs": s.mean_abs,
+                    "max_abs": s.max_abs,
+                    "zero_fraction": s.zero_fraction,
+                    "nan_count": s.nan_count,
+                    "inf_count": s.inf_count,
+                }
+            )
+        return rows

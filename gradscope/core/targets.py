@@ -1,0 +1,80 @@
+"""What is differentiated: plain data, no TensorFlow (the engine turns it into a scalar)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from gradscope.core.errors import TargetError
+
+TARGET_KINDS = ("class", "neuron", "channel")
+
+
+@dataclass(frozen=True)
+class Target:
+    """The scalar whose gradient is taken, summed over the batch (samples stay independent).
+
+    - ``class``: the logit of class ``index`` at the model output (``None``: each sample's top-1). A final
+      softmax is skipped, so this is the pre-softmax logit, as RULES_SPEC §1 asks (one-hot seed on logits).
+    - ``neuron``: one element ``neuron`` (index without the batch axis) of node ``node``'s output.
+    - ``channel``: the sum over all positions of channel ``channel`` (last axis) of node ``node``'s output.
+    """
+
+    kind: str = "class"
+    index: int | None = None
+    node: str | None = None
+    neuron: tuple[int, ...] | None = None
+    channel: int | None = None
+
+    def __post_init__(self) -> None:
+        if self.kind not in TARGET_KINDS:
+            raise TargetError(f"Unknown target kind {self.kind!r}; use one of {', '.join(TARGET_KINDS)}.")
+        if self.kind == "neuron" and self.neuron is None:
+            raise TargetError("A neuron target needs `neuron=(i, j, ...)` (index without the batch axis).")
+        if self.kind == "channel" and self.channel is None:
+            raise TargetError("A channel target needs `channel=c`.")
+        if self.neuron is not None:
+            object.__setattr__(self, "neuron", tuple(int(i) for i in self.neuron))
+
+    def trace_key(self) -> tuple:
+        """The part that changes the traced graph (a class index does not: it is fed as a tensor)."""
+        return (self.kind, self.node, self.neuron, self.channel)
+
+    def describe(self) -> str:
+        if self.kind == "class":
+            return "top-1 class logit" if self.index is None else f"logit of class {self.index}"
+        if self.kind == "neuron":
+            return f"neuron {self.neuron} of {self.node or 'the output'}"
+        return f"channel {self.channel} of {self.node or 'the output'}"
+
+    def to_dict(self) -> dict:
+        return {k: v for k, v in self.__dict__.items() if v is not None}
+
+    @classmethod
+    def from_dict(cls, data: dict) -> Target:
+        data = dict(data)
+        if "neuron" in data and data["neuron"] is not None:
+            data["neuron"] = tuple(data["neuron"])
+        try:
+            return cls(**data)
+        except TypeError as exc:
+            raise TargetError(f"Bad target {data}: {exc}") from None
+
+    @classmethod
+    def parse(cls, text: str | None) -> Target:
+        """CLI form: ``7`` (class), ``top`` , ``neuron:NODE:i,j,k``, ``channel:NODE:c``."""
+        if text is None or text in ("", "top", "top1"):
+            return cls()
+        if text.lstrip("-").isdigit():
+            return cls(index=int(text))
+        kind, _, rest = text.partition(":")
+        node, _, idx = rest.rpartition(":")
+        try:
+            if kind == "neuron":
+                return cls(kind="neuron", node=node or None, neuron=tuple(int(i) for i in idx.split(",")))
+            if kind == "channel":
+                return cls(kind="channel", node=node or None, channel=int(idx))
+        except ValueError:
+            pass
+        raise TargetError(
+            f"Cannot read target {text!r}: use a class index (7), 'top', 'neuron:NODE:i,j,c' or 'channel:NODE:c'."
+        )

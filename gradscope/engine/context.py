@@ -1,0 +1,88 @@
+"""What a rule sees of its node during the backward pass."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from gradscope.core.graph import NodeSpec
+from gradscope.engine.tf import keras, tf
+
+
+@dataclass
+class RuleContext:
+    """The node being differentiated, its forward values and helpers to re-run it.
+
+    Attributes:
+        node: the node's ``NodeSpec`` (id, type, shapes, activation name).
+        layer: the Keras layer/operation that runs the node (for a split activation: the layer it was fused in).
+        inputs: forward input tensors (flattened, in call order).
+        outputs: forward output tensors.
+        weights: the layer's weights by short name (``kernel``, ``bias``, ``gamma``...), as tensors.
+        weight_list: the same weights in ``layer.trainable_variables + non_trainable_variables`` order.
+    """
+
+    node: NodeSpec
+    layer: Any
+    inputs: list[Any]
+    outputs: list[Any]
+    weight_list: list[Any]
+    weight_names: list[str]
+    _forward: Callable[[Sequence[Any], Sequence[Any]], list[Any]]
+
+    tf = tf
+    ops = keras.ops
+
+    @property
+    def weights(self) -> dict[str, Any]:
+        return dict(zip(self.weight_names, self.weight_list))
+
+    @property
+    def activation(self) -> str | None:
+        return self.node.activation
+
+    def _weights_with(self, overrides: dict[str, Any] | None) -> list[Any]:
+        if not overrides:
+            return list(self.weight_list)
+        unknown = set(overrides) - set(self.weight_names)
+        if unknown:
+            from gradscope.core.errors import RuleError
+
+            raise RuleError(
+                f"Node {self.node.id!r} has no weight(s) {sorted(unknown)}; it has {self.weight_names}."
+            )
+        return [overrides.get(n, w) for n, w in zip(self.weight_names, self.weight_list)]
+
+    def forward(self, inputs: Sequence[Any] | None = None, weights: dict[str, Any] | None = None) -> list[Any]:
+        """Run the node again, optionally at other inputs and/or with some weights replaced (e.g. ``W+``)."""
+        xs = list(self.inputs if inputs is None else inputs)
+        return self._forward(xs, self._weights_with(weights))
+
+    def vjp(
+        self,
+        grad_outputs: Sequence[Any],
+        inputs: Sequence[Any] | None = None,
+        weights: dict[str, Any] | None = None,
+    ) -> list[Any]:
+        """Vector-Jacobian product of the node w.r.t. its inputs, at the given (or forward) inputs/weights."""
+        xs = [tf.convert_to_tensor(x) for x in (self.inputs if inputs is None else inputs)]
+        ws = self._weights_with(weights)
+        with tf.GradientTape(watch_accessed_variables=False) as tape:
+            for x in xs:
+                tape.watch(x)
+            ys = self._forward(xs, ws)
+        return list(
+            tape.gradient(ys, xs, output_gradients=list(grad_outputs), unconnected_gradients="zero")
+        )
+
+    def weight_vjp(self, grad_outputs: Sequence[Any]) -> list[Any]:
+        """True VJP w.r.t. the weights (what ``weight_gradients`` defaults to)."""
+        ws = [tf.convert_to_tensor(w) for w in self.weight_list]
+        if not ws:
+            return []
+        with tf.GradientTape(watch_accessed_variables=False) as tape:
+            for w in ws:
+                tape.watch(w)
+            ys = self._forward(self.inputs, ws)
+        return list(tape.gradient(ys, ws, output_gradients=list(grad_outputs)))

@@ -1,0 +1,348 @@
+"""Walk a Keras model into an executable list of steps and a ``LayerGraph``.
+
+This is the ONLY module that touches Keras's private graph API (``_nodes_by_depth``, ``node.arguments``,
+``Sequential._functional``); when Keras changes, this is the one place to mend.
+
+Execution mirrors ``keras.src.ops.function.Function._run_through_graph`` (deepest nodes first, values kept in a
+dict keyed by ``id(KerasTensor)``), with three additions: nested models are inlined so their layers are nodes
+too, fused ``activation=`` arguments are split off into their own node, and every step knows its node id.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from typing import Any
+
+from gradscope.core.errors import GraphError
+from gradscope.core.graph import LayerGraph, NodeSpec, Shape
+from gradscope.engine.tf import keras
+
+#: Layer classes whose ``activation=`` is applied last and can be split off bit-exactly.
+_FUSED_ACTIVATION_BASES = (
+    "Dense",
+    "BaseConv",
+    "BaseConvTranspose",
+    "BaseDepthwiseConv",
+    "BaseSeparableConv",
+)
+
+
+@dataclass
+class Step:
+    """One unit of work in the forward pass.
+
+    kind: ``"call"`` (a layer/operation call), ``"activation"`` (a fused activation split off a layer) or
+    ``"alias"`` (feeds a nested model's inputs/outputs; no computation, no node).
+    """
+
+    kind: str
+    node_id: str | None
+    operation: Any = None
+    arguments: Any = None  # keras SymbolicArguments, for "call"
+    in_keys: list[Any] = field(default_factory=list)
+    out_keys: list[Any] = field(default_factory=list)
+    linear_call: bool = False  # run the layer with its activation set to linear (it was split off)
+
+
+@dataclass
+class ExecGraph:
+    """Steps in execution order plus the plain-data graph they implement."""
+
+    steps: list[Step]
+    graph: LayerGraph
+    input_keys: list[int]
+    output_keys: list[Any]
+    #: node id -> output keys, to capture a node's output values during the forward pass
+    node_out_keys: dict[str, list[Any]]
+    #: node id -> keras Layer/Operation (activation nodes map to the layer they were split from)
+    operations: dict[str, Any]
+
+
+def activation_name(fn: Any) -> str:
+    """A readable name for a Keras activation callable (``relu``, ``sigmoid``, ...)."""
+    if fn is None:
+        return "linear"
+    try:
+        name = keras.activations.serialize(fn)
+        if isinstance(name, dict):
+            name = name.get("config", {}).get("name") or name.get("class_name", "custom")
+        return str(name)
+    except Exception:  # a custom callable
+        return getattr(fn, "__name__", type(fn).__name__)
+
+
+def layer_activation(op: Any) -> str | None:
+    """Activation implemented by a standalone activation layer, or None for other operations."""
+    cls = type(op).__name__
+    if cls == "Activation":
+        return activation_name(op.activation)
+    if cls == "ReLU":
+        plain = not op.negative_slope and not op.threshold
+        if plain and op.max_value is None:
+            return "relu"
+        if plain and op.max_value is not None and float(op.max_value) == 6.0:
+            return "relu6"
+        return "relu_custom"
+    return {
+        "LeakyReLU": "leaky_relu",
+        "ELU": "elu",
+        "PReLU": "prelu",
+        "Softmax": "softmax",
+    }.get(cls)
+
+
+def fused_activation(op: Any) -> str | None:
+    """Name of a fused ``activation=`` that should be split off ``op`` (None when linear or not splittable)."""
+    if not any(c.__name__ in _FUSED_ACTIVATION_BASES for c in type(op).__mro__):
+        return None
+    fn = getattr(op, "activation", None)
+    if fn is None or fn is keras.activations.linear:
+        return None
+    return activation_name(fn)
+
+
+@contextlib.contextmanager
+def linear_activation(layer: Any) -> Iterator[None]:
+    """Temporarily run ``layer`` without its fused activation; always restores (the user's model is unchanged)."""
+    saved = layer.activation
+    layer.activation = keras.activations.linear
+    try:
+        yield
+    finally:
+        layer.activation = saved
+
+
+def _functional_of(model: Any) -> Any:
+    """The Functional graph behind a model, or None for subclassed models (run as one opaque node)."""
+    if type(model).__name__ == "Sequential" or hasattr(model, "_functional"):
+        functional = getattr(model, "_functional", None)
+        if functional is None:
+            raise GraphError(
+                f"Sequential model {model.name!r} is not built: give it an Input or call it on data once."
+            )
+        return functional
+    if hasattr(model, "_nodes_by_depth") and hasattr(model, "_inputs") and model._inputs:
+        return model
+    return None
+
+
+def _shape(t: Any) -> Shape:
+    return tuple(None if d is None else int(d) for d in t.shape)
+
+
+def _count_params(op: Any) -> tuple[int, int]:
+    try:
+        total = sum(int(_size(w)) for w in op.weights)
+        trainable = sum(int(_size(w)) for w in op.trainable_weights)
+    except Exception:
+        return 0, 0
+    return total, trainable
+
+
+def _size(w: Any) -> int:
+    n = 1
+    for d in w.shape:
+        n *= int(d)
+    return n
+
+
+def _config_summary(op: Any) -> dict:
+    """A few JSON-friendly config entries for the inspector (never the full config: it can be huge)."""
+    try:
+        cfg = op.get_config()
+    except Exception:
+        return {}
+    keep = {}
+    for k, v in cfg.items():
+        if k in ("name", "dtype", "trainable") or isinstance(v, dict):
+            continue
+        if isinstance(v, (int, float, str, bool)) or v is None:
+            keep[k] = v
+        elif isinstance(v, (list, tuple)) and len(v) <= 8 and all(isinstance(e, (int, float, str)) for e in v):
+            keep[k] = list(v)
+    return keep
+
+
+class _Builder:
+    def __init__(self) -> None:
+        self.steps: list[Step] = []
+        self.nodes: list[NodeSpec] = []
+        self.producer: dict[Any, str] = {}  # tensor key -> node id that produced it
+        self.node_out_keys: dict[str, list[Any]] = {}
+        self.operations: dict[str, Any] = {}
+        self.call_counts: dict[str, int] = {}
+        self.groups: list[str] = []
+
+    def unique_id(self, base: str) -> str:
+        k = self.call_counts.get(base, 0)
+        self.call_counts[base] = k + 1
+        return base if k == 0 else f"{base}#{k}"
+
+    def add_node(self, spec: NodeSpec, op: Any, out_keys: list[Any]) -> None:
+        self.nodes.append(spec)
+        self.operations[spec.id] = op
+        self.node_out_keys[spec.id] = out_keys
+        for k in out_keys:
+            self.producer[k] = spec.id
+
+    def walk(self, functional: Any, prefix: str, group: str | None) -> None:
+        depth_keys = sorted(functional._nodes_by_depth.keys(), reverse=True)
+        for depth in depth_keys:
+            for node in functional._nodes_by_depth[depth]:
+                op = node.operation
+                if op is None or node.is_input:
+                    continue
+                in_keys = [id(t) for t in node.input_tensors]
+                if any(k not in self.producer for k in in_keys):
+                    continue  # node of another graph the layer took part in
+                self.visit(node, op, in_keys, prefix, group)
+
+    def visit(self, node: Any, op: Any, in_keys: list[Any], prefix: str, group: str | None) -> None:
+        out_keys = [id(t) for t in node.outputs]
+        node_id = self.unique_id(prefix + op.name)
+        inner = _functional_of(op) if isinstance(op, keras.Model) else None
+        if inner is not None:
+            self.inline_model(node, inner, node_id, in_keys, out_keys, group)
+            return
+        act = fused_activation(op)
+        inputs = tuple(dict.fromkeys(self.producer[k] for k in in_keys))
+        params, trainable = _count_params(op)
+        in_shapes = tuple(_shape(t) for t in node.input_tensors)
+        out_shapes = tuple(_shape(t) for t in node.outputs)
+        dtype = str(node.outputs[0].dtype) if node.outputs else "float32"
+        common = dict(group=group, layer_name=op.name, dtype=dtype)
+        if act is None:
+            spec = NodeSpec(
+                id=node_id,
+                name=op.name,
+                op_type=type(op).__name__,
+                inputs=inputs,
+                input_shapes=in_shapes,
+                output_shapes=out_shapes,
+                params=params,
+                trainable_params=trainable,
+                activation=layer_activation(op),
+                config=_config_summary(op),
+                **common,
+            )
+            self.steps.append(Step("call", node_id, op, node.arguments, in_keys, out_keys))
+            self.add_node(spec, op, out_keys)
+            return
+        # Split `Conv2D(activation="relu")` into the linear layer and an activation node.
+        mid_key = ("preact", node_id)
+        linear = NodeSpec(
+            id=node_id,
+            name=op.name,
+            op_type=type(op).__name__,
+            inputs=inputs,
+            input_shapes=in_shapes,
+            output_shapes=out_shapes,
+            params=params,
+            trainable_params=trainable,
+            config={**_config_summary(op), "activation": "linear (split off)"},
+            **common,
+        )
+        self.steps.append(Step("call", node_id, op, node.arguments, in_keys, [mid_key], linear_call=True))
+        self.add_node(linear, op, [mid_key])
+        act_id = node_id + ":act"
+        act_spec = NodeSpec(
+            id=act_id,
+            name=f"{op.name}:{act}",
+            op_type="Activation",
+            inputs=(node_id,),
+            input_shapes=out_shapes,
+            output_shapes=out_shapes,
+            activation=act,
+            config={"activation": act, "fused_in": node_id},
+            **common,
+        )
+        self.steps.append(Step("activation", act_id, op, None, [mid_key], out_keys))
+        self.add_node(act_spec, op, out_keys)
+
+    def inline_model(
+        self, node: Any, inner: Any, node_id: str, in_keys: list[Any], out_keys: list[Any], group: str | None
+    ) -> None:
+        inner_in = [id(t) for t in inner.inputs]
+        if len(inner_in) != len(in_keys):
+            raise GraphError(
+                f"Nested model {node_id!r} takes {len(inner_in)} inputs but is called with {len(in_keys)}."
+            )
+        self.groups.append(node_id)
+        self.steps.append(Step("alias", None, in_keys=in_keys, out_keys=inner_in))
+        for src, dst in zip(in_keys, inner_in):
+            self.producer[dst] = self.producer[src]
+        # Fresh call counts per inlined copy: ids inside are relative to the nested model's node id.
+        saved, self.call_counts = self.call_counts, {}
+        self.walk(inner, node_id + "/", node_id)
+        self.call_counts = saved
+        inner_out = [id(t) for t in inner.outputs]
+        self.steps.append(Step("alias", None, in_keys=inner_out, out_keys=out_keys))
+        for src, dst in zip(inner_out, out_keys):
+            self.producer[dst] = self.producer[src]
+
+
+def build_exec_graph(model: Any) -> ExecGraph:
+    """Build the executable steps and the ``LayerGraph`` of ``model`` (never modifies the model)."""
+    if not isinstance(model, keras.Model):
+        raise GraphError(f"Expected a keras.Model, got {type(model).__name__}.")
+    b = _Builder()
+    functional = _functional_of(model)
+    model_inputs = functional.inputs if functional is not None else getattr(model, "inputs", None)
+    if not model_inputs:
+        raise GraphError(
+            f"Model {model.name!r} has no symbolic inputs (a subclassed model that was never built on an Input). "
+            "Save it as a functional or Sequential model, or call it on data before opening it."
+        )
+    input_keys = []
+    for t in model_inputs:
+        layer = t._keras_history[0]
+        node_id = b.unique_id(layer.name)
+        spec = NodeSpec(
+            id=node_id,
+            name=layer.name,
+            op_type="InputLayer",
+            inputs=(),
+            input_shapes=(),
+            output_shapes=(_shape(t),),
+            dtype=str(t.dtype),
+            layer_name=layer.name,
+            is_input=True,
+        )
+        b.add_node(spec, layer, [id(t)])
+        input_keys.append(id(t))
+    if functional is not None:
+        b.walk(functional, "", None)
+        output_keys: list[Any] = [id(t) for t in functional.outputs]
+    else:  # subclassed model: one opaque node
+        out_keys = [("model_out", model.name)]
+        spec = NodeSpec(
+            id=b.unique_id(model.name),
+            name=model.name,
+            op_type=type(model).__name__,
+            inputs=tuple(b.producer[k] for k in input_keys),
+            input_shapes=tuple(_shape(t) for t in model_inputs),
+            output_shapes=tuple(_shape(t) for t in model.outputs),
+            dtype="float32",
+            params=_count_params(model)[0],
+            trainable_params=_count_params(model)[1],
+        )
+        b.steps.append(Step("model", spec.id, model, None, list(input_keys), out_keys))
+        b.add_node(spec, model, out_keys)
+        output_keys = out_keys
+    missing = [k for k in output_keys if k not in b.producer]
+    if missing:
+        raise GraphError(f"Model {model.name!r}: {len(missing)} output(s) are not connected to its inputs.")
+    output_ids = tuple(dict.fromkeys(b.producer[k] for k in output_keys))
+    nodes = tuple(
+        NodeSpec(**{**n.__dict__, "is_output": True}) if n.id in output_ids else n for n in b.nodes
+    )
+    graph = LayerGraph(
+        nodes=nodes,
+        input_ids=tuple(b.producer[k] for k in input_keys),
+        output_ids=output_ids,
+        model_name=model.name,
+        groups=tuple(b.groups),
+    )
+    return ExecGraph(b.steps, graph, input_keys, output_keys, b.node_out_keys, b.operations)

@@ -1,0 +1,226 @@
+"""The rule API and the rule registry (no TensorFlow import here: rules receive tensors through ``ctx``).
+
+A rule replaces the backward pass of the nodes a plan assigns it to::
+
+    @register_rule("halve")
+    class Halve(Rule):
+        '''Pass half of the upstream gradient through the node's true VJP.'''
+
+        def backward(self, ctx, grad_outputs):
+            return ctx.vjp([0.5 * g for g in grad_outputs])
+
+``ctx`` (see ``gradscope.engine.context.RuleContext``) gives the node, its Keras layer, forward inputs and
+outputs, its weights by name, and helpers: ``ctx.vjp`` (true VJP, optionally at modified inputs/weights) and
+``ctx.forward`` (the node's forward with modified inputs/weights), plus ``ctx.tf``/``ctx.ops`` for math.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import importlib.util
+import sys
+import threading
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any, ClassVar
+
+from gradscope.core.errors import PlanError, RuleError, RuleFileError
+from gradscope.core.graph import NodeSpec
+
+
+@dataclasses.dataclass(frozen=True)
+class NoParams:
+    """Parameters of a rule that takes none."""
+
+
+class Rule:
+    """Base class of every backward rule. Subclasses set ``name`` (via ``@register_rule``) and ``Params``."""
+
+    name: ClassVar[str] = ""
+    Params: ClassVar[type] = NoParams
+    #: True for the true gradient: the engine does not wrap the node at all (fast path).
+    passthrough: ClassVar[bool] = False
+    #: Node types the rule is meant for, shown in the GUI; ``applies_to`` is the real check.
+    summary: ClassVar[str] = ""
+
+    def __init__(self, params: Any = None) -> None:
+        self.params = params if params is not None else self.Params()
+
+    @classmethod
+    def applies_to(cls, node: NodeSpec) -> bool:
+        """Whether this rule can run on ``node``. Broad selectors (``type:``, ``*``) skip nodes where it can't."""
+        return not node.is_input
+
+    def backward(self, ctx: Any, grad_outputs: list[Any]) -> Sequence[Any]:
+        """Return one gradient (or None) per tensor in ``ctx.inputs``."""
+        raise NotImplementedError(f"Rule {self.name!r} does not implement backward()")
+
+    def weight_gradients(self, ctx: Any, grad_outputs: list[Any]) -> Sequence[Any] | None:
+        """Gradients for ``ctx.weight_list``; None means the true VJP (what training with a plan uses)."""
+        return None
+
+    def forward_override(self, ctx: Any) -> Sequence[Any] | None:
+        """Optional: outputs that the layers *above* see during the backward pass (global substitution).
+
+        The predictions shown to the user always come from the real forward pass.
+        """
+        return None
+
+    @classmethod
+    def overrides_forward(cls) -> bool:
+        return cls.forward_override is not Rule.forward_override
+
+    @classmethod
+    def describe(cls) -> str:
+        doc = (cls.__doc__ or "").strip().splitlines()
+        return doc[0] if doc else cls.name
+
+
+# ---------------------------------------------------------------------------------------------------- registry
+
+_REGISTRY: dict[str, type[Rule]] = {}
+_SOURCES: dict[str, str] = {}  # rule name -> "builtin" | entry point | file path
+_LOCK = threading.Lock()
+_BUILTINS_LOADED = False
+
+
+def register_rule(name: str, *, replace: bool = False) -> Callable[[type[Rule]], type[Rule]]:
+    """Class decorator: make a ``Rule`` subclass available to plans under ``name``."""
+
+    def decorate(cls: type[Rule]) -> type[Rule]:
+        if not (isinstance(cls, type) and issubclass(cls, Rule)):
+            raise RuleError(f"@register_rule({name!r}) must decorate a subclass of gradscope.Rule")
+        if not dataclasses.is_dataclass(cls.Params):
+            raise RuleError(f"Rule {name!r}: Params must be a dataclass")
+        with _LOCK:
+            source = _current_source.get("value", "builtin")
+            same_source = _SOURCES.get(name) == source and source != "builtin"  # re-loading a user file
+            if name in _REGISTRY and _REGISTRY[name] is not cls and not (replace or same_source):
+                existing = _SOURCES.get(name, "?")
+                raise RuleError(f"A rule named {name!r} is already registered (from {existing}).")
+            cls.name = name
+            _REGISTRY[name] = cls
+            _SOURCES[name] = source
+        return cls
+
+    return decorate
+
+
+_current_source: dict[str, str] = {}
+
+
+def _ensure_loaded() -> None:
+    global _BUILTINS_LOADED
+    if _BUILTINS_LOADED:
+        return
+    _BUILTINS_LOADED = True
+    import gradscope.rules.builtin  # noqa: F401  (registers the built-in rules)
+
+    _load_entry_points()
+
+
+def _load_entry_points() -> None:
+    from importlib.metadata import entry_points
+
+    for ep in entry_points(group="gradscope.rules"):
+        _current_source["value"] = f"entry point {ep.name}"
+        try:
+            ep.load()
+        except Exception as exc:  # a broken plugin must not break the tool
+            print(f"gradscope: could not load rule plugin {ep.name!r}: {exc}", file=sys.stderr)
+        finally:
+            _current_source.pop("value", None)
+
+
+def available_rules() -> dict[str, type[Rule]]:
+    _ensure_loaded()
+    return dict(sorted(_REGISTRY.items()))
+
+
+def rule_source(name: str) -> str:
+    return _SOURCES.get(name, "?")
+
+
+def get_rule_class(name: str) -> type[Rule]:
+    _ensure_loaded()
+    try:
+        return _REGISTRY[name]
+    except KeyError:
+        known = ", ".join(sorted(_REGISTRY))
+        raise PlanError(f"Unknown rule {name!r}. Known rules: {known}.") from None
+
+
+def make_params(cls: type[Rule], params: dict[str, Any] | None) -> Any:
+    """Build ``cls.Params`` from a plain dict, with clear errors for unknown names and wrong types."""
+    params = dict(params or {})
+    fields = {f.name: f for f in dataclasses.fields(cls.Params)}
+    unknown = sorted(set(params) - set(fields))
+    if unknown:
+        valid = ", ".join(fields) or "none"
+        raise PlanError(f"Rule {cls.name!r} has no parameter(s) {', '.join(unknown)}; valid: {valid}.")
+    values = {}
+    for key, value in params.items():
+        values[key] = _coerce(cls.name, key, fields[key], value)
+    try:
+        return cls.Params(**values)
+    except (TypeError, ValueError) as exc:
+        raise PlanError(f"Rule {cls.name!r}: bad parameters {params}: {exc}") from exc
+
+
+def _coerce(rule: str, key: str, f: dataclasses.Field, value: Any) -> Any:
+    kind = f.type if isinstance(f.type, str) else getattr(f.type, "__name__", str(f.type))
+    try:
+        if kind == "float":
+            return float(value)
+        if kind == "int":
+            return int(value)
+        if kind == "bool":
+            if isinstance(value, str):
+                return value.strip().lower() in ("1", "true", "yes", "on")
+            return bool(value)
+        if kind == "str":
+            return str(value)
+    except (TypeError, ValueError):
+        raise PlanError(f"Rule {rule!r}: parameter {key!r} must be {kind}, got {value!r}.") from None
+    return value
+
+
+def params_to_dict(params: Any) -> dict[str, Any]:
+    return dataclasses.asdict(params) if dataclasses.is_dataclass(params) else {}
+
+
+def load_rule_file(path: str | Path) -> list[str]:
+    """Import a user's Python file of ``@register_rule`` classes; returns the names it registered.
+
+    The file is code: it runs with the user's rights. Only files the user chose are ever loaded.
+    """
+    _ensure_loaded()
+    path = Path(path).expanduser().resolve()
+    if not path.is_file():
+        raise RuleFileError(f"Rule file not found: {path}")
+    module_name = f"gradscope_user_rules_{abs(hash(str(path)))}"
+    spec = importlib.util.spec_from_file_location(module_name, path)
+    if spec is None or spec.loader is None:
+        raise RuleFileError(f"{path.name} is not a Python file that can be imported.")
+    module = importlib.util.module_from_spec(spec)
+    _current_source["value"] = str(path)
+    try:
+        sys.modules[module_name] = module
+        spec.loader.exec_module(module)
+    except RuleError as exc:
+        raise RuleFileError(f"{path.name}: {exc}") from exc
+    except Exception as exc:
+        sys.modules.pop(module_name, None)
+        line = ""
+        tb = exc.__traceback__
+        while tb is not None:
+            if tb.tb_frame.f_code.co_filename == str(path):
+                line = f" (line {tb.tb_lineno})"
+            tb = tb.tb_next
+        raise RuleFileError(f"{path.name} failed to import{line}: {type(exc).__name__}: {exc}") from exc
+    finally:
+        _current_source.pop("value", None)
+    added = sorted(n for n, src in _SOURCES.items() if src == str(path))
+    if not added:
+        raise RuleFileError(f"{path.name} defines no new rules: decorate Rule subclasses with @register_rule.")
+    return added

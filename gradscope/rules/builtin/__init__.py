@@ -1,0 +1,3 @@
+"""Built-in rules; importing this package registers them."""
+
+from gradscope.rules.builtin import basic  # noqa: F401

@@ -1,0 +1,190 @@
+"""Plans: an ordered list of (selector -> rule + params). Plain data, JSON round-trippable.
+
+Selectors (later entries win where several match a node):
+
+- ``node:<id>`` (or a bare node id): exactly that node; an error if the rule cannot run there.
+- ``type:<OpType>[,<OpType>...]``: every node of those Keras classes (``Conv2D``, ``Activation``...).
+- ``activation:<name>[,...]``: every activation node (standalone or split off a fused ``activation=``).
+- ``name:<regex>``: node ids matching the regular expression.
+- ``group:<id>``: every node inside a nested model.
+- ``*``: every node.
+
+Broad selectors skip nodes the rule does not apply to (``Rule.applies_to``); ``Plan.resolve`` reports them.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from gradscope.core.errors import PlanError
+from gradscope.core.graph import LayerGraph, NodeSpec
+from gradscope.rules.base import Rule, get_rule_class, make_params
+
+PLAN_SCHEMA = 1
+_KINDS = ("node", "type", "activation", "name", "group")
+
+
+@dataclass(frozen=True)
+class PlanEntry:
+    select: str
+    rule: str
+    params: dict[str, Any] = field(default_factory=dict)
+
+    def matches(self, node: NodeSpec) -> bool:
+        kind, value = parse_selector(self.select)
+        if kind == "*":
+            return True
+        if kind == "node":
+            return node.id == value
+        if kind == "type":
+            return node.op_type in _split(value)
+        if kind == "activation":
+            return node.activation is not None and node.activation in _split(value)
+        if kind == "name":
+            return re.search(value, node.id) is not None
+        if kind == "group":
+            return node.group == value or (node.group or "").startswith(value + "/")
+        return False
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"select": self.select, "rule": self.rule, "params": dict(self.params)}
+
+
+def _split(value: str) -> set[str]:
+    return {v.strip() for v in value.split(",") if v.strip()}
+
+
+def parse_selector(select: str) -> tuple[str, str]:
+    select = select.strip()
+    if select in ("*", "all"):
+        return "*", ""
+    kind, sep, value = select.partition(":")
+    if sep and kind in _KINDS:
+        if not value:
+            raise PlanError(f"Selector {select!r} has nothing after {kind!r}.")
+        if kind == "name":
+            try:
+                re.compile(value)
+            except re.error as exc:
+                raise PlanError(f"Selector {select!r}: bad regular expression: {exc}") from None
+        return kind, value
+    return "node", select  # a bare node id (ids may contain ':' as in 'conv1:act')
+
+
+@dataclass(frozen=True)
+class ResolvedRule:
+    node_id: str
+    entry: PlanEntry
+    rule: Rule
+
+
+@dataclass(frozen=True)
+class Resolution:
+    """What a plan does on one graph: the rule per node, and what it could not do."""
+
+    rules: dict[str, ResolvedRule]
+    skipped: dict[str, list[str]]  # selector -> node ids it matched where its rule does not apply
+    unmatched: list[str]  # selectors that matched no node at all
+
+
+@dataclass(frozen=True)
+class Plan:
+    entries: tuple[PlanEntry, ...] = ()
+    name: str = ""
+
+    # ------------------------------------------------------------------------------------------- editing
+    def with_entry(self, select: str, rule: str, params: dict[str, Any] | None = None) -> Plan:
+        return Plan(self.entries + (PlanEntry(select, rule, dict(params or {})),), self.name)
+
+    def without(self, index: int) -> Plan:
+        return Plan(self.entries[:index] + self.entries[index + 1 :], self.name)
+
+    def __len__(self) -> int:
+        return len(self.entries)
+
+    @property
+    def is_identity(self) -> bool:
+        return all(get_rule_class(e.rule).passthrough for e in self.entries)
+
+    # ------------------------------------------------------------------------------------------- resolve
+    def resolve(self, graph: LayerGraph) -> Resolution:
+        rules: dict[str, ResolvedRule] = {}
+        skipped: dict[str, list[str]] = {}
+        unmatched: list[str] = []
+        for entry in self.entries:
+            cls = get_rule_class(entry.rule)
+            params = make_params(cls, entry.params)
+            kind, value = parse_selector(entry.select)
+            if kind == "node" and value not in graph:
+                graph.node(value)  # raises GraphError with suggestions
+            hits = [n for n in graph.nodes if entry.matches(n)]
+            if not hits:
+                unmatched.append(entry.select)
+            for node in hits:
+                if not cls.applies_to(node):
+                    if kind == "node":
+                        raise PlanError(
+                            f"Rule {entry.rule!r} cannot run on node {node.id!r} ({node.op_type}): "
+                            f"{cls.describe()}"
+                        )
+                    skipped.setdefault(entry.select, []).append(node.id)
+                    continue
+                rules[node.id] = ResolvedRule(node.id, entry, cls(params))
+        # Passthrough rules (identity) are the same as no rule: drop them so the engine takes the fast path.
+        rules = {k: v for k, v in rules.items() if not type(v.rule).passthrough}
+        return Resolution(rules, skipped, unmatched)
+
+    def key(self) -> str:
+        """A short stable hash of the plan's content (trace-cache key; equal plans share a trace)."""
+        blob = json.dumps([e.to_dict() for e in self.entries], sort_keys=True, default=str)
+        return hashlib.sha1(blob.encode()).hexdigest()[:16]
+
+    # ------------------------------------------------------------------------------------------- JSON
+    def to_dict(self) -> dict[str, Any]:
+        return {"schema": PLAN_SCHEMA, "name": self.name, "entries": [e.to_dict() for e in self.entries]}
+
+    def to_json(self) -> str:
+        return json.dumps(self.to_dict(), indent=2)
+
+    @classmethod
+    def from_dict(cls, data: Any) -> Plan:
+        if isinstance(data, list):  # a bare list of entries
+            data = {"entries": data}
+        if not isinstance(data, dict) or not isinstance(data.get("entries", []), list):
+            raise PlanError('A plan is {"entries": [{"select": ..., "rule": ..., "params": {...}}, ...]}.')
+        schema = data.get("schema", PLAN_SCHEMA)
+        if schema > PLAN_SCHEMA:
+            raise PlanError(f"Plan schema {schema} is newer than this gradscope understands ({PLAN_SCHEMA}).")
+        entries = []
+        for i, e in enumerate(data.get("entries", [])):
+            if not isinstance(e, dict) or "rule" not in e:
+                raise PlanError(f"Plan entry {i} needs at least a 'rule' (and usually a 'select').")
+            params = e.get("params") or {}
+            if not isinstance(params, dict):
+                raise PlanError(f"Plan entry {i}: 'params' must be an object.")
+            entries.append(PlanEntry(str(e.get("select", "*")), str(e["rule"]), dict(params)))
+        return cls(tuple(entries), str(data.get("name", "")))
+
+    @classmethod
+    def from_json(cls, text: str) -> Plan:
+        try:
+            return cls.from_dict(json.loads(text))
+        except json.JSONDecodeError as exc:
+            raise PlanError(f"Plan is not valid JSON: {exc}") from None
+
+    @classmethod
+    def load(cls, path: str | Path) -> Plan:
+        path = Path(path)
+        try:
+            text = path.read_text()
+        except OSError as exc:
+            raise PlanError(f"Cannot read plan file {path}: {exc.strerror}") from None
+        return cls.from_json(text)
+
+    def save(self, path: str | Path) -> None:
+        Path(path).write_text(self.to_json() + "\n")
