@@ -49,7 +49,8 @@ class BackwardResult:
     """Signal at the input (and at captured nodes), per-node statistics and the model's real predictions."""
 
     input_grads: list[np.ndarray]
-    node_grads: dict[str, np.ndarray]
+    node_grads: dict[str, np.ndarray]  # backward signal arriving at each captured node's output
+    node_values: dict[str, np.ndarray]  # forward output of each captured node (for gradient x input)
     stats: dict[str, NodeStats]
     predictions: np.ndarray  # the model's real output (probabilities if it ends in softmax)
     logits: np.ndarray  # what the class target reads (pre-softmax)

@@ -285,6 +285,7 @@ class Engine:
                 if filled_nodes
                 else tf.zeros([0, 6]),
                 "captured": {n: filled_nodes[stat_nodes.index(n)] for n in capture},
+                "captured_values": {n: node_values[n][0] for n in capture},
             }
             if weight_grads:
                 wg = grads[n_in + len(stat_nodes) :]
@@ -366,6 +367,7 @@ class Engine:
         result = BackwardResult(
             input_grads=[g.numpy() for g in out["input_grads"]],
             node_grads={k: v.numpy() for k, v in out["captured"].items()},
+            node_values={k: v.numpy() for k, v in out["captured_values"].items()},
             stats=stats,
             predictions=out["predictions"].numpy(),
             logits=out["logits"].numpy(),
