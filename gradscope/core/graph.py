@@ -104,7 +104,10 @@ class LayerGraph:
         widths = [max(len(r[i]) for r in rows) for i in range(4)]
         lines = ["  ".join(c.ljust(w) for c, w in zip(r[:4], widths)) + "  " + r[4] for r in rows]
         lines.insert(1, "-" * len(lines[0]))
-        per_layer = {n.layer_name or n.id: n.params for n in self.nodes}  # a shared layer counts once
+        per_layer: dict[str, int] = {}  # a shared layer (or a split activation) counts once
+        for n in self.nodes:
+            key = n.layer_name or n.id
+            per_layer[key] = max(per_layer.get(key, 0), n.params)
         total = sum(per_layer.values())
         lines.append(f"{len(self.nodes)} nodes, {total:,} parameters")
         return "\n".join(line.rstrip() for line in lines)

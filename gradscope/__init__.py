@@ -1,0 +1,57 @@
+"""gradscope: a visual debugger for gradients of Keras 3 models (TensorFlow backend).
+
+Importing this package is cheap (no TensorFlow). The engine loads on first use::
+
+    import gradscope as gs
+
+    model = gs.load_model("model.keras")
+    result = gs.explain(model, "cat.png", method="guided_backprop")
+    result.save("overlay.png")
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from gradscope.core.errors import GradscopeError
+from gradscope.core.graph import LayerGraph, NodeSpec
+from gradscope.core.results import BackwardResult, NodeStats
+from gradscope.core.targets import Target
+from gradscope.rules.base import Rule, available_rules, load_rule_file, register_rule
+from gradscope.rules.plan import Plan, PlanEntry
+
+__version__ = "0.1.0"
+
+_LAZY = {
+    "Engine": "gradscope.engine.runner",
+    "load_model": "gradscope.io.models",
+    "explain": "gradscope.api",
+    "Explanation": "gradscope.api",
+    "open_engine": "gradscope.api",
+    "build_method": "gradscope.rules.methods",
+    "available_methods": "gradscope.rules.methods",
+}
+
+__all__ = [
+    "BackwardResult",
+    "GradscopeError",
+    "LayerGraph",
+    "NodeSpec",
+    "NodeStats",
+    "Plan",
+    "PlanEntry",
+    "Rule",
+    "Target",
+    "available_rules",
+    "load_rule_file",
+    "register_rule",
+    *_LAZY,
+]
+
+
+def __getattr__(name: str) -> Any:
+    if name in _LAZY:
+        import importlib
+
+        return getattr(importlib.import_module(_LAZY[name]), name)
+    raise AttributeError(f"module 'gradscope' has no attribute {name!r}")

@@ -1,0 +1,40 @@
+"""In-graph per-node statistics against NumPy on the captured signals."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from gradscope.core.targets import Target
+from gradscope.engine.runner import Engine
+from gradscope.rules.plan import Plan
+from tests.engine.fixtures import FIXTURES, sample_input
+
+
+def test_stats_match_numpy_for_every_node():
+    model = FIXTURES["chain"]()
+    engine = Engine(model)
+    result = engine.backward(sample_input(model, 3), Target(index=0), capture="all")
+    assert set(result.stats) == set(engine.stat_nodes)
+    assert [n for n, s in result.stats.items() if s.is_none] == ["probs:act"]  # stripped softmax
+    for node_id, s in result.stats.items():
+        if s.is_none:
+            continue
+        g = result.node_grads[node_id].astype(np.float64)
+        assert np.isclose(s.norm, np.sqrt((g**2).sum()), rtol=1e-4)
+        assert np.isclose(s.mean_abs, np.abs(g).mean(), rtol=1e-4)
+        assert np.isclose(s.max_abs, np.abs(g).max(), rtol=1e-5)
+        assert np.isclose(s.zero_fraction, (g == 0).mean())
+        assert s.nan_count == 0 and s.inf_count == 0
+
+
+def test_stopped_gradient_shows_as_zero_and_softmax_is_not_on_the_path():
+    model = FIXTURES["chain"]()
+    engine = Engine(model)
+    result = engine.backward(sample_input(model, 2), plan=Plan().with_entry("relu2", "zero"))
+    assert result.stats["bn"].status == "zero"
+    assert result.stats["conv1"].status == "zero"
+    assert result.stats["probs"].status == "ok"
+    # A final softmax is stripped: the class target reads the logits, so no gradient reaches its output.
+    assert result.stats["probs:act"].status == "none"
+    assert result.meta["softmax_stripped"] is True
+    assert np.all(result.input_grad == 0)
