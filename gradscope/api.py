@@ -1,0 +1,157 @@
+"""The Qt-free high-level API: open a model, explain an image, save the overlay.
+
+Everything the CLI's ``explain`` does goes through here, and the GUI's worker uses the same pieces.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from gradscope.core.errors import GraphError
+from gradscope.core.results import BackwardResult
+from gradscope.core.targets import Target
+from gradscope.rules.methods import Method, build_method
+from gradscope.rules.plan import Plan
+
+
+def open_engine(model: Any, *, safe_mode: bool = True, custom_objects: dict | None = None) -> Any:
+    """An ``Engine`` for a model object, an ``Engine`` (returned as is) or a path to a ``.keras``/``.h5`` file."""
+    from gradscope.engine.runner import Engine
+
+    if isinstance(model, Engine):
+        return model
+    if isinstance(model, (str, Path)):
+        from gradscope.io.models import load_model
+
+        model = load_model(model, safe_mode=safe_mode, custom_objects=custom_objects)
+    return Engine(model)
+
+
+def resolve_method(engine: Any, method: str | Method | None, plan: Plan | None, **options: Any) -> Method:
+    """A ``Method`` from a preset name, or a plain one wrapping a user's plan (plan wins if both are given)."""
+    if isinstance(method, Method):
+        return method
+    if plan is not None:
+        base = build_method(method, engine.graph, **options) if method else None
+        return Method(
+            name=plan.name or "custom plan",
+            plan=plan,
+            reduction=base.reduction if base else "max_abs",
+            times_input=base.times_input if base else False,
+            signed=base.signed if base else False,
+            readout_node=base.readout_node if base else None,
+            changed=tuple(plan.resolve(engine.graph).rules),
+        )
+    return build_method(method or "gradient", engine.graph, **options)
+
+
+@dataclass
+class Explanation:
+    """One image's explanation: the raw signal, the 2-D map and what produced it."""
+
+    image: np.ndarray  # uint8 (H, W, 3): the original image
+    signal: np.ndarray  # (h, w, C) backward signal at the read-out node (times input if the method says so)
+    saliency: np.ndarray  # (h, w) after channel reduction, not normalised
+    result: BackwardResult
+    method: Method
+    node: str | None  # read-out node (None: the model input)
+    target: Target
+    sidecar: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def predicted_class(self) -> int:
+        return int(self.result.target_indices[0]) if self.result.target_indices.size else -1
+
+    def render(self, *, cmap: str | None = None, alpha: float = 0.5, normalization: str = "minmax") -> np.ndarray:
+        """The overlay as uint8 (H, W, 3)."""
+        from gradscope.render import blend, normalize
+
+        signed = self.method.signed
+        m = normalize(self.saliency, mode="signed" if signed and normalization == "minmax" else normalization)
+        if signed:  # show where the signal is positive; the map itself stays signed in the sidecar
+            m = np.clip(m, 0.0, 1.0)
+        return blend(self.image, m, cmap=cmap or "jet", alpha=alpha)
+
+    def save(
+        self, path: str | Path, *, cmap: str | None = None, alpha: float = 0.5, normalization: str = "minmax"
+    ) -> Path:
+        """Write the overlay PNG and a JSON sidecar (model, target, plan, normalisation) beside it."""
+        from gradscope.render import save_png
+
+        path = Path(path)
+        overlay = self.render(cmap=cmap, alpha=alpha, normalization=normalization)
+        sidecar = {
+            **self.sidecar,
+            "view": {"cmap": cmap or "jet", "alpha": alpha, "normalization": normalization},
+        }
+        save_png(path, overlay, sidecar)
+        return path
+
+
+def explain(
+    model: Any,
+    image: Any,
+    *,
+    method: str | Method | None = "gradient",
+    plan: Plan | None = None,
+    target: Target | int | None = None,
+    layer: str | None = None,
+    preprocessing: str = "unit",
+    reduction: str | None = None,
+    method_options: dict[str, Any] | None = None,
+    safe_mode: bool = True,
+) -> Explanation:
+    """Explain one image: run the method's (or the user's) plan and read the map at ``layer``.
+
+    ``model``: a path, a keras.Model or an ``Engine`` (reuse one Engine across images: it caches traces).
+    ``image``: a path or a uint8 array (H, W, 3). ``target``: a class index, a ``Target`` or None (top-1).
+    """
+    from gradscope.io.images import load_image, prepare_input
+    from gradscope.render import reduce_channels
+
+    engine = open_engine(model, safe_mode=safe_mode)
+    source = str(image) if isinstance(image, (str, Path)) else "<array>"
+    img = load_image(image) if isinstance(image, (str, Path)) else np.asarray(image)
+    if img.dtype != np.uint8:
+        img = np.clip(img * (255.0 if img.max() <= 1.0 else 1.0), 0, 255).astype(np.uint8)
+    if img.ndim == 2:
+        img = np.repeat(img[..., None], 3, axis=-1)
+    x = prepare_input(img, engine.graph.node(engine.graph.input_ids[0]).output_shape, preprocessing)
+    if not isinstance(target, Target):
+        target = Target(index=None if target is None else int(target))
+    m = resolve_method(engine, method, plan, **(method_options or {}))
+    node = layer or m.readout_node
+    if node is not None and engine.graph.node(node).is_input:
+        node = None
+    result = engine.backward(x, target, m.plan, capture=[node] if node else ())
+    if node is None:
+        signal, forward = result.input_grad[0], result.inputs[0][0]
+    else:
+        signal, forward = result.node_grads[node][0], result.node_values[node][0]
+        if signal.ndim not in (2, 3):
+            raise GraphError(
+                f"Node {node!r} has output shape {engine.graph.node(node).output_shape}: a map needs a spatial "
+                "(H, W[, C]) or (L, C) output. Pick a convolutional layer or the input."
+            )
+    if m.times_input:
+        signal = signal * forward
+    saliency = reduce_channels(signal, reduction or m.reduction)
+    sidecar = {
+        "model": getattr(engine.model, "name", "model"),
+        "model_file": str(model) if isinstance(model, (str, Path)) else None,
+        "image": source,
+        "preprocessing": preprocessing,
+        "target": target.to_dict(),
+        "predicted_class": int(result.target_indices[0]) if result.target_indices.size else None,
+        "method": m.name,
+        "plan": m.plan.to_dict(),
+        "readout_node": node,
+        "reduction": reduction or m.reduction,
+        "times_input": m.times_input,
+        "changed_nodes": list(result.rules),
+    }
+    return Explanation(img, signal, saliency, result, m, node, target, sidecar)
