@@ -244,8 +244,10 @@ class Engine:
         return tf.reduce_sum(out[..., target.channel]), tf.zeros([0], tf.int32)
 
     # ------------------------------------------------------------------------------------------- tracing
-    def _traced(self, resolution: Resolution, plan: Plan, target: Target, capture: tuple, weight_grads: bool):
-        key = (plan.key(), target.trace_key(), capture, weight_grads)
+    def _traced(
+        self, resolution: Resolution, plan: Plan, target: Target, capture: tuple, weight_grads: bool, stats: bool
+    ):
+        key = (plan.key(), target.trace_key(), capture, weight_grads, stats)
         with self._lock:
             if key in self._cache:
                 self._cache.move_to_end(key)
@@ -253,7 +255,9 @@ class Engine:
         rules = {nid: r.rule for nid, r in resolution.rules.items()}
         meta: dict[str, Any] = {}
         overrides_forward = any(type(r).overrides_forward() for r in rules.values())
-        stat_nodes = self.stat_nodes
+        # Without statistics only the captured nodes are gradient sources (the cheapest backward pass).
+        stat_nodes = self.stat_nodes if stats else [n for n in self.stat_nodes if n in capture]
+        meta["stat_nodes"] = stat_nodes if stats else []
 
         def fn(xs: list, class_idx: Any) -> dict:
             self.trace_count += 1
@@ -282,7 +286,7 @@ class Engine:
                 "idx": idx,
                 "input_grads": [tf.zeros_like(x) if g is None else g for g, x in zip(input_grads, xs)],
                 "stats": tf.stack([_stats_row(g) for g in filled_nodes])
-                if filled_nodes
+                if filled_nodes and stats
                 else tf.zeros([0, 6]),
                 "captured": {n: filled_nodes[stat_nodes.index(n)] for n in capture},
                 "captured_values": {n: node_values[n][0] for n in capture},
@@ -305,7 +309,7 @@ class Engine:
 
     def is_traced(self, plan: Plan, target: Target | None = None, capture: Sequence[str] = ()) -> bool:
         """Whether running this plan now would reuse a trace (the GUI shows 'tracing...' otherwise)."""
-        key = (plan.key(), (target or Target()).trace_key(), tuple(dict.fromkeys(capture)), False)
+        key = (plan.key(), (target or Target()).trace_key(), tuple(dict.fromkeys(capture)), False, True)
         return key in self._cache
 
     # ------------------------------------------------------------------------------------------- public
@@ -332,11 +336,13 @@ class Engine:
         *,
         capture: Sequence[str] | str = (),
         weight_grads: bool = False,
+        stats: bool = True,
     ) -> BackwardResult:
         """One forward + one backward pass under ``plan``; returns numpy results.
 
         ``capture``: node ids whose full backward signal is brought to the host (``"all"`` for every node);
-        statistics of every node are always computed (in-graph, cheap).
+        ``stats``: per-node statistics of every node (in-graph, cheap; off for the bare input gradient).
+        ``weight_grads``: also the gradient of every trainable variable (costs about 1.7x).
         """
         target = target or Target()
         plan = plan or Plan()
@@ -354,21 +360,21 @@ class Engine:
             if target.index is not None and n_classes is not None and not 0 <= target.index < n_classes:
                 raise TargetError(f"Class {target.index} does not exist: the model has {n_classes} classes.")
         class_idx = tf.fill([batch], -1 if target.index is None else int(target.index))
-        fn, meta = self._traced(resolution, plan, target, capture, weight_grads)
+        fn, meta = self._traced(resolution, plan, target, capture, weight_grads, stats)
         t0 = time.perf_counter()
         traces_before = self.trace_count
         out = fn(xs, class_idx)
         elapsed = time.perf_counter() - t0
         none_nodes = set(meta.get("none_nodes", []))
         stats_np = out["stats"].numpy()
-        stats = {}
-        for i, node_id in enumerate(self.stat_nodes):
-            stats[node_id] = NodeStats.none() if node_id in none_nodes else NodeStats.from_row(stats_np[i])
+        node_stats = {}
+        for i, node_id in enumerate(meta["stat_nodes"]):
+            node_stats[node_id] = NodeStats.none() if node_id in none_nodes else NodeStats.from_row(stats_np[i])
         result = BackwardResult(
             input_grads=[g.numpy() for g in out["input_grads"]],
             node_grads={k: v.numpy() for k, v in out["captured"].items()},
             node_values={k: v.numpy() for k, v in out["captured_values"].items()},
-            stats=stats,
+            stats=node_stats,
             predictions=out["predictions"].numpy(),
             logits=out["logits"].numpy(),
             target_indices=out["idx"].numpy(),

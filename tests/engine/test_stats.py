@@ -38,3 +38,14 @@ def test_stopped_gradient_shows_as_zero_and_softmax_is_not_on_the_path():
     assert result.stats["probs:act"].status == "none"
     assert result.meta["softmax_stripped"] is True
     assert np.all(result.input_grad == 0)
+
+
+def test_without_stats_only_captured_nodes_are_sources():
+    model = FIXTURES["residual"]()
+    engine = Engine(model)
+    x = sample_input(model, 2)
+    full = engine.backward(x, Target(index=1), capture=["add"])
+    bare = engine.backward(x, Target(index=1), capture=["add"], stats=False)
+    assert bare.stats == {} and len(full.stats) == len(engine.stat_nodes)
+    np.testing.assert_array_equal(bare.input_grad, full.input_grad)
+    np.testing.assert_array_equal(bare.node_grads["add"], full.node_grads["add"])
