@@ -127,7 +127,7 @@ def explain(
     node = layer or m.readout_node
     if node is not None and engine.graph.node(node).is_input:
         node = None
-    result = engine.backward(x, target, m.plan, capture=[node] if node else ())
+    result = engine.backward(x, target, m.plan, capture=[node] if node else (), stats=False)
     if node is None:
         signal, forward = result.input_grad[0], result.inputs[0][0]
     else:
