@@ -6,7 +6,7 @@ from dataclasses import dataclass
 
 from gradscope.core.errors import TargetError
 
-TARGET_KINDS = ("class", "neuron", "channel")
+TARGET_KINDS = ("class", "neuron", "channel", "loss")
 
 
 @dataclass(frozen=True)
@@ -17,6 +17,9 @@ class Target:
       softmax is skipped, so this is the pre-softmax logit, as RULES_SPEC §1 asks (one-hot seed on logits).
     - ``neuron``: one element ``neuron`` (index without the batch axis) of node ``node``'s output.
     - ``channel``: the sum over all positions of channel ``channel`` (last axis) of node ``node``'s output.
+    - ``loss``: a training loss (``loss``: "auto", "compiled", "crossentropy", "mse"; see
+      ``gradscope.engine.loss_targets``), batch mean, with labels given at run time (``engine.backward(...,
+      labels=...)``): labels are data, not part of the target.
     """
 
     kind: str = "class"
@@ -24,6 +27,7 @@ class Target:
     node: str | None = None
     neuron: tuple[int, ...] | None = None
     channel: int | None = None
+    loss: str | None = None
 
     def __post_init__(self) -> None:
         if self.kind not in TARGET_KINDS:
@@ -37,11 +41,13 @@ class Target:
 
     def trace_key(self) -> tuple:
         """The part that changes the traced graph (a class index does not: it is fed as a tensor)."""
-        return (self.kind, self.node, self.neuron, self.channel)
+        return (self.kind, self.node, self.neuron, self.channel, self.loss)
 
     def describe(self) -> str:
         if self.kind == "class":
             return "top-1 class logit" if self.index is None else f"logit of class {self.index}"
+        if self.kind == "loss":
+            return f"training loss ({self.loss or 'auto'})"
         if self.kind == "neuron":
             return f"neuron {self.neuron} of {self.node or 'the output'}"
         return f"channel {self.channel} of {self.node or 'the output'}"
@@ -61,9 +67,11 @@ class Target:
 
     @classmethod
     def parse(cls, text: str | None) -> Target:
-        """CLI form: ``7`` (class), ``top`` , ``neuron:NODE:i,j,k``, ``channel:NODE:c``."""
+        """CLI form: ``7`` (class), ``top`` , ``neuron:NODE:i,j,k``, ``channel:NODE:c``, ``loss[:NAME]``."""
         if text is None or text in ("", "top", "top1"):
             return cls()
+        if text == "loss" or text.startswith("loss:"):
+            return cls(kind="loss", loss=text.partition(":")[2] or None)
         if text.lstrip("-").isdigit():
             return cls(index=int(text))
         kind, _, rest = text.partition(":")
@@ -76,5 +84,6 @@ class Target:
         except ValueError:
             pass
         raise TargetError(
-            f"Cannot read target {text!r}: use a class index (7), 'top', 'neuron:NODE:i,j,c' or 'channel:NODE:c'."
+            f"Cannot read target {text!r}: use a class index (7), 'top', 'neuron:NODE:i,j,c', 'channel:NODE:c' "
+            "or 'loss[:crossentropy|mse|compiled]'."
         )

@@ -21,6 +21,7 @@ from gradscope.core.errors import GradscopeError, RuleError, TargetError
 from gradscope.core.graph import LayerGraph
 from gradscope.core.results import BackwardResult, NodeStats
 from gradscope.core.targets import Target
+from gradscope.engine import loss_targets
 from gradscope.engine.context import RuleContext
 from gradscope.engine.keras_graph import ExecGraph, Step, build_exec_graph, linear_activation
 from gradscope.engine.tf import keras, tf
@@ -73,7 +74,7 @@ class Engine:
         return self.logits_key != self.exec.output_keys[0]
 
     # ------------------------------------------------------------------------------------------- forward
-    def _call_step(self, step: Step, values: dict, rule: Any) -> list[Any]:
+    def _call_step(self, step: Step, values: dict, rule: Any, training: bool = False) -> list[Any]:
         op = step.operation
         if step.kind == "model":
             out = op([values[k] for k in step.in_keys] if len(step.in_keys) > 1 else values[step.in_keys[0]])
@@ -83,7 +84,7 @@ class Engine:
         else:
             args, kwargs = step.arguments.fill_in(values)
             if getattr(op, "_call_has_training_arg", False) and "training" not in kwargs:
-                kwargs = {**kwargs, "training": False}
+                kwargs = {**kwargs, "training": training}
         if rule is None:
             return self._plain_call(step, args, kwargs)
         return self._rule_call(step, args, kwargs, rule)
@@ -197,7 +198,11 @@ class Engine:
             checked.append(g)
         return checked
 
-    def _run(self, xs: Sequence[Any], rules: dict[str, Any]) -> tuple[dict, dict[str, list[Any]]]:
+    def _run(
+        self, xs: Sequence[Any], rules: dict[str, Any], *, training: bool = False, on_step: Any = None
+    ) -> tuple[dict, dict[str, list[Any]]]:
+        """The forward pass node by node. ``training``: the flag layers get (True when training with a plan);
+        ``on_step(node_id)``: called before each node runs (diagnostics map graph ops to nodes with it)."""
         values: dict[Any, Any] = dict(zip(self.exec.input_keys, xs))
         node_values: dict[str, list[Any]] = {}
         for step in self.exec.steps:
@@ -205,14 +210,20 @@ class Engine:
                 for src, dst in zip(step.in_keys, step.out_keys):
                     values[dst] = values[src]
                 continue
-            outs = self._call_step(step, values, rules.get(step.node_id))
+            if on_step is not None:
+                on_step(step.node_id)
+            outs = self._call_step(step, values, rules.get(step.node_id), training)
             for key, y in zip(step.out_keys, outs):
                 values[key] = y
             node_values[step.node_id] = outs
         return values, node_values
 
     # ------------------------------------------------------------------------------------------- targets
-    def _target_scalar(self, target: Target, values: dict, node_values: dict, class_idx: Any) -> tuple:
+    def _target_scalar(
+        self, target: Target, values: dict, node_values: dict, class_idx: Any, labels: Any = None
+    ) -> tuple:
+        if target.kind == "loss":
+            return loss_targets.loss_scalar(self, target, values, labels), tf.zeros([0], tf.int32)
         if target.kind == "class":
             logits = values[self.logits_key]
             if logits.shape.rank != 2:
@@ -259,13 +270,13 @@ class Engine:
         stat_nodes = self.stat_nodes if stats else [n for n in self.stat_nodes if n in capture]
         meta["stat_nodes"] = stat_nodes if stats else []
 
-        def fn(xs: list, class_idx: Any) -> dict:
+        def fn(xs: list, class_idx: Any, labels: Any) -> dict:
             self.trace_count += 1
             with tf.GradientTape() as tape:
                 for x in xs:
                     tape.watch(x)
                 values, node_values = self._run(xs, rules)
-                scalar, idx = self._target_scalar(target, values, node_values, class_idx)
+                scalar, idx = self._target_scalar(target, values, node_values, class_idx, labels)
             node_outs = [node_values[n][0] for n in stat_nodes]
             sources = list(xs) + node_outs
             if weight_grads:
@@ -284,6 +295,7 @@ class Engine:
                 "predictions": plain_values[self.exec.output_keys[0]],
                 "logits": plain_values[self.logits_key],
                 "idx": idx,
+                "loss": scalar,
                 "input_grads": [tf.zeros_like(x) if g is None else g for g, x in zip(input_grads, xs)],
                 "stats": tf.stack([_stats_row(g) for g in filled_nodes])
                 if filled_nodes and stats
@@ -337,14 +349,18 @@ class Engine:
         capture: Sequence[str] | str = (),
         weight_grads: bool = False,
         stats: bool = True,
+        labels: Any = None,
     ) -> BackwardResult:
         """One forward + one backward pass under ``plan``; returns numpy results.
 
         ``capture``: node ids whose full backward signal is brought to the host (``"all"`` for every node);
         ``stats``: per-node statistics of every node (in-graph, cheap; off for the bare input gradient).
         ``weight_grads``: also the gradient of every trainable variable (costs about 1.7x).
+        ``labels``: for a loss target (``Target(kind="loss")``), the labels (fed as data: no retrace).
         """
         target = target or Target()
+        if target.kind == "loss":
+            target = loss_targets.resolve(self, target)
         plan = plan or Plan()
         if capture == "all":
             capture = tuple(self.stat_nodes)
@@ -360,10 +376,11 @@ class Engine:
             if target.index is not None and n_classes is not None and not 0 <= target.index < n_classes:
                 raise TargetError(f"Class {target.index} does not exist: the model has {n_classes} classes.")
         class_idx = tf.fill([batch], -1 if target.index is None else int(target.index))
+        labels_t = loss_targets.prepare_labels(self, target, labels, batch)
         fn, meta = self._traced(resolution, plan, target, capture, weight_grads, stats)
         t0 = time.perf_counter()
         traces_before = self.trace_count
-        out = fn(xs, class_idx)
+        out = fn(xs, class_idx, labels_t)
         elapsed = time.perf_counter() - t0
         none_nodes = set(meta.get("none_nodes", []))
         stats_np = out["stats"].numpy()
@@ -391,6 +408,9 @@ class Engine:
                 "plan": plan.to_dict(),
             },
         )
+        if target.kind == "loss":
+            result.meta["loss"] = loss_targets.describe(self, target)
+            result.meta["loss_value"] = float(out["loss"])
         if weight_grads:
             result.meta["weight_grads"] = {k: v.numpy() for k, v in out["weight_grads"].items()}
             result.meta["none_weights"] = meta.get("none_weights", [])
