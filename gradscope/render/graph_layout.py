@@ -1,0 +1,263 @@
+"""Layered DAG layout of a ``LayerGraph`` as plain data (no Qt): boxes and edge polylines in scene units.
+
+Computed with grandalf's Sugiyama layout (the layered "dot" style) off the UI thread; the graph view only draws
+the result. Nested models can be collapsed into one box. A pure-Python longest-path layering is the fallback
+when grandalf fails on a graph (it should not, but a layout problem must never stop the model from opening).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+
+from gradscope.core.graph import LayerGraph, NodeSpec
+
+NODE_W = 172.0
+NODE_H = 44.0
+GROUP_PREFIX = "group:"
+_X_SPACE = 26.0
+_Y_SPACE = 34.0
+
+
+@dataclass(frozen=True)
+class NodeBox:
+    """One drawn box: a node, or a collapsed nested model (``id`` = ``group:<group id>``)."""
+
+    id: str
+    x: float  # centre
+    y: float  # centre
+    w: float
+    h: float
+    title: str
+    subtitle: str
+    group: str | None = None  # nested model the box is drawn inside (None: top level)
+    collapsed_group: str | None = None  # set for a collapsed nested model's box
+    members: tuple[str, ...] = ()  # node ids a collapsed box stands for
+
+
+@dataclass(frozen=True)
+class EdgePath:
+    src: str
+    dst: str
+    points: tuple[tuple[float, float], ...]
+
+
+@dataclass(frozen=True)
+class GroupFrame:
+    """The bounding rectangle of an expanded nested model (drawn behind its nodes)."""
+
+    id: str
+    x0: float
+    y0: float
+    x1: float
+    y1: float
+
+
+@dataclass
+class GraphLayout:
+    boxes: dict[str, NodeBox]
+    edges: list[EdgePath]
+    frames: list[GroupFrame] = field(default_factory=list)
+    collapsed: frozenset[str] = frozenset()
+    engine: str = "grandalf"
+    seconds: float = 0.0
+
+    def box_of(self, node_id: str) -> NodeBox | None:
+        """The box that shows ``node_id`` (its own, or its collapsed nested model's)."""
+        if node_id in self.boxes:
+            return self.boxes[node_id]
+        for box in self.boxes.values():
+            if node_id in box.members:
+                return box
+        return None
+
+    @property
+    def bounds(self) -> tuple[float, float, float, float]:
+        if not self.boxes:
+            return (0.0, 0.0, 0.0, 0.0)
+        xs0 = [b.x - b.w / 2 for b in self.boxes.values()]
+        ys0 = [b.y - b.h / 2 for b in self.boxes.values()]
+        xs1 = [b.x + b.w / 2 for b in self.boxes.values()]
+        ys1 = [b.y + b.h / 2 for b in self.boxes.values()]
+        return (min(xs0), min(ys0), max(xs1), max(ys1))
+
+
+def shape_text(node: NodeSpec) -> str:
+    return "x".join("?" if d is None else str(d) for d in node.output_shape[1:]) or "scalar"
+
+
+def _collapsed_root(group: str | None, collapsed: Iterable[str]) -> str | None:
+    """The outermost collapsed group containing ``group`` (groups nest as 'outer/inner')."""
+    if group is None:
+        return None
+    best = None
+    for c in collapsed:
+        if (group == c or group.startswith(c + "/")) and (best is None or len(c) < len(best)):
+            best = c
+    return best
+
+
+def visible_graph(
+    graph: LayerGraph, collapsed: Iterable[str] = ()
+) -> tuple[list[tuple[str, str, str, str | None, str | None, tuple[str, ...]]], list[tuple[str, str]]]:
+    """Boxes ``(id, title, subtitle, group, collapsed_group, members)`` and deduplicated edges after collapsing."""
+    collapsed = [c for c in collapsed if c in graph.groups]
+    rep: dict[str, str] = {}
+    boxes: dict[str, tuple] = {}
+    members: dict[str, list[str]] = {}
+    for n in graph.nodes:
+        root = _collapsed_root(n.group, collapsed)
+        if root is None:
+            rep[n.id] = n.id
+            boxes[n.id] = (n.id, n.name, f"{n.op_type}  {shape_text(n)}", n.group, None)
+        else:
+            box_id = GROUP_PREFIX + root
+            rep[n.id] = box_id
+            members.setdefault(box_id, []).append(n.id)
+            if box_id not in boxes:
+                outer = root.rpartition("/")[0] or None
+                boxes[box_id] = (box_id, root.split("/")[-1], "", outer, root)
+    out_boxes = []
+    for box_id, (bid, title, sub, group, cgroup) in boxes.items():
+        mem = tuple(members.get(box_id, ()))
+        if cgroup is not None:
+            sub = f"nested model  {len(mem)} nodes"
+        out_boxes.append((bid, title, sub, group, cgroup, mem))
+    edges: dict[tuple[str, str], None] = {}
+    for src, dst in graph.edges():
+        a, b = rep[src], rep[dst]
+        if a != b:
+            edges[(a, b)] = None
+    return out_boxes, list(edges)
+
+
+def compute_layout(
+    graph: LayerGraph,
+    collapsed: Iterable[str] = (),
+    *,
+    use_grandalf: bool = True,
+    should_stop: Callable[[], bool] | None = None,
+) -> GraphLayout:
+    """Lay the (visible) graph out top to bottom: inputs at the top, outputs at the bottom."""
+    t0 = time.perf_counter()
+    collapsed = frozenset(c for c in collapsed if c in graph.groups)
+    boxes, edges = visible_graph(graph, collapsed)
+    positions: dict[str, tuple[float, float]] = {}
+    routes: dict[tuple[str, str], list[tuple[float, float]]] = {}
+    engine = "grandalf"
+    if use_grandalf:
+        try:
+            positions, routes = _grandalf_positions([b[0] for b in boxes], edges, should_stop)
+        except Exception:  # a layout quirk must not stop the model from opening
+            positions, routes = {}, {}
+    if not positions:
+        engine = "layered"
+        positions = _layered_positions([b[0] for b in boxes], edges)
+    out = {}
+    for bid, title, sub, group, cgroup, mem in boxes:
+        x, y = positions[bid]
+        out[bid] = NodeBox(bid, x, y, NODE_W, NODE_H, title, sub, group, cgroup, mem)
+    paths = []
+    for a, b in edges:
+        pts = routes.get((a, b)) or [(out[a].x, out[a].y), (out[b].x, out[b].y)]
+        # Start/end on the box borders, not the centres, so arrows stay visible.
+        pts = [(pts[0][0], out[a].y + NODE_H / 2), *pts[1:-1], (pts[-1][0], out[b].y - NODE_H / 2)]
+        paths.append(EdgePath(a, b, tuple(pts)))
+    frames = _group_frames(graph, out, collapsed)
+    return GraphLayout(out, paths, frames, collapsed, engine, time.perf_counter() - t0)
+
+
+class _View:
+    def __init__(self, w: float, h: float) -> None:
+        self.w, self.h = w, h
+        self.xy = (0.0, 0.0)
+
+
+class _EdgeView:
+    def __init__(self) -> None:
+        self.points: list[tuple[float, float]] = []
+
+    def setpath(self, pts: list) -> None:
+        self.points = [(float(x), float(y)) for x, y in pts]
+
+
+def _grandalf_positions(
+    ids: list[str], edges: list[tuple[str, str]], should_stop: Callable[[], bool] | None
+) -> tuple[dict[str, tuple[float, float]], dict[tuple[str, str], list[tuple[float, float]]]]:
+    from grandalf.graphs import Edge, Graph, Vertex
+    from grandalf.layouts import SugiyamaLayout
+
+    vs = {i: Vertex(i) for i in ids}
+    for v in vs.values():
+        v.view = _View(NODE_W, NODE_H)
+    es = []
+    for a, b in edges:
+        e = Edge(vs[a], vs[b])
+        e.view = _EdgeView()
+        es.append(e)
+    g = Graph(list(vs.values()), es)
+    positions: dict[str, tuple[float, float]] = {}
+    routes: dict[tuple[str, str], list[tuple[float, float]]] = {}
+    x_offset = 0.0
+    for comp in g.C:  # connected components side by side
+        if should_stop is not None and should_stop():
+            raise InterruptedError
+        sug = SugiyamaLayout(comp)
+        sug.xspace, sug.yspace = _X_SPACE, _Y_SPACE
+        roots = [v for v in comp.sV if len(v.e_in()) == 0]
+        sug.init_all(roots=roots, inverted_edges=[])
+        # Fewer ordering sweeps on big graphs: the layout stays readable and opening stays fast.
+        sug.draw(N=1.5 if len(comp.sV) > 300 else 3.5)
+        xs = [v.view.xy[0] for v in comp.sV]
+        shift = x_offset - min(xs)
+        for v in comp.sV:
+            positions[v.data] = (v.view.xy[0] + shift, v.view.xy[1])
+        for e in comp.sE:
+            routes[(e.v[0].data, e.v[1].data)] = [(x + shift, y) for x, y in e.view.points]
+        x_offset = max(xs) + shift + NODE_W + 3 * _X_SPACE
+    return positions, routes
+
+
+def _layered_positions(ids: list[str], edges: list[tuple[str, str]]) -> dict[str, tuple[float, float]]:
+    """Longest-path layers, nodes in each layer in graph order (the fallback layout)."""
+    parents: dict[str, list[str]] = {i: [] for i in ids}
+    for a, b in edges:
+        parents[b].append(a)
+    rank: dict[str, int] = {}
+    for i in ids:  # ids are in topological order
+        rank[i] = 1 + max((rank[p] for p in parents[i] if p in rank), default=-1)
+    per_rank: dict[int, list[str]] = {}
+    for i in ids:
+        per_rank.setdefault(rank[i], []).append(i)
+    pos = {}
+    for r, row in per_rank.items():
+        width = len(row) * (NODE_W + _X_SPACE)
+        for k, i in enumerate(row):
+            pos[i] = (k * (NODE_W + _X_SPACE) - width / 2, r * (NODE_H + _Y_SPACE))
+    return pos
+
+
+def _group_frames(graph: LayerGraph, boxes: dict[str, NodeBox], collapsed: frozenset[str]) -> list[GroupFrame]:
+    frames = []
+    pad = 12.0
+    for gid in graph.groups:
+        if _collapsed_root(gid, collapsed) is not None:
+            continue
+        inside = [
+            b for b in boxes.values() if b.group is not None and (b.group == gid or b.group.startswith(gid + "/"))
+        ]
+        if not inside:
+            continue
+        depth = gid.count("/")
+        p = pad * (3 - min(depth, 2))
+        frames.append(
+            GroupFrame(
+                gid,
+                min(b.x - b.w / 2 for b in inside) - p,
+                min(b.y - b.h / 2 for b in inside) - p - 14,
+                max(b.x + b.w / 2 for b in inside) + p,
+                max(b.y + b.h / 2 for b in inside) + p,
+            )
+        )
+    return frames
