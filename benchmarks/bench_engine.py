@@ -1,0 +1,175 @@
+"""Engine cost against a plain tf.GradientTape gradient, measured side by side in one run.
+
+    .venv/bin/python benchmarks/bench_engine.py                 # ResNet50 + MobileNetV2, batch 1 and 8, 224x224
+    .venv/bin/python benchmarks/bench_engine.py --quick         # MobileNetV2 only, 96x96, batch 1 and 2 (a smoke run)
+
+Prints a table of median seconds (after warm-up) and the ratio to the plain gradient of the same model and
+batch, and writes benchmarks/results/engine.{json,csv}. Targets (reported, not asserted): identity and guided
+<= 1.15x at batch 8, MWP/c-MWP <= 1.6x, per-node statistics <= 1.15x, a rule change back to a traced plan -> new
+overlay <= 1 s for ResNet50 batch 1, open + graph of ResNet50 <= 3 s.
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import json
+import os
+import platform
+import statistics
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+import numpy as np  # noqa: E402
+
+from gradscope.core.targets import Target  # noqa: E402
+from gradscope.engine.runner import Engine  # noqa: E402
+from gradscope.engine.tf import keras, tf  # noqa: E402
+from gradscope.rules.methods import available_methods, build_method  # noqa: E402
+from gradscope.rules.plan import Plan  # noqa: E402
+
+RESULTS = Path(__file__).resolve().parent / "results"
+
+
+def median_time(fn: Callable[[], object], repeats: int, warmup: int = 1) -> float:
+    for _ in range(warmup):
+        fn()
+    times = []
+    for _ in range(repeats):
+        t0 = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - t0)
+    return statistics.median(times)
+
+
+def plain_gradient_fn(model: keras.Model, class_index: int) -> Callable[[tf.Tensor], tf.Tensor]:
+    """The baseline: a plain GradientTape input gradient of the pre-softmax logit, in tf.function."""
+    logits = keras.Model(model.inputs, model.layers[-1].input)
+    w, b = model.layers[-1].kernel, model.layers[-1].bias
+
+    @tf.function(reduce_retracing=True)
+    def grad(x):
+        with tf.GradientTape() as tape:
+            tape.watch(x)
+            score = tf.reduce_sum((tf.matmul(logits(x, training=False), w) + b)[:, class_index])
+        return tape.gradient(score, x)
+
+    return grad
+
+
+def bench_model(name: str, ctor, size: int, batches: list[int], repeats: int) -> list[dict]:
+    keras.utils.set_random_seed(0)
+    model = ctor(weights=None, input_shape=(size, size, 3))
+    rows = []
+    # Open + graph extraction from a real .keras file.
+    with tempfile.TemporaryDirectory() as tmp:
+        path = Path(tmp) / f"{name}.keras"
+        model.save(path)
+        t0 = time.perf_counter()
+        from gradscope.io.models import load_model
+
+        loaded = load_model(path)
+        t1 = time.perf_counter()
+        engine = Engine(loaded)
+        t2 = time.perf_counter()
+    rows.append({"model": name, "batch": "-", "case": "open .keras", "seconds": t1 - t0, "ratio": None})
+    rows.append({"model": name, "batch": "-", "case": "graph extraction", "seconds": t2 - t1, "ratio": None})
+    model = loaded
+    methods = [m for m in ("guided_backprop", "mwp", "cmwp", "lrp_epsilon") if m in available_methods()]
+    for batch in batches:
+        x = tf.convert_to_tensor(np.random.default_rng(0).uniform(0, 1, (batch, size, size, 3)).astype("float32"))
+        grad = plain_gradient_fn(model, 3)
+        base = median_time(lambda: grad(x).numpy(), repeats)
+        cases: dict[str, Callable[[], object]] = {
+            "model(x)": lambda: model(x, training=False).numpy(),
+            "plain GradientTape gradient": lambda: grad(x).numpy(),
+            "identity plan (input gradient only)": lambda: engine.backward(x, Target(index=3), stats=False),
+            "identity + all-node statistics": lambda: engine.backward(x, Target(index=3)),
+            "identity + all-node gradient capture": lambda: engine.backward(x, Target(index=3), capture="all"),
+        }
+        for m in methods:
+            plan = build_method(m, engine.graph).plan
+            cases[f"{m}"] = lambda plan=plan: engine.backward(x, Target(index=3), plan, stats=False)
+        for case, fn in cases.items():
+            t = base if case == "plain GradientTape gradient" else median_time(fn, repeats)
+            rows.append({"model": name, "batch": batch, "case": case, "seconds": t, "ratio": t / base})
+            print(f"{name:<12} b{batch:<3} {case:<40} {t * 1000:9.1f} ms  {t / base:5.2f}x", flush=True)
+    # Rule change -> new overlay, in the engine path the GUI uses (plan seen before: no retrace).
+    from gradscope.api import explain
+
+    image = (np.random.default_rng(1).uniform(0, 255, (size, size, 3))).astype("uint8")
+    plans = ["gradient"] + methods[:1]
+    for m in plans:
+        explain(engine, image, method=m)  # trace each once
+    t0 = time.perf_counter()
+    for m in plans * 2:
+        explain(engine, image, method=m).render()
+    latency = (time.perf_counter() - t0) / (2 * len(plans))
+    rows.append({"model": name, "batch": 1, "case": "rule change -> overlay (traced plan)", "seconds": latency,
+                 "ratio": None})
+    print(f"{name:<12} b1   rule change -> new overlay (traced plan)  {latency * 1000:9.1f} ms", flush=True)
+    return rows
+
+
+def bench_layout(sizes: list[int]) -> list[dict]:
+    """Graph layout time for model-shaped DAGs (a chain with residual skips), if the GUI layout module exists."""
+    try:
+        from gradscope.render.graph_layout import layout_graph  # written with the GUI
+    except ImportError:
+        return []
+    from gradscope.core.graph import LayerGraph, NodeSpec
+
+    rows = []
+    for n in sizes:
+        nodes = [NodeSpec(id="n0", name="n0", op_type="InputLayer", inputs=(), input_shapes=(), output_shapes=((1,),),
+                          dtype="float32", is_input=True)]
+        for i in range(1, n):
+            inputs = (f"n{i - 1}",) + ((f"n{i - 3}",) if i % 3 == 0 and i >= 3 else ())
+            nodes.append(NodeSpec(id=f"n{i}", name=f"n{i}", op_type="Conv2D", inputs=inputs, input_shapes=(),
+                                  output_shapes=((1,),), dtype="float32"))
+        graph = LayerGraph(tuple(nodes), ("n0",), (f"n{n - 1}",))
+        t0 = time.perf_counter()
+        layout_graph(graph)
+        t = time.perf_counter() - t0
+        rows.append({"model": f"synthetic {n} nodes", "batch": "-", "case": "graph layout", "seconds": t, "ratio": None})
+        print(f"layout {n:>5} nodes {t * 1000:9.1f} ms", flush=True)
+    return rows
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--quick", action="store_true", help="MobileNetV2 only at 96x96, batch 1 and 2")
+    parser.add_argument("--repeats", type=int, default=5)
+    args = parser.parse_args()
+    if args.quick:
+        specs = [("MobileNetV2", keras.applications.MobileNetV2, 96, [1, 2])]
+        layouts = [200]
+    else:
+        specs = [
+            ("ResNet50", keras.applications.ResNet50, 224, [1, 8]),
+            ("MobileNetV2", keras.applications.MobileNetV2, 224, [1, 8]),
+        ]
+        layouts = [200, 1000, 4000]
+    rows = []
+    for name, ctor, size, batches in specs:
+        rows += bench_model(name, ctor, size, batches, args.repeats)
+    rows += bench_layout(layouts)
+    RESULTS.mkdir(exist_ok=True)
+    meta = {"python": platform.python_version(), "tensorflow": tf.__version__, "keras": keras.__version__,
+            "cpu_count": os.cpu_count(), "repeats": args.repeats, "quick": args.quick}
+    (RESULTS / "engine.json").write_text(json.dumps({"meta": meta, "rows": rows}, indent=2))
+    with open(RESULTS / "engine.csv", "w", newline="") as f:
+        w = csv.DictWriter(f, fieldnames=["model", "batch", "case", "seconds", "ratio"])
+        w.writeheader()
+        w.writerows(rows)
+    print(f"wrote {RESULTS / 'engine.json'} and engine.csv")
+
+
+if __name__ == "__main__":
+    main()

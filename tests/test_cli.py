@@ -1,0 +1,101 @@
+"""The CLI end to end on real files: a saved .keras model, real PNG images, PNG + JSON outputs."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+from PIL import Image
+
+from gradscope.cli import EXIT_USER_ERROR, main
+from gradscope.engine.tf import keras
+
+
+@pytest.fixture(scope="module")
+def model_file(tmp_path_factory):
+    keras.utils.set_random_seed(0)
+    inp = keras.Input((16, 16, 3))
+    x = keras.layers.Conv2D(4, 3, padding="same", activation="relu", name="conv")(inp)
+    x = keras.layers.MaxPooling2D(name="pool")(x)
+    x = keras.layers.Flatten(name="flat")(x)
+    out = keras.layers.Dense(3, activation="softmax", name="probs")(x)
+    path = tmp_path_factory.mktemp("model") / "tiny.keras"
+    keras.Model(inp, out).save(path)
+    return path
+
+
+@pytest.fixture(scope="module")
+def image_dir(tmp_path_factory):
+    from skimage import data
+
+    folder = tmp_path_factory.mktemp("images")
+    Image.fromarray(data.astronaut()).resize((40, 32)).save(folder / "astronaut.png")
+    Image.fromarray(data.coffee()).resize((20, 20)).save(folder / "coffee.jpg")
+    return folder
+
+
+def test_graph_prints_node_table(model_file, capsys):
+    assert main(["graph", str(model_file)]) == 0
+    out = capsys.readouterr().out
+    for node_id in ("conv", "conv:act", "pool", "flat", "probs", "probs:act"):
+        assert node_id in out
+
+
+def test_explain_writes_overlay_and_sidecar(model_file, image_dir, tmp_path, capsys):
+    out = tmp_path / "overlay.png"
+    code = main(["explain", str(model_file), str(image_dir / "astronaut.png"), "--target", "1", "--out", str(out)])
+    assert code == 0, capsys.readouterr().err
+    img = np.asarray(Image.open(out))
+    assert img.shape == (32, 40, 3)  # the overlay has the original image's size
+    sidecar = json.loads(out.with_suffix(".json").read_text())
+    assert sidecar["target"] == {"kind": "class", "index": 1}
+    assert sidecar["method"] == "gradient"
+    assert sidecar["model_file"] == str(model_file)
+    assert sidecar["plan"]["entries"] == []
+
+
+def test_explain_with_plan_file_and_layer(model_file, image_dir, tmp_path, capsys):
+    plan = tmp_path / "plan.json"
+    plan.write_text(json.dumps({"entries": [{"select": "activation:relu", "rule": "backward_as",
+                                              "params": {"activation": "sigmoid"}}]}))
+    out = tmp_path / "o.png"
+    code = main(["explain", str(model_file), str(image_dir / "coffee.jpg"), "--plan", str(plan), "--layer", "conv",
+                 "--out", str(out)])
+    assert code == 0, capsys.readouterr().err
+    sidecar = json.loads(out.with_suffix(".json").read_text())
+    assert sidecar["readout_node"] == "conv"
+    assert sidecar["changed_nodes"] == ["conv:act"]
+
+
+def test_explain_folder_writes_one_overlay_per_image(model_file, image_dir, tmp_path, capsys):
+    out = tmp_path / "overlays"
+    assert main(["explain", str(model_file), str(image_dir), "--out", str(out)]) == 0
+    assert sorted(p.name for p in out.glob("*.png")) == ["astronaut_gradient.png", "coffee_gradient.png"]
+    assert "2/2" in capsys.readouterr().err  # the progress bar
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (["graph", "/no/such/model.keras"], "not found"),
+        (["explain", "{model}", "{image}", "--target", "7"], "Class 7 does not exist"),
+        (["explain", "{model}", "{image}", "--target", "neuron:x"], "Cannot read target"),
+        (["explain", "{model}", "{image}", "--layer", "nope"], "No node 'nope'"),
+        (["explain", "{model}", "{image}", "--method", "nope"], "Unknown method"),
+        (["explain", "{model}", "/no/such.png"], "/no/such.png"),
+    ],
+)
+def test_user_errors_are_one_line_without_traceback(model_file, image_dir, capsys, argv, message):
+    argv = [a.format(model=model_file, image=image_dir / "astronaut.png") for a in argv]
+    assert main(argv) == EXIT_USER_ERROR
+    err = capsys.readouterr().err
+    assert message in err and "Traceback" not in err
+    assert err.startswith("gradscope: error:")
+
+
+def test_python_dash_m_runs_the_cli():
+    out = subprocess.run([sys.executable, "-m", "gradscope", "--help"], capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0 and "explain" in out.stdout
