@@ -32,7 +32,6 @@ from gradscope.core.targets import Target  # noqa: E402
 from gradscope.engine.runner import Engine  # noqa: E402
 from gradscope.engine.tf import keras, tf  # noqa: E402
 from gradscope.rules.methods import available_methods, build_method  # noqa: E402
-from gradscope.rules.plan import Plan  # noqa: E402
 
 RESULTS = Path(__file__).resolve().parent / "results"
 
@@ -83,23 +82,7 @@ def bench_model(name: str, ctor, size: int, batches: list[int], repeats: int) ->
     model = loaded
     methods = [m for m in ("guided_backprop", "mwp", "cmwp", "lrp_epsilon") if m in available_methods()]
     for batch in batches:
-        x = tf.convert_to_tensor(np.random.default_rng(0).uniform(0, 1, (batch, size, size, 3)).astype("float32"))
-        grad = plain_gradient_fn(model, 3)
-        base = median_time(lambda: grad(x).numpy(), repeats)
-        cases: dict[str, Callable[[], object]] = {
-            "model(x)": lambda: model(x, training=False).numpy(),
-            "plain GradientTape gradient": lambda: grad(x).numpy(),
-            "identity plan (input gradient only)": lambda: engine.backward(x, Target(index=3), stats=False),
-            "identity + all-node statistics": lambda: engine.backward(x, Target(index=3)),
-            "identity + all-node gradient capture": lambda: engine.backward(x, Target(index=3), capture="all"),
-        }
-        for m in methods:
-            plan = build_method(m, engine.graph).plan
-            cases[f"{m}"] = lambda plan=plan: engine.backward(x, Target(index=3), plan, stats=False)
-        for case, fn in cases.items():
-            t = base if case == "plain GradientTape gradient" else median_time(fn, repeats)
-            rows.append({"model": name, "batch": batch, "case": case, "seconds": t, "ratio": t / base})
-            print(f"{name:<12} b{batch:<3} {case:<40} {t * 1000:9.1f} ms  {t / base:5.2f}x", flush=True)
+        rows += bench_batch(name, model, engine, batch, size, methods, repeats)
     # Rule change -> new overlay, in the engine path the GUI uses (plan seen before: no retrace).
     from gradscope.api import explain
 
@@ -114,6 +97,28 @@ def bench_model(name: str, ctor, size: int, batches: list[int], repeats: int) ->
     rows.append({"model": name, "batch": 1, "case": "rule change -> overlay (traced plan)", "seconds": latency,
                  "ratio": None})
     print(f"{name:<12} b1   rule change -> new overlay (traced plan)  {latency * 1000:9.1f} ms", flush=True)
+    return rows
+
+
+def bench_batch(name: str, model, engine: Engine, batch: int, size: int, methods: list[str], repeats: int) -> list:
+    x = tf.convert_to_tensor(np.random.default_rng(0).uniform(0, 1, (batch, size, size, 3)).astype("float32"))
+    grad = plain_gradient_fn(model, 3)
+    base = median_time(lambda: grad(x).numpy(), repeats)
+    cases: dict[str, Callable[[], object]] = {
+        "model(x)": lambda: model(x, training=False).numpy(),
+        "plain GradientTape gradient": lambda: grad(x).numpy(),
+        "identity plan (input gradient only)": lambda: engine.backward(x, Target(index=3), stats=False),
+        "identity + all-node statistics": lambda: engine.backward(x, Target(index=3)),
+        "identity + all-node gradient capture": lambda: engine.backward(x, Target(index=3), capture="all"),
+    }
+    for m in methods:
+        plan = build_method(m, engine.graph).plan
+        cases[m] = lambda plan=plan: engine.backward(x, Target(index=3), plan, stats=False)
+    rows = []
+    for case, fn in cases.items():
+        t = base if case == "plain GradientTape gradient" else median_time(fn, repeats)
+        rows.append({"model": name, "batch": batch, "case": case, "seconds": t, "ratio": t / base})
+        print(f"{name:<12} b{batch:<3} {case:<40} {t * 1000:9.1f} ms  {t / base:5.2f}x", flush=True)
     return rows
 
 
@@ -137,7 +142,8 @@ def bench_layout(sizes: list[int]) -> list[dict]:
         t0 = time.perf_counter()
         layout_graph(graph)
         t = time.perf_counter() - t0
-        rows.append({"model": f"synthetic {n} nodes", "batch": "-", "case": "graph layout", "seconds": t, "ratio": None})
+        row = {"model": f"synthetic {n} nodes", "batch": "-", "case": "graph layout", "seconds": t, "ratio": None}
+        rows.append(row)
         print(f"layout {n:>5} nodes {t * 1000:9.1f} ms", flush=True)
     return rows
 
