@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import csv
 import math
+import re
 import time
 from bisect import bisect_right
 from collections import deque
@@ -922,6 +923,9 @@ def _ancestors(graph: Any, node_id: str) -> set[str]:
     return seen
 
 
+_NO_GRADIENT_TEXT = re.compile(r"gradient registry has no entry|No gradient defined for operation")
+
+
 def gradient_flow(
     engine_or_model: Any,
     inputs: Any,
@@ -953,9 +957,13 @@ def gradient_flow(
     relu_nodes = [n.id for n in graph.nodes if n.activation in _RELU_ACTIVATIONS and not n.is_input]
     try:
         result = engine.backward(inputs, target, plan, capture=relu_nodes, weight_grads=weight_grads, labels=labels)
-    except LookupError as exc:  # an op on a float path has no gradient at all: the tape cannot backprop
+    except Exception as exc:  # an op on a float path has no gradient at all: the tape cannot backprop
+        missing = [line.strip() for line in str(exc).splitlines() if _NO_GRADIENT_TEXT.search(line)]
+        if not missing:
+            raise
         raise GraphError(
-            f"The backward pass fails: {str(exc).splitlines()[0]}. Run `gradscope diagnose MODEL` to find the op."
+            f"The backward pass fails: {missing[0].removeprefix('LookupError: ')}. Run `gradscope diagnose MODEL` "
+            "to find the op."
         ) from exc
 
     weights: list[WeightFlow] = []

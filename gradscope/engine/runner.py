@@ -83,7 +83,8 @@ class Engine:
             args, kwargs = (values[step.in_keys[0]],), {}
         else:
             args, kwargs = step.arguments.fill_in(values)
-            if getattr(op, "_call_has_training_arg", False) and "training" not in kwargs:
+            # Like Keras' Functional: training=True at run time overrides the flag recorded when building.
+            if getattr(op, "_call_has_training_arg", False) and (training or "training" not in kwargs):
                 kwargs = {**kwargs, "training": training}
         if rule is None:
             return self._plain_call(step, args, kwargs)
