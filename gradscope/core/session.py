@@ -20,12 +20,12 @@ from typing import Any
 
 import numpy as np
 
+from gradscope import render
 from gradscope.core.errors import (
     Cancelled,
     GradscopeError,
     GraphError,
     ImageLoadError,
-    PlanError,
 )
 from gradscope.core.events import Signal
 from gradscope.core.graph import LayerGraph
@@ -38,8 +38,8 @@ SESSION_SCHEMA = 1
 SESSION_SUFFIX = ".gradscope.json"
 INPUT_KEY = "<input>"  # flow-table / stats key of the model input (it is not an engine node)
 
-NORMALIZATIONS = ("minmax", "abs_max", "percentile", "signed")
-REDUCTIONS = ("max_abs", "sum", "abs_sum", "l2", "mean", "pos_sum")
+NORMALIZATIONS = tuple(n for n in render.NORMALIZATIONS if n != "abs_max")  # abs_max: an alias of abs
+REDUCTIONS = render.REDUCTIONS
 PREPROCESSINGS = ("unit", "raw", "caffe", "minus_one_one")
 
 
@@ -52,7 +52,7 @@ class ViewSettings:
     alpha: float = 0.5
     normalization: str = "minmax"
     reduction: str = "max_abs"
-    readout_node: str | None = None  # None: follow the selected node (the input when nothing is selected)
+    readout_node: str | None = None  # None: follow the selected node; INPUT_KEY: always the model input
     times_input: bool = False
     signed: bool = False
 
@@ -165,6 +165,26 @@ class Session:
         self.status_changed = Signal("status_changed")  # (message)
         self.error_raised = Signal("error_raised")  # (title, message, exception)
         self.rules_changed = Signal("rules_changed")  # (names of newly loaded rules)
+        self.rules_ready = False  # built-in rules imported (they import TensorFlow: done on the worker)
+
+    def start(self) -> None:
+        """Import TensorFlow and the built-in rules on the worker, so the window shows at once; the rule
+        lists fill in (``rules_changed``) when it is done. Jobs submitted meanwhile queue behind it."""
+        if self.rules_ready:
+            return
+
+        def warm_up(token: Any) -> list[str]:
+            token.report("Starting TensorFlow...")
+            import gradscope.engine.runner  # noqa: F401
+            from gradscope.rules.base import available_rules
+
+            return list(available_rules())
+
+        self._submit("warmup", "Starting TensorFlow...", warm_up, self._on_rules_ready)
+
+    def _on_rules_ready(self, names: list[str]) -> None:
+        self.rules_ready = True
+        self.rules_changed.emit([])
 
     # ------------------------------------------------------------------------------------------- plan
     @property
@@ -370,7 +390,9 @@ class Session:
     def _build_engine(self, model: Any, token: Any) -> dict[str, Any]:
         from gradscope.engine.runner import Engine
         from gradscope.render.graph_layout import compute_layout
+        from gradscope.rules.base import available_rules
 
+        available_rules()  # import the built-in rules here, not on the GUI thread
         token.report("Reading the graph...")
         engine = Engine(model)
         token.check()
@@ -380,6 +402,9 @@ class Session:
         return {"engine": engine, "graph": engine.graph, "weights": weights, "layout": layout}
 
     def _on_model_ready(self, out: dict[str, Any], path: str | None) -> None:
+        if not self.rules_ready:  # the load job imported them on the worker
+            self.rules_ready = True
+            self.rules_changed.emit([])
         self._engine = out["engine"]
         self.graph = out["graph"]
         self.weight_info = out["weights"]
@@ -609,9 +634,22 @@ class Session:
     def readout(self) -> str | None:
         """The node whose signal the overlay shows (None: the model input)."""
         node = self.view.readout_node or self.selected
-        if node is None or self.graph is None or node not in self.graph or self.graph.node(node).is_input:
+        if (
+            node is None
+            or node == INPUT_KEY
+            or self.graph is None
+            or node not in self.graph
+            or self.graph.node(node).is_input
+        ):
             return None
         return node
+
+    def skipped_nodes(self) -> set[str]:
+        """Nodes the target does not reach by design: the final softmax when the logits are explained."""
+        res = self.result or self.baseline
+        if res is not None and self.graph is not None and res.meta.get("softmax_stripped"):
+            return {self.graph.output_ids[0]}
+        return set()
 
     def stats(self, which: str = "current") -> dict[str, NodeStats]:
         res = self.result if which == "current" else self.baseline
@@ -646,19 +684,17 @@ class Session:
         node = self.readout if node is ... else node
         sig = self.signal(node, which)
         saliency, spatial = to_map(sig, self.view.reduction)
-        r = render_api()
-        norm = self.view.normalization
-        m = r.normalize(saliency, mode=norm)
-        if norm == "signed":  # [-1, 1] -> [0, 1] for a diverging colormap centred on 0
-            m = (m + 1.0) / 2.0
-        m = np.clip(np.nan_to_num(m), 0.0, 1.0)
+        signed = self.view.normalization == "signed"
+        m = render.normalize(saliency, self.view.normalization)
         image, blend, note = self.image, None, ""
-        if spatial and image is not None and self.inputs is not None and self.input_note == "":
-            m_big = np.clip(r.resize_map(m, image.shape[:2]), 0.0, 1.0)
-            heat = r.apply_colormap(m_big, self.view.colormap)
-            blend = r.blend(image, m_big, cmap=self.view.colormap, alpha=self.view.alpha)
+        cmap = self.view.colormap
+        if spatial and image is not None and self.input_note == "":
+            h, w = image.shape[:2]
+            m_big = np.clip(render.resize_map(m, (w, h)), -1.0 if signed else 0.0, 1.0)
+            heat = render.apply_colormap(m_big, cmap, signed=signed)
+            blend = render.blend(image, m_big, cmap=cmap, alpha=self.view.alpha, signed=signed)
         else:
-            heat = r.apply_colormap(m, self.view.colormap)
+            heat = render.apply_colormap(m, cmap, signed=signed)
             note = "" if spatial else "This node's output is not spatial: its signal is shown as a strip."
         return OverlayImages(image, _rgb(heat), None if blend is None else _rgb(blend), saliency, node, spatial, note)
 
@@ -686,7 +722,7 @@ class Session:
             "changed_nodes": sorted(self.result.rules) if self.result else [],
         }
         path = Path(path)
-        render_api().save_png(path, picture, sidecar)
+        render.save_png(path, picture, sidecar)
         return path
 
     def export_flow_csv(self, path: str | Path) -> Path:
@@ -846,15 +882,17 @@ def _with_input_stats(result: BackwardResult) -> BackwardResult:
 def to_map(signal: np.ndarray, reduction: str) -> tuple[np.ndarray, bool]:
     """A 2-D map from one sample's signal: (H, W, C) reduced over channels; (L, C) and (N,) become a strip."""
     s = np.asarray(signal, dtype=np.float32)
-    r = render_api()
     if s.ndim == 3:
-        return np.asarray(r.reduce_channels(s, reduction), dtype=np.float32), True
+        return render.reduce_channels(s, reduction), True
     if s.ndim == 2:
-        return np.asarray(r.reduce_channels(s, reduction), dtype=np.float32)[None, :], False
+        return render.reduce_channels(s, reduction)[None, :], False
     if s.ndim == 4:  # (D, H, W, C): reduce channels, then the strongest slice
-        red = np.asarray(r.reduce_channels(s.reshape(-1, *s.shape[2:]), reduction)).reshape(s.shape[:3])
-        return np.max(np.abs(red), axis=0), True
+        return np.max(np.abs(render.reduce_channels(s, reduction)), axis=0), True
     return s.reshape(1, -1), False
+
+
+def colormaps() -> tuple[str, ...]:
+    return tuple(render.available_colormaps())
 
 
 def _rgb(a: np.ndarray) -> np.ndarray:
@@ -864,124 +902,3 @@ def _rgb(a: np.ndarray) -> np.ndarray:
     if a.ndim == 2:
         a = np.repeat(a[..., None], 3, axis=-1)
     return np.ascontiguousarray(a[..., :3])
-
-
-# ------------------------------------------------------------------------------------------------ rendering
-class _FallbackRender:
-    """numpy/Pillow stand-ins for ``gradscope.render`` functions that are not there (yet)."""
-
-    @staticmethod
-    def reduce_channels(s: np.ndarray, mode: str = "max_abs") -> np.ndarray:
-        s = np.asarray(s, dtype=np.float32)
-        if mode == "max_abs":
-            return np.max(np.abs(s), axis=-1)
-        if mode == "sum":
-            return np.sum(s, axis=-1)
-        if mode == "abs_sum":
-            return np.sum(np.abs(s), axis=-1)
-        if mode == "l2":
-            return np.sqrt(np.sum(s * s, axis=-1))
-        if mode == "mean":
-            return np.mean(s, axis=-1)
-        if mode == "pos_sum":
-            return np.maximum(np.sum(s, axis=-1), 0.0)
-        raise PlanError(f"Unknown channel reduction {mode!r}; use one of {', '.join(REDUCTIONS)}.")
-
-    @staticmethod
-    def normalize(m: np.ndarray, mode: str = "minmax") -> np.ndarray:
-        m = np.nan_to_num(np.asarray(m, dtype=np.float32))
-        if mode == "minmax":
-            m = m - m.min() if m.size else m
-            top = m.max() if m.size else 0.0
-            return m / top if top > 0 else m
-        if mode in ("abs_max", "signed"):
-            top = np.max(np.abs(m)) if m.size else 0.0
-            m = m / top if top > 0 else m
-            return m if mode == "signed" else np.abs(m)
-        if mode == "percentile":
-            a = np.abs(m)
-            top = np.percentile(a, 99.5) if a.size else 0.0
-            return np.clip(a / top, 0, 1) if top > 0 else a
-        raise PlanError(f"Unknown normalisation {mode!r}; use one of {', '.join(NORMALIZATIONS)}.")
-
-    @staticmethod
-    def resize_map(m: np.ndarray, size: tuple[int, int]) -> np.ndarray:
-        from PIL import Image
-
-        h, w = int(size[0]), int(size[1])
-        if m.shape == (h, w):
-            return m
-        img = Image.fromarray(np.asarray(m, dtype=np.float32), mode="F")
-        return np.asarray(img.resize((w, h), Image.Resampling.BILINEAR), dtype=np.float32)
-
-    @staticmethod
-    def apply_colormap(m: np.ndarray, cmap: str = "jet") -> np.ndarray:
-        return (_fallback_lut(cmap)[np.clip((np.asarray(m) * 255).astype(int), 0, 255)]).astype(np.uint8)
-
-    @classmethod
-    def blend(cls, image: np.ndarray, m: np.ndarray, cmap: str = "jet", alpha: float = 0.5) -> np.ndarray:
-        heat = cls.apply_colormap(m, cmap).astype(np.float32)
-        a = alpha * np.asarray(m, dtype=np.float32)[..., None] ** 0.8  # RULES_SPEC §4: weight by m^0.8
-        return np.clip((1 - a) * image.astype(np.float32) + a * heat, 0, 255).astype(np.uint8)
-
-    @staticmethod
-    def save_png(path: str | Path, image: np.ndarray, sidecar: dict | None = None) -> Path:
-        from PIL import Image
-
-        path = Path(path)
-        Image.fromarray(_rgb(image)).save(path)
-        if sidecar is not None:
-            path.with_suffix(".json").write_text(json.dumps(sidecar, indent=2, default=str) + "\n")
-        return path
-
-
-FALLBACK_COLORMAPS = ("jet", "hot", "gray", "bwr", "viridis")
-
-
-def _fallback_lut(name: str) -> np.ndarray:
-    t = np.linspace(0.0, 1.0, 256)
-    if name == "jet":
-        rgb = np.stack([np.clip(1.5 - np.abs(4 * t - c), 0, 1) for c in (3, 2, 1)], axis=-1)
-    elif name == "hot":
-        rgb = np.stack([np.clip(3 * t, 0, 1), np.clip(3 * t - 1, 0, 1), np.clip(3 * t - 2, 0, 1)], axis=-1)
-    elif name == "bwr":
-        rgb = np.stack([np.clip(2 * t, 0, 1), 1 - np.abs(2 * t - 1), np.clip(2 - 2 * t, 0, 1)], axis=-1)
-    elif name == "viridis":  # a few anchor colours of viridis, linearly interpolated
-        anchors = np.array([[68, 1, 84], [59, 82, 139], [33, 145, 140], [94, 201, 98], [253, 231, 37]]) / 255.0
-        x = np.linspace(0, 1, len(anchors))
-        rgb = np.stack([np.interp(t, x, anchors[:, c]) for c in range(3)], axis=-1)
-    else:
-        rgb = np.stack([t, t, t], axis=-1)
-    return (rgb * 255).round().astype(np.uint8)
-
-
-class _RenderApi:
-    """``gradscope.render``'s functions where they exist, the fallbacks otherwise (checked per call)."""
-
-    def __getattr__(self, name: str) -> Any:
-        try:
-            import gradscope.render as render
-
-            fn = getattr(render, name, None)
-        except Exception:
-            fn = None
-        return fn if fn is not None else getattr(_FallbackRender, name)
-
-
-_RENDER = _RenderApi()
-
-
-def render_api() -> Any:
-    return _RENDER
-
-
-def colormaps() -> tuple[str, ...]:
-    try:
-        import gradscope.render as render
-
-        names = getattr(render, "COLORMAPS", None) or getattr(render, "available_colormaps", lambda: None)()
-        if names:
-            return tuple(names)
-    except Exception:
-        pass
-    return FALLBACK_COLORMAPS

@@ -1,0 +1,115 @@
+"""Start the desktop GUI: ``python main.py [MODEL] [IMAGE]`` or ``gradscope gui [MODEL] [IMAGE]``."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from pathlib import Path
+
+
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(prog="gradscope gui", description="The gradscope desktop GUI.")
+    p.add_argument("model", nargs="?", help="a .keras/.h5 model or a .gradscope.json session (default: the demo)")
+    p.add_argument("image", nargs="?", help="an input image (default: a demo image for the demo model)")
+    p.add_argument("--screenshot", metavar="PNG", help="save a screenshot of the window once idle, then quit")
+    p.add_argument("--select", metavar="NODE", help="select this node at start (e.g. for a screenshot)")
+    p.add_argument("--method", metavar="NAME", help="apply this method preset at start")
+    p.add_argument("--rule", metavar="RULE", help="give the selected node this rule at start")
+    p.add_argument("--size", metavar="WxH", default="1560x960", help="window size (default 1560x960)")
+    p.add_argument("--preprocessing", choices=("unit", "raw", "caffe", "minus_one_one"), help="pixel scaling")
+    p.add_argument("--no-demo", action="store_true", help="start empty instead of opening the demo model")
+    return p.parse_args(argv)
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(sys.argv[1:] if argv is None else argv)
+    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+    from PySide6.QtGui import QIcon
+    from PySide6.QtWidgets import QApplication
+
+    from gradscope.qt.main_window import MainWindow
+
+    app = QApplication.instance() or QApplication(sys.argv[:1])
+    app.setApplicationName("gradscope")
+    app.setOrganizationName("gradscope")
+    icon = Path(__file__).resolve().parents[2] / "resources" / "icons" / "gradscope.svg"
+    if icon.is_file():
+        app.setWindowIcon(QIcon(str(icon)))
+    window = MainWindow()
+    try:
+        w, h = (int(v) for v in args.size.lower().split("x"))
+        window.resize(w, h)
+    except ValueError:
+        pass
+    window.show()
+    model, image = args.model, args.image
+    if model is None and not args.no_demo:
+        model, image, problem = _demo_paths(image)
+        if problem:
+            window.status_label.setText(problem)
+    s = window.session
+    if args.preprocessing:
+        s.preprocessing = args.preprocessing
+    if image:
+        s.open_image(image, run=False)
+    if model:
+        window.open_path(model)
+    if args.select or args.method or args.rule:
+        _after_load(window, args)
+    if args.screenshot:
+        out = Path(args.screenshot)
+
+        def shoot() -> None:
+            out.parent.mkdir(parents=True, exist_ok=True)
+            window.grab().save(str(out))
+            print(f"screenshot: {out}")
+            app.quit()
+
+        window.when_idle(shoot)
+    return app.exec()
+
+
+def _demo_paths(image: str | None) -> tuple[str | None, str | None, str]:
+    """The bundled demo model and first demo image; a message (and no model) if they are not there."""
+    try:
+        from gradscope.io.demo import demo_image_paths, demo_model_path
+
+        model = str(demo_model_path())
+    except Exception as exc:  # the GUI still opens, empty, and says why
+        return None, image, f"{exc}  Open a model with File ▸ Open model."
+    if image is None:
+        try:
+            image = str(demo_image_paths()[0])
+        except Exception:
+            image = None
+    return model, image, ""
+
+
+def _after_load(window: object, args: argparse.Namespace) -> None:
+    """Apply --method / --select / --rule once the model is there (screenshots and demos)."""
+    s = window.session  # type: ignore[attr-defined]
+    done = {"flag": False}
+
+    def apply(*_: object) -> None:
+        if done["flag"]:
+            return
+        done["flag"] = True
+        if args.method:
+            s.apply_method(args.method)
+        if args.select:
+            s.select(args.select)
+            if args.rule and s.selected:
+                s.add_rule(s.selected, args.rule)
+
+    s.model_loaded.connect(lambda *_: _defer(apply))
+
+
+def _defer(fn: object) -> None:
+    from PySide6.QtCore import QTimer
+
+    QTimer.singleShot(0, fn)  # type: ignore[arg-type]
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

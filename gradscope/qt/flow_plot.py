@@ -1,0 +1,226 @@
+"""Gradient flow along the graph (pyqtgraph): per-node mean|g| / max|g| / norm, baseline vs plan, log scale.
+
+Click a bar to select its node; the lower plot is the histogram of the selected node's gradient.
+"""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+import numpy as np
+import pyqtgraph as pg
+from PySide6.QtCore import Qt, Signal
+from PySide6.QtWidgets import QCheckBox, QComboBox, QHBoxLayout, QLabel, QSplitter, QVBoxLayout, QWidget
+
+from gradscope.core.session import Session
+
+METRICS = {"mean |g|": "mean_abs", "max |g|": "max_abs", "norm": "norm"}
+_PLAN_BRUSH = pg.mkBrush("#e8710a")
+_BASE_BRUSH = pg.mkBrush("#9aa5b1")
+
+
+class _LogAxis(pg.AxisItem):
+    """Y axis of log10 values labelled as powers of ten."""
+
+    def tickStrings(self, values, scale, spacing):  # noqa: N802  (pyqtgraph naming)
+        return [f"1e{v:.0f}" if abs(v - round(v)) < 1e-6 else "" for v in values]
+
+
+class FlowPlot(QWidget):
+    node_clicked = Signal(str)
+
+    def __init__(self, session: Session, parent: QWidget | None = None) -> None:
+        super().__init__(parent)
+        self.session = session
+        self.node_ids: list[str] = []
+        pg.setConfigOptions(antialias=True, background="w", foreground="#37474f")
+        lay = QVBoxLayout(self)
+        lay.setContentsMargins(4, 4, 4, 4)
+        bar = QHBoxLayout()
+        self.metric = QComboBox()
+        self.metric.addItems(list(METRICS))
+        self.metric.setToolTip("Statistic of the gradient arriving at each node's output")
+        self.metric.currentIndexChanged.connect(lambda *_: self.refresh())
+        self.show_baseline = QCheckBox("baseline")
+        self.show_baseline.setChecked(True)
+        self.show_baseline.setToolTip("Also show the plain gradient (no rules), grey, left of each plan bar")
+        self.show_baseline.toggled.connect(lambda *_: self.refresh())
+        self.caption = QLabel()
+        self.caption.setStyleSheet("color:#546e7a")
+        bar.addWidget(QLabel("Gradient flow"))
+        bar.addWidget(self.metric)
+        bar.addWidget(self.show_baseline)
+        bar.addStretch(1)
+        bar.addWidget(self.caption)
+        lay.addLayout(bar)
+        split = QSplitter(Qt.Orientation.Vertical)
+        self.plot = pg.PlotWidget(axisItems={"left": _LogAxis("left")})
+        self.plot.setObjectName("flow_plot")
+        self.plot.setMenuEnabled(False)
+        self.plot.showGrid(x=False, y=True, alpha=0.25)
+        self.plot.setLabel("left", "log scale")
+        self.plot.getPlotItem().getViewBox().setMouseEnabled(x=True, y=False)
+        self.plot.scene().sigMouseClicked.connect(self._on_click)
+        self.plot.setToolTip("Orange: current plan, grey: baseline. × marks: no / zero / NaN gradient. Click a bar.")
+        self.hist = pg.PlotWidget()
+        self.hist.setMenuEnabled(False)
+        self.hist.setLabel("left", "count (log)")
+        self.hist.setLogMode(x=False, y=True)
+        self.hist.setToolTip("Histogram of the selected node's gradient (orange: plan, grey: baseline)")
+        split.addWidget(self.plot)
+        split.addWidget(self.hist)
+        split.setSizes([300, 120])
+        lay.addWidget(split, 1)
+        self.selected_line = pg.InfiniteLine(angle=90, movable=False, pen=pg.mkPen("#1a73e8", width=2))
+        session.result_changed.connect(lambda *_: self.refresh())
+        session.selection_changed.connect(lambda *_: self._on_selection())
+        session.model_loaded.connect(lambda *_: self.refresh())
+
+    # ------------------------------------------------------------------------------------------- drawing
+    def refresh(self) -> None:
+        s = self.session
+        self.plot.clear()
+        key = METRICS[self.metric.currentText()]
+        cur = s.stats("current")
+        base = s.stats("baseline")
+        self.node_ids = [n for n in (s.graph.ids() if s.graph else []) if n in cur or n in base]
+        if not self.node_ids:
+            self.caption.setText("no result yet")
+            self._on_selection()
+            return
+        x = np.arange(len(self.node_ids), dtype=float)
+
+        def logs(stats: dict) -> np.ndarray:
+            out = np.full(len(self.node_ids), np.nan)
+            for i, n in enumerate(self.node_ids):
+                st = stats.get(n)
+                v = getattr(st, key) if st is not None else math.nan
+                if st is not None and st.status == "ok" and v > 0:
+                    out[i] = math.log10(v)
+            return out
+
+        lc, lb = logs(cur), logs(base)
+        both = np.concatenate([lc, lb if self.show_baseline.isChecked() else lc])
+        finite = both[np.isfinite(both)]
+        floor = float(np.floor(finite.min()) - 0.5) if finite.size else -1.0
+        top = float(np.ceil(finite.max()) + 0.3) if finite.size else 1.0
+        width = 0.4 if self.show_baseline.isChecked() else 0.8
+        if self.show_baseline.isChecked():
+            ok = np.isfinite(lb)
+            self.plot.addItem(
+                pg.BarGraphItem(
+                    x=x[ok] - 0.21, y0=floor, height=lb[ok] - floor, width=width, brush=_BASE_BRUSH, pen=pg.mkPen(None)
+                )
+            )
+        ok = np.isfinite(lc)
+        self.plot.addItem(
+            pg.BarGraphItem(
+                x=x[ok] + (0.21 if self.show_baseline.isChecked() else 0),
+                y0=floor,
+                height=lc[ok] - floor,
+                width=width,
+                brush=_PLAN_BRUSH,
+                pen=pg.mkPen(None),
+            )
+        )
+        skipped = s.skipped_nodes()
+        bad = [i for i, n in enumerate(self.node_ids) if n in cur and cur[n].status != "ok" and n not in skipped]
+        if bad:
+            self.plot.addItem(
+                pg.ScatterPlotItem(
+                    x=x[bad],
+                    y=np.full(len(bad), floor + 0.15),
+                    symbol="x",
+                    size=9,
+                    brush=pg.mkBrush("#d81b60"),
+                    pen=pg.mkPen("#d81b60"),
+                )
+            )
+        self.plot.setYRange(floor, top, padding=0)
+        self.plot.setXRange(-0.8, len(self.node_ids) - 0.2, padding=0)
+        step = max(1, math.ceil(len(self.node_ids) / 8))
+        ticks = [(i, _short(self.node_ids[i])) for i in range(0, len(self.node_ids), step)]
+        self.plot.getAxis("bottom").setTicks([ticks, []])
+        ruled = sum(1 for n in self.node_ids if s.result is not None and n in s.result.rules)
+        n_bad = len(bad)
+        self.caption.setText(
+            f"{len(self.node_ids)} nodes, {ruled} with rules" + (f", {n_bad} cut/zero/NaN" if n_bad else "")
+        )
+        self._on_selection()
+
+    def _on_selection(self) -> None:
+        s = self.session
+        node = s.selected
+        if self.selected_line.scene() is not None:
+            self.plot.removeItem(self.selected_line)
+        if node in self.node_ids:
+            self.selected_line.setValue(self.node_ids.index(node))
+            self.plot.addItem(self.selected_line)
+        self._draw_histogram(node)
+
+    def _draw_histogram(self, node: str | None) -> None:
+        self.hist.clear()
+        s = self.session
+        if s.result is None:
+            return
+        try:
+            cur = (
+                s.result.signal(node).ravel()
+                if node and not s.graph.node(node).is_input
+                else s.result.input_grad.ravel()
+            )
+            base = (
+                s.baseline.signal(node).ravel()
+                if node and not s.graph.node(node).is_input
+                else s.baseline.input_grad.ravel()
+            )
+        except Exception:  # a node without a captured signal: nothing to show
+            return
+        both = np.concatenate([cur[np.isfinite(cur)], base[np.isfinite(base)]])
+        if both.size == 0:
+            return
+        lo, hi = float(both.min()), float(both.max())
+        if lo == hi:
+            lo, hi = lo - 0.5, hi + 0.5
+        bins = np.linspace(lo, hi, 61)
+        for values, color in ((base, "#9aa5b1"), (cur, "#e8710a")):
+            counts, edges = np.histogram(values[np.isfinite(values)], bins=bins)
+            self.hist.plot(edges, counts + 1, stepMode="center", pen=pg.mkPen(color, width=1.6))
+        self.hist.setTitle(f"<span style='font-size:9pt'>gradient at {node or 'input'}</span>")
+
+    # ------------------------------------------------------------------------------------------- input
+    def _on_click(self, event) -> None:
+        if not self.node_ids:
+            return
+        vb = self.plot.getPlotItem().getViewBox()
+        if not vb.sceneBoundingRect().contains(event.scenePos()):
+            return
+        i = int(round(vb.mapSceneToView(event.scenePos()).x()))
+        if 0 <= i < len(self.node_ids):
+            self.node_clicked.emit(self.node_ids[i])
+
+    def click_node(self, node_id: str) -> None:
+        """What a click on ``node_id``'s bar does (used by tests and keyboard navigation)."""
+        if node_id in self.node_ids:
+            self.node_clicked.emit(node_id)
+
+    # ------------------------------------------------------------------------------------------- export
+    def export_image(self, path: str | Path) -> Path:
+        """PNG (or SVG when the name ends in .svg) of the flow plot."""
+        import pyqtgraph.exporters as exporters
+
+        path = Path(path)
+        item = self.plot.getPlotItem()
+        if path.suffix.lower() == ".svg":
+            exporters.SVGExporter(item).export(str(path))
+        else:
+            exp = exporters.ImageExporter(item)
+            exp.parameters()["width"] = max(800, int(self.plot.width()))
+            exp.export(str(path))
+        return path
+
+
+def _short(node_id: str, n: int = 10) -> str:
+    name = node_id.split("/")[-1]
+    return name if len(name) <= n else name[: n - 1] + "…"

@@ -1,0 +1,511 @@
+"""The layer graph: boxes coloured by gradient magnitude, rule badges, status colours, zoom/pan/search.
+
+The layout (positions, edge polylines) is computed off the UI thread (``gradscope.render.graph_layout``); this
+view only draws it and keeps the colours, badges and selection in step with the Session.
+"""
+
+from __future__ import annotations
+
+import math
+
+from PySide6.QtCore import QPointF, QRectF, Qt, Signal
+from PySide6.QtGui import (
+    QAction,
+    QBrush,
+    QColor,
+    QFont,
+    QFontMetrics,
+    QKeySequence,
+    QLinearGradient,
+    QPainter,
+    QPainterPath,
+    QPen,
+    QPolygonF,
+)
+from PySide6.QtWidgets import (
+    QGraphicsItem,
+    QGraphicsPathItem,
+    QGraphicsScene,
+    QGraphicsView,
+    QLineEdit,
+    QStyleOptionGraphicsItem,
+    QWidget,
+)
+
+from gradscope.core.results import NodeStats
+from gradscope.render.graph_layout import GraphLayout, GroupFrame, NodeBox
+
+# A light sequential ramp: black text stays readable on every step but the last.
+_RAMP = [QColor("#eef3fa"), QColor("#c6dbef"), QColor("#fde3a7"), QColor("#fc9d5f"), QColor("#d7301f")]
+STATUS_COLORS = {
+    "none": QColor("#4e5d6c"),  # no gradient reaches the node (cut / disconnected)
+    "zero": QColor("#b9a7e0"),  # a gradient exists but is exactly zero everywhere
+    "nan": QColor("#e0218a"),  # NaN or Inf in the gradient
+}
+STATUS_TEXT = {"none": "no gradient", "zero": "all zero", "nan": "NaN/Inf"}
+_SKIPPED = QColor("#e6e9ec")  # the final softmax when the logits are explained: not reached on purpose
+_NO_RESULT = QColor("#f7f7f7")
+_SELECT = QColor("#1a73e8")
+_MATCH = QColor("#fbbc04")
+_BADGE = QColor("#1565c0")
+
+
+def ramp_color(t: float) -> QColor:
+    t = min(max(t, 0.0), 1.0) * (len(_RAMP) - 1)
+    i = min(int(t), len(_RAMP) - 2)
+    f = t - i
+    a, b = _RAMP[i], _RAMP[i + 1]
+    return QColor(
+        round(a.red() + f * (b.red() - a.red())),
+        round(a.green() + f * (b.green() - a.green())),
+        round(a.blue() + f * (b.blue() - a.blue())),
+    )
+
+
+def rule_abbreviation(rule: str) -> str:
+    parts = [p for p in rule.replace("-", "_").split("_") if p]
+    if len(parts) == 1:
+        return parts[0][:4]
+    return "".join(p[0] for p in parts[:4]).upper()
+
+
+class NodeItem(QGraphicsItem):
+    """One box of the graph (a node, or a collapsed nested model)."""
+
+    def __init__(self, box: NodeBox, view: GraphView) -> None:
+        super().__init__()
+        self.box = box
+        self._view = view
+        self.fill = _NO_RESULT
+        self.status = "ok"
+        self.rule: str | None = None
+        self.matched = False
+        self.setFlag(QGraphicsItem.GraphicsItemFlag.ItemIsSelectable, True)
+        self.setAcceptHoverEvents(True)
+        self.setPos(box.x, box.y)
+        self.setZValue(2)
+        self.setCursor(Qt.CursorShape.PointingHandCursor)
+
+    @property
+    def node_id(self) -> str:
+        return self.box.id
+
+    def boundingRect(self) -> QRectF:
+        w, h = self.box.w, self.box.h
+        return QRectF(-w / 2 - 4, -h / 2 - 10, w + 14, h + 14)
+
+    def paint(self, p: QPainter, option: QStyleOptionGraphicsItem, widget: QWidget | None = None) -> None:
+        w, h = self.box.w, self.box.h
+        rect = QRectF(-w / 2, -h / 2, w, h)
+        p.setRenderHint(QPainter.RenderHint.Antialiasing, True)
+        collapsed = self.box.collapsed_group is not None
+        fill = _SKIPPED if self.status == "skipped" else STATUS_COLORS.get(self.status, self.fill)
+        border = QPen(QColor("#5f6b7a"), 1.2)
+        if self.status in STATUS_COLORS:
+            border = QPen(fill.darker(150), 2.0, Qt.PenStyle.DashLine)
+        if collapsed:
+            border = QPen(QColor("#37474f"), 2.0)
+        if self.matched:
+            border = QPen(_MATCH, 3.0)
+        if self.isSelected():
+            border = QPen(_SELECT, 3.2)
+        p.setPen(border)
+        p.setBrush(QBrush(fill))
+        p.drawRoundedRect(rect, 7, 7)
+        if collapsed:  # a stacked look: this box stands for many nodes
+            p.drawLine(QPointF(-w / 2 + 6, h / 2 + 3), QPointF(w / 2 - 6, h / 2 + 3))
+        dark = self.status in ("none", "nan") or fill.lightnessF() < 0.45
+        p.setPen(QColor("#ffffff") if dark else QColor("#1d232a"))
+        title_font = QFont(self._view.font())
+        title_font.setPointSizeF(9.0)
+        title_font.setBold(True)
+        p.setFont(title_font)
+        fm = QFontMetrics(title_font)
+        title = fm.elidedText(self.box.title, Qt.TextElideMode.ElideMiddle, int(w - 16))
+        p.drawText(QRectF(-w / 2 + 8, -h / 2 + 3, w - 16, h / 2), Qt.AlignmentFlag.AlignVCenter, title)
+        sub_font = QFont(self._view.font())
+        sub_font.setPointSizeF(8.0)
+        p.setFont(sub_font)
+        sub = self.box.subtitle
+        if self.status in STATUS_TEXT:
+            sub = f"{STATUS_TEXT[self.status]}  {sub}"
+        elif self.status == "skipped":
+            sub = "skipped: logits explained"
+        sub = QFontMetrics(sub_font).elidedText(sub, Qt.TextElideMode.ElideRight, int(w - 16))
+        p.drawText(QRectF(-w / 2 + 8, 0, w - 16, h / 2 - 3), Qt.AlignmentFlag.AlignVCenter, sub)
+        if self.rule:
+            self._paint_badge(p, w, h)
+
+    def _paint_badge(self, p: QPainter, w: float, h: float) -> None:
+        text = rule_abbreviation(self.rule or "")
+        font = QFont(self._view.font())
+        font.setPointSizeF(7.5)
+        font.setBold(True)
+        p.setFont(font)
+        tw = QFontMetrics(font).horizontalAdvance(text) + 10
+        badge = QRectF(w / 2 - tw + 6, -h / 2 - 9, tw, 16)
+        p.setPen(QPen(QColor("#ffffff"), 1.5))
+        p.setBrush(_BADGE)
+        p.drawRoundedRect(badge, 8, 8)
+        p.setPen(QColor("#ffffff"))
+        p.drawText(badge, Qt.AlignmentFlag.AlignCenter, text)
+
+    def mouseDoubleClickEvent(self, event) -> None:  # noqa: N802  (Qt naming)
+        if self.box.collapsed_group is not None:
+            self._view.group_toggled.emit(self.box.collapsed_group, False)
+        else:
+            super().mouseDoubleClickEvent(event)
+
+
+class GroupFrameItem(QGraphicsItem):
+    """The frame of an expanded nested model; double-click its title bar to collapse it."""
+
+    def __init__(self, frame: GroupFrame, view: GraphView) -> None:
+        super().__init__()
+        self.frame = frame
+        self._view = view
+        self.setZValue(0)
+        self.setToolTip(f"Nested model {frame.id}: double-click the title to collapse it")
+
+    def boundingRect(self) -> QRectF:
+        f = self.frame
+        return QRectF(f.x0, f.y0, f.x1 - f.x0, f.y1 - f.y0)
+
+    def paint(self, p: QPainter, option: QStyleOptionGraphicsItem, widget: QWidget | None = None) -> None:
+        r = self.boundingRect()
+        p.setRenderHint(QPainter.RenderHint.Antialiasing, True)
+        p.setPen(QPen(QColor("#90a4ae"), 1.3, Qt.PenStyle.DashLine))
+        p.setBrush(QColor(236, 239, 241, 120))
+        p.drawRoundedRect(r, 10, 10)
+        font = QFont(self._view.font())
+        font.setPointSizeF(8.5)
+        font.setItalic(True)
+        p.setFont(font)
+        p.setPen(QColor("#455a64"))
+        p.drawText(QRectF(r.x() + 10, r.y() + 2, r.width() - 20, 16), Qt.AlignmentFlag.AlignLeft, f"▾ {self.frame.id}")
+
+    def mouseDoubleClickEvent(self, event) -> None:  # noqa: N802
+        if event.pos().y() < self.frame.y0 + 22:
+            self._view.group_toggled.emit(self.frame.id, True)
+
+
+class _Legend(QWidget):
+    """Colour key in the view's corner: the magnitude ramp and the status colours."""
+
+    def __init__(self, parent: QWidget) -> None:
+        super().__init__(parent)
+        self.low = self.high = None
+        self.caption = "mean |g| (log scale)"
+        self.setAttribute(Qt.WidgetAttribute.WA_TransparentForMouseEvents, True)
+        self.setFixedSize(236, 86)
+
+    def set_range(self, low: float | None, high: float | None, caption: str) -> None:
+        self.low, self.high, self.caption = low, high, caption
+        self.update()
+
+    def paintEvent(self, event) -> None:  # noqa: N802
+        p = QPainter(self)
+        p.setRenderHint(QPainter.RenderHint.Antialiasing, True)
+        p.setPen(QPen(QColor("#c0c6cc")))
+        p.setBrush(QColor(255, 255, 255, 235))
+        p.drawRoundedRect(QRectF(0.5, 0.5, self.width() - 1, self.height() - 1), 6, 6)
+        font = QFont(self.font())
+        font.setPointSizeF(8.0)
+        p.setFont(font)
+        p.setPen(QColor("#263238"))
+        p.drawText(QRectF(8, 3, self.width() - 16, 15), Qt.AlignmentFlag.AlignLeft, self.caption)
+        grad = QLinearGradient(8, 0, self.width() - 8, 0)
+        for i, c in enumerate(_RAMP):
+            grad.setColorAt(i / (len(_RAMP) - 1), c)
+        p.setPen(QPen(QColor("#90a4ae")))
+        p.setBrush(QBrush(grad))
+        p.drawRect(QRectF(8, 20, self.width() - 16, 11))
+        p.setPen(QColor("#263238"))
+        lo = "-" if self.low is None else f"{self.low:.1e}"
+        hi = "-" if self.high is None else f"{self.high:.1e}"
+        p.drawText(QRectF(8, 32, 100, 14), Qt.AlignmentFlag.AlignLeft, lo)
+        p.drawText(QRectF(self.width() - 108, 32, 100, 14), Qt.AlignmentFlag.AlignRight, hi)
+        x = 8.0
+        for status, color in STATUS_COLORS.items():
+            p.setPen(QPen(color.darker(150), 1.2, Qt.PenStyle.DashLine))
+            p.setBrush(color)
+            p.drawRoundedRect(QRectF(x, 51, 12, 12), 3, 3)
+            p.setPen(QColor("#263238"))
+            label = STATUS_TEXT[status]
+            p.drawText(QPointF(x + 16, 61), label)
+            x += 22 + QFontMetrics(font).horizontalAdvance(label)
+        p.setBrush(_BADGE)
+        p.setPen(Qt.PenStyle.NoPen)
+        p.drawRoundedRect(QRectF(8, 68, 20, 12), 6, 6)
+        p.setPen(QColor("#263238"))
+        p.drawText(QPointF(34, 79), "rule on the node (badge)")
+        p.end()
+
+
+class GraphView(QGraphicsView):
+    """Draws a ``GraphLayout``; emits ``node_clicked`` and ``group_toggled``."""
+
+    node_clicked = Signal(object)  # node id (str) or None
+    group_toggled = Signal(str, bool)  # group id, collapse?
+
+    def __init__(self, parent: QWidget | None = None) -> None:
+        super().__init__(parent)
+        self.setScene(QGraphicsScene(self))
+        self.setRenderHints(QPainter.RenderHint.Antialiasing | QPainter.RenderHint.TextAntialiasing)
+        self.setDragMode(QGraphicsView.DragMode.ScrollHandDrag)
+        self.setTransformationAnchor(QGraphicsView.ViewportAnchor.AnchorUnderMouse)
+        self.setResizeAnchor(QGraphicsView.ViewportAnchor.AnchorViewCenter)
+        self.setViewportUpdateMode(QGraphicsView.ViewportUpdateMode.SmartViewportUpdate)
+        self.setBackgroundBrush(QColor("#fbfcfd"))
+        self.setToolTip("")
+        self.items_by_id: dict[str, NodeItem] = {}
+        self.layout_data: GraphLayout | None = None
+        self._member_of: dict[str, str] = {}
+        self._matches: list[str] = []
+        self._match_index = -1
+        self._updating_selection = False
+        self.legend = _Legend(self)
+        self.legend.move(10, 10)
+        self.search = QLineEdit(self)
+        self.search.setPlaceholderText("Find node (Ctrl+F)…")
+        self.search.setClearButtonEnabled(True)
+        self.search.setFixedWidth(230)
+        self.search.setToolTip("Type part of a node name, id or type; Enter jumps to the next match")
+        self.search.textChanged.connect(self._on_search_text)
+        self.search.returnPressed.connect(self.next_match)
+        self.scene().selectionChanged.connect(self._on_scene_selection)
+        self._add_shortcuts()
+        self._placeholder = self.scene().addText("Open a model (File ▸ Open model, or drop a .keras file here)")
+        self._placeholder.setDefaultTextColor(QColor("#78909c"))
+
+    # ------------------------------------------------------------------------------------------- building
+    def set_layout(self, layout: GraphLayout, *, keep_view: bool = False) -> None:
+        old_center = self.mapToScene(self.viewport().rect().center())
+        selected = self.selected_id()
+        scene = self.scene()
+        self._updating_selection = True
+        scene.clear()
+        self._placeholder = None
+        self.items_by_id = {}
+        self._member_of = {}
+        self.layout_data = layout
+        for frame in layout.frames:
+            scene.addItem(GroupFrameItem(frame, self))
+        for edge in layout.edges:
+            scene.addItem(_edge_item(edge.points))
+        for box in layout.boxes.values():
+            item = NodeItem(box, self)
+            scene.addItem(item)
+            self.items_by_id[box.id] = item
+            for m in box.members:
+                self._member_of[m] = box.id
+        x0, y0, x1, y1 = layout.bounds
+        scene.setSceneRect(QRectF(x0 - 200, y0 - 120, x1 - x0 + 400, y1 - y0 + 240))
+        self._updating_selection = False
+        if keep_view:
+            self.centerOn(old_center)
+        else:
+            self.initial_view()
+        if selected:
+            self.select_node(selected, center=False)
+        self._on_search_text(self.search.text())
+
+    def initial_view(self) -> None:
+        """Fit the whole graph when it is readable that way; otherwise show its top at a readable zoom."""
+        self.fit_all()
+        if self.transform().m11() < 0.45:
+            self.resetTransform()
+            self.scale(0.75, 0.75)
+            if self.layout_data and self.layout_data.boxes:
+                top = min(self.layout_data.boxes.values(), key=lambda b: b.y)
+                self.centerOn(top.x, top.y + self.viewport().height() / 2 / 0.75 - 60)
+
+    def set_node_state(
+        self,
+        stats: dict[str, NodeStats],
+        rules: dict[str, str],
+        caption: str = "mean |g| (log scale)",
+        skipped: set[str] | frozenset[str] = frozenset(),
+    ) -> None:
+        """Colour boxes by log mean|g| (collapsed boxes: their largest member) and badge ruled nodes."""
+        logs: dict[str, float] = {}
+        status: dict[str, str] = {}
+        for box_id, item in self.items_by_id.items():
+            members = item.box.members or (box_id,)
+            got = [stats[m] for m in members if m in stats]
+            if not got:
+                status[box_id] = "ok"
+                continue
+            ok = [s for s in got if s.status == "ok"]
+            if ok:
+                status[box_id] = "ok"
+                logs[box_id] = (
+                    max(math.log10(s.mean_abs) for s in ok if s.mean_abs > 0)
+                    if any(s.mean_abs > 0 for s in ok)
+                    else -30.0
+                )
+            else:
+                status[box_id] = got[0].status
+        finite = [v for v in logs.values() if v > -30]
+        lo, hi = (min(finite), max(finite)) if finite else (0.0, 1.0)
+        span = hi - lo if hi > lo else 1.0
+        for box_id, item in self.items_by_id.items():
+            item.status = "skipped" if box_id in skipped else status.get(box_id, "ok")
+            item.fill = ramp_color((logs[box_id] - lo) / span) if box_id in logs else _NO_RESULT
+            members = item.box.members or (box_id,)
+            ruled = [rules[m] for m in members if m in rules]
+            item.rule = (ruled[0] if len(set(ruled)) == 1 else f"{len(ruled)} rules") if ruled else None
+            item.setToolTip(_tooltip(item, stats, rules, box_id in skipped))
+            item.update()
+        self.legend.set_range(10**lo if finite else None, 10**hi if finite else None, caption)
+
+    # ------------------------------------------------------------------------------------------- selection
+    def selected_id(self) -> str | None:
+        sel = [i for i in self.scene().selectedItems() if isinstance(i, NodeItem)]
+        return sel[0].node_id if sel else None
+
+    def item_for(self, node_id: str) -> NodeItem | None:
+        return self.items_by_id.get(node_id) or self.items_by_id.get(self._member_of.get(node_id, ""))
+
+    def select_node(self, node_id: str | None, *, center: bool = True) -> None:
+        self._updating_selection = True
+        try:
+            self.scene().clearSelection()
+            item = self.item_for(node_id) if node_id else None
+            if item is not None:
+                item.setSelected(True)
+                if center:
+                    self.ensureVisible(item, 80, 80)
+        finally:
+            self._updating_selection = False
+
+    def _on_scene_selection(self) -> None:
+        if self._updating_selection:
+            return
+        node = self.selected_id()
+        if node is not None and node.startswith("group:"):
+            item = self.items_by_id[node]
+            node = item.box.members[0] if item.box.members else None
+        self.node_clicked.emit(node)
+
+    # ------------------------------------------------------------------------------------------- zoom, search
+    def zoom(self, factor: float) -> None:
+        current = self.transform().m11()
+        factor = min(max(factor, 0.02 / current), 4.0 / current)
+        self.scale(factor, factor)
+
+    def fit_all(self) -> None:
+        if self.layout_data and self.layout_data.boxes:
+            x0, y0, x1, y1 = self.layout_data.bounds
+            self.fitInView(QRectF(x0 - 20, y0 - 20, x1 - x0 + 40, y1 - y0 + 40), Qt.AspectRatioMode.KeepAspectRatio)
+            if self.transform().m11() > 1.2:
+                self.resetTransform()
+                self.scale(1.2, 1.2)
+                self.centerOn((x0 + x1) / 2, (y0 + y1) / 2)
+
+    def wheelEvent(self, event) -> None:  # noqa: N802
+        delta = event.angleDelta().y()
+        if delta:
+            self.zoom(1.0015**delta)
+        event.accept()
+
+    def focus_search(self) -> None:
+        self.search.show()
+        self.search.setFocus()
+        self.search.selectAll()
+
+    def _on_search_text(self, text: str) -> None:
+        text = text.strip().lower()
+        self._matches = []
+        for box_id, item in self.items_by_id.items():
+            hit = bool(text) and (
+                text in box_id.lower() or text in item.box.title.lower() or text in item.box.subtitle.lower()
+            )
+            item.matched = hit
+            item.update()
+            if hit:
+                self._matches.append(box_id)
+        self._match_index = -1
+        if self._matches:
+            self.next_match()
+
+    def next_match(self) -> None:
+        if not self._matches:
+            return
+        self._match_index = (self._match_index + 1) % len(self._matches)
+        node = self._matches[self._match_index]
+        self.select_node(node)
+        self.centerOn(self.items_by_id[node])
+        self.node_clicked.emit(node)
+
+    def _add_shortcuts(self) -> None:
+        for keys, slot, tip in (
+            ((QKeySequence.StandardKey.ZoomIn, "Ctrl+="), lambda: self.zoom(1.25), "Zoom in"),
+            ((QKeySequence.StandardKey.ZoomOut, "Ctrl+-"), lambda: self.zoom(0.8), "Zoom out"),
+            (("F",), self.fit_all, "Fit the graph"),
+        ):
+            action = QAction(tip, self)
+            action.setShortcuts([QKeySequence(k) for k in keys])
+            action.setShortcutContext(Qt.ShortcutContext.WidgetWithChildrenShortcut)
+            action.triggered.connect(slot)
+            self.addAction(action)
+
+    def resizeEvent(self, event) -> None:  # noqa: N802
+        super().resizeEvent(event)
+        self.search.move(self.viewport().width() - self.search.width() - 10, 10)
+
+    def keyPressEvent(self, event) -> None:  # noqa: N802
+        if event.key() == Qt.Key.Key_Escape and self.search.hasFocus():
+            self.search.clear()
+            self.setFocus()
+            return
+        super().keyPressEvent(event)
+
+
+def _edge_item(points: tuple[tuple[float, float], ...]) -> QGraphicsPathItem:
+    path = QPainterPath(QPointF(*points[0]))
+    if len(points) == 2:
+        path.lineTo(QPointF(*points[1]))
+    else:  # smooth through the routing points
+        for i in range(1, len(points) - 1):
+            mid = QPointF((points[i][0] + points[i + 1][0]) / 2, (points[i][1] + points[i + 1][1]) / 2)
+            path.quadTo(QPointF(*points[i]), mid)
+        path.lineTo(QPointF(*points[-1]))
+    end = QPointF(*points[-1])
+    arrow = QPolygonF([end, end + QPointF(-4.5, -8), end + QPointF(4.5, -8)])
+    item = QGraphicsPathItem(path)
+    item.setPen(QPen(QColor("#8a96a3"), 1.3))
+    item.setBrush(Qt.BrushStyle.NoBrush)
+    item.setZValue(1)
+    head = QGraphicsPathItem(item)
+    hp = QPainterPath()
+    hp.addPolygon(arrow)
+    head.setPath(hp)
+    head.setBrush(QColor("#8a96a3"))
+    head.setPen(Qt.PenStyle.NoPen)
+    return item
+
+
+def _fmt(x: float) -> str:
+    return "nan" if x != x else f"{x:.3g}"
+
+
+def _tooltip(item: NodeItem, stats: dict[str, NodeStats], rules: dict[str, str], skipped: bool = False) -> str:
+    box = item.box
+    if skipped:
+        return (
+            f"<b>{box.title}</b> <code>{box.id}</code><br>{box.subtitle}<br>The final softmax is skipped for class "
+            "targets: the pre-softmax logit is explained, so no gradient arrives here."
+        )
+    if box.collapsed_group is not None:
+        return f"<b>{box.collapsed_group}</b> (nested model, {len(box.members)} nodes)<br>Double-click to expand."
+    lines = [f"<b>{box.title}</b> <code>{box.id}</code>", box.subtitle]
+    s = stats.get(box.id)
+    if s is not None:
+        if s.status != "ok":
+            lines.append(f"<span style='color:#c2185b'><b>{STATUS_TEXT[s.status]}</b></span>")
+        lines.append(f"mean|g| {_fmt(s.mean_abs)} · max|g| {_fmt(s.max_abs)} · norm {_fmt(s.norm)}")
+        lines.append(f"zeros {s.zero_fraction:.0%}" if s.zero_fraction == s.zero_fraction else "")
+    if box.id in rules:
+        lines.append(f"rule: <b>{rules[box.id]}</b>")
+    return "<br>".join(line for line in lines if line)

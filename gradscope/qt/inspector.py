@@ -1,0 +1,475 @@
+"""The right-hand panel: what the selected node is, which rule it gets, method presets and the plan."""
+
+from __future__ import annotations
+
+import dataclasses
+import html
+from typing import Any
+
+from PySide6.QtCore import Qt
+from PySide6.QtWidgets import (
+    QAbstractItemView,
+    QCheckBox,
+    QComboBox,
+    QFileDialog,
+    QFormLayout,
+    QGroupBox,
+    QHBoxLayout,
+    QHeaderView,
+    QLabel,
+    QLineEdit,
+    QPushButton,
+    QSizePolicy,
+    QSpinBox,
+    QTableWidget,
+    QTableWidgetItem,
+    QTextBrowser,
+    QVBoxLayout,
+    QWidget,
+)
+
+from gradscope.core.session import Session
+from gradscope.rules.base import available_rules, rule_source
+from gradscope.rules.methods import available_methods
+
+_ACTIVATIONS = ("sigmoid", "relu", "tanh", "softplus", "elu", "selu", "gelu", "swish", "linear", "leaky_relu")
+
+
+def _fmt(x: float) -> str:
+    return "–" if x != x else f"{x:.3g}"
+
+
+class NodeInfo(QTextBrowser):
+    """Type, shapes, configuration, weight and gradient statistics of one node (rich text)."""
+
+    def __init__(self, session: Session, parent: QWidget | None = None) -> None:
+        super().__init__(parent)
+        self.session = session
+        self.setOpenLinks(False)
+        self.setMinimumHeight(150)
+        self.setSizePolicy(QSizePolicy.Policy.Preferred, QSizePolicy.Policy.Expanding)
+
+    def show_node(self, node_id: str | None) -> None:
+        s = self.session
+        if s.graph is None:
+            self.setHtml("<p style='color:#607d8b'>No model open.</p>")
+            return
+        if node_id is None:
+            g = s.graph
+            total = sum({(n.layer_name or n.id): n.params for n in g.nodes}.values())
+            self.setHtml(
+                f"<h3 style='margin:0'>{html.escape(g.model_name)}</h3>"
+                f"<p>{len(g)} nodes, {total:,} parameters, {len(g.groups)} nested model(s).</p>"
+                "<p style='color:#607d8b'>Click a node in the graph (or a bar in the flow plot) to inspect it "
+                "and give it a backward rule.</p>"
+            )
+            return
+        n = s.graph.node(node_id)
+
+        def shape(t: tuple) -> str:
+            return "(" + ", ".join("None" if d is None else str(d) for d in t) + ")"
+
+        rows = [
+            ("id", f"<code>{html.escape(n.id)}</code>"),
+            ("type", html.escape(n.op_type) + (f" ({html.escape(n.activation)})" if n.activation else "")),
+            ("inputs", ", ".join(shape(t) for t in n.input_shapes) or "–"),
+            ("output", ", ".join(shape(t) for t in n.output_shapes)),
+            ("parameters", f"{n.params:,}"),
+        ]
+        if n.group:
+            rows.append(("nested in", html.escape(n.group)))
+        if n.inputs:
+            rows.append(("fed by", ", ".join(html.escape(i) for i in n.inputs)))
+        cfg = {k: v for k, v in n.config.items() if v not in (None, "", [], {}) and not k.endswith("_regularizer")}
+        cfg = {k: v for k, v in cfg.items() if not k.endswith("_constraint") and not k.endswith("_initializer")}
+        if cfg:
+            text = ", ".join(f"{k}={v}" for k, v in list(cfg.items())[:12])
+            rows.append(("config", f"<span style='color:#455a64'>{html.escape(text)}</span>"))
+        out = [f"<h3 style='margin:0'>{html.escape(n.name)}</h3><table cellspacing='2'>"]
+        out += [f"<tr><td style='color:#607d8b'>{k}</td><td>{v}</td></tr>" for k, v in rows]
+        out.append("</table>")
+        weights = s.weight_info.get(n.id, [])
+        if weights:
+            out.append("<p style='margin:4px 0 0 0'><b>Weights</b></p><table cellspacing='2'>")
+            out.append(
+                "<tr style='color:#607d8b'><td>name</td><td>shape</td><td>mean</td><td>std</td><td>min</td>"
+                "<td>max</td></tr>"
+            )
+            for w in weights:
+                dims = "x".join(str(d) for d in w.shape)
+                out.append(
+                    f"<tr><td>{html.escape(w.name)}</td><td>{dims}</td><td>{_fmt(w.mean)}</td>"
+                    f"<td>{_fmt(w.std)}</td><td>{_fmt(w.min)}</td><td>{_fmt(w.max)}</td></tr>"
+                )
+            out.append("</table>")
+        cur, base = s.stats("current").get(n.id), s.stats("baseline").get(n.id)
+        if n.is_input and s.result is not None:
+            cur = s.result.meta.get("input_stats")
+            base = s.baseline.meta.get("input_stats") if s.baseline else None
+        if cur is not None or base is not None:
+            out.append("<p style='margin:4px 0 0 0'><b>Gradient at the output</b></p><table cellspacing='2'>")
+            out.append("<tr style='color:#607d8b'><td></td><td>plan</td><td>baseline</td></tr>")
+            for label, attr in (
+                ("mean |g|", "mean_abs"),
+                ("max |g|", "max_abs"),
+                ("norm", "norm"),
+                ("zeros", "zero_fraction"),
+            ):
+                c = getattr(cur, attr) if cur else float("nan")
+                b = getattr(base, attr) if base else float("nan")
+                out.append(f"<tr><td style='color:#607d8b'>{label}</td><td>{_fmt(c)}</td><td>{_fmt(b)}</td></tr>")
+            out.append("</table>")
+            if cur is not None and cur.status != "ok":
+                msg = {
+                    "none": "No gradient reaches this node: the path to the target is cut.",
+                    "zero": "The gradient here is exactly zero.",
+                    "nan": f"NaN/Inf in the gradient ({cur.nan_count} NaN, {cur.inf_count} Inf).",
+                }[cur.status]
+                out.append(f"<p style='color:#c2185b'><b>{msg}</b></p>")
+        rule = s.rule_for(n.id)
+        out.append(f"<p style='margin:4px 0 0 0'>Backward rule: <b>{html.escape(rule or 'true gradient')}</b></p>")
+        self.setHtml("".join(out))
+
+
+class ParamsForm(QWidget):
+    """A form generated from a rule's ``Params`` dataclass fields."""
+
+    def __init__(self, parent: QWidget | None = None) -> None:
+        super().__init__(parent)
+        self.form = QFormLayout(self)
+        self.form.setContentsMargins(0, 0, 0, 0)
+        self.editors: dict[str, tuple[str, QWidget]] = {}
+
+    def set_params_class(self, params_cls: type, values: dict[str, Any] | None = None) -> None:
+        while self.form.rowCount():
+            self.form.removeRow(0)
+        self.editors = {}
+        values = values or {}
+        for f in dataclasses.fields(params_cls):
+            kind = f.type if isinstance(f.type, str) else getattr(f.type, "__name__", str(f.type))
+            default = values.get(f.name, f.default if f.default is not dataclasses.MISSING else None)
+            editor: QWidget
+            if kind == "bool":
+                editor = QCheckBox()
+                editor.setChecked(bool(default))
+            elif kind == "int":
+                editor = QSpinBox()
+                editor.setRange(-(10**9), 10**9)
+                editor.setValue(int(default or 0))
+            elif kind == "str" and "activation" in f.name:
+                editor = QComboBox()
+                editor.setEditable(True)
+                editor.addItems(list(_ACTIVATIONS))
+                editor.setCurrentText(str(default or ""))
+            else:  # floats as text: stabilisers like 1e-9 do not fit a spin box
+                editor = QLineEdit("" if default is None else repr(default) if kind == "float" else str(default))
+            editor.setObjectName(f"param_{f.name}")
+            editor.setToolTip(f"{f.name} ({kind}); default {f.default!r}")
+            self.form.addRow(f.name, editor)
+            self.editors[f.name] = (kind, editor)
+        if not self.editors:
+            self.form.addRow(QLabel("<i style='color:#78909c'>no parameters</i>"))
+
+    def values(self) -> dict[str, Any]:
+        out: dict[str, Any] = {}
+        for name, (_kind, editor) in self.editors.items():
+            if isinstance(editor, QCheckBox):
+                out[name] = editor.isChecked()
+            elif isinstance(editor, QSpinBox):
+                out[name] = editor.value()
+            elif isinstance(editor, QComboBox):
+                out[name] = editor.currentText()
+            else:
+                out[name] = editor.text()  # make_params coerces and explains bad values
+        return out
+
+
+class RuleEditor(QGroupBox):
+    """Choose a rule and its parameters for the selected node, or for every node of its type."""
+
+    def __init__(self, session: Session, parent: QWidget | None = None) -> None:
+        super().__init__("Backward rule", parent)
+        self.session = session
+        self.node_id: str | None = None
+        lay = QVBoxLayout(self)
+        self.rule_combo = QComboBox()
+        self.rule_combo.setObjectName("rule_combo")
+        self.rule_combo.setToolTip("The rule that replaces this node's backward pass")
+        self.rule_combo.currentIndexChanged.connect(self._on_rule_chosen)
+        self.description = QLabel()
+        self.description.setWordWrap(True)
+        self.description.setStyleSheet("color:#546e7a")
+        self.params = ParamsForm()
+        self.apply_node = QPushButton("Apply to node")
+        self.apply_node.setObjectName("apply_node")
+        self.apply_node.setToolTip("Give only the selected node this rule")
+        self.apply_type = QPushButton("Apply to all of type")
+        self.apply_type.setToolTip("Give every node of the selected node's type this rule (a type: selector)")
+        self.reset_node = QPushButton("True gradient")
+        self.reset_node.setToolTip("Remove the selected node's own rule entry")
+        self.load_file = QPushButton("Load rule file…")
+        self.load_file.setToolTip("Import a Python file of @register_rule classes (it runs as code)")
+        self.apply_node.clicked.connect(lambda: self._apply(False))
+        self.apply_type.clicked.connect(lambda: self._apply(True))
+        self.reset_node.clicked.connect(self._reset)
+        self.load_file.clicked.connect(self._load_file)
+        lay.addWidget(self.rule_combo)
+        lay.addWidget(self.description)
+        lay.addWidget(self.params)
+        row = QHBoxLayout()
+        row.addWidget(self.apply_node)
+        row.addWidget(self.apply_type)
+        lay.addLayout(row)
+        row2 = QHBoxLayout()
+        row2.addWidget(self.reset_node)
+        row2.addWidget(self.load_file)
+        lay.addLayout(row2)
+        if session.rules_ready:
+            self.refresh_rules()
+        self.set_node(None)
+
+    def refresh_rules(self) -> None:
+        if not self.session.rules_ready:
+            return
+        current = self.rule_combo.currentText()
+        self.rule_combo.blockSignals(True)
+        self.rule_combo.clear()
+        for name, cls in available_rules().items():
+            self.rule_combo.addItem(name)
+            src = rule_source(name)
+            tip = cls.describe() + ("" if src == "builtin" else f"\n(from {src})")
+            self.rule_combo.setItemData(self.rule_combo.count() - 1, tip, Qt.ItemDataRole.ToolTipRole)
+        self.rule_combo.blockSignals(False)
+        idx = self.rule_combo.findText(current or "guided_backprop")
+        if idx < 0:
+            idx = self.rule_combo.findText("zero")
+        self.rule_combo.setCurrentIndex(max(idx, 0))
+        self._on_rule_chosen()
+
+    def set_node(self, node_id: str | None) -> None:
+        self.node_id = node_id
+        s = self.session
+        enabled = node_id is not None and s.graph is not None and not s.graph.node(node_id).is_input
+        for w in (self.apply_node, self.apply_type, self.reset_node, self.rule_combo, self.params):
+            w.setEnabled(enabled)
+        if enabled and s.rules_ready:
+            n = s.graph.node(node_id)
+            self.apply_type.setText(f"Apply to all {n.op_type}")
+            entry = self._node_entry()
+            if entry is not None:
+                self.select_rule(entry.rule, entry.params)
+                return
+            rules = available_rules()
+            current = rules.get(self.rule_combo.currentText())
+            if current is None or not current.applies_to(n) or current.passthrough:
+                # Offer a rule that can run here (the first non-trivial one in the list).
+                for name, cls in rules.items():
+                    if cls.applies_to(n) and not cls.passthrough and name != "true_gradient":
+                        self.select_rule(name)
+                        return
+        self._on_rule_chosen()
+
+    def select_rule(self, name: str, params: dict[str, Any] | None = None) -> None:
+        idx = self.rule_combo.findText(name)
+        if idx >= 0:
+            self.rule_combo.blockSignals(True)
+            self.rule_combo.setCurrentIndex(idx)
+            self.rule_combo.blockSignals(False)
+            self._on_rule_chosen(params)
+
+    def _node_entry(self) -> Any:
+        for e in reversed(self.session.plan.entries):
+            if e.select in (self.node_id, f"node:{self.node_id}"):
+                return e
+        return None
+
+    def _on_rule_chosen(self, params: Any = None) -> None:
+        if not self.session.rules_ready:
+            self.description.setText("Loading rules…")
+            return
+        name = self.rule_combo.currentText()
+        rules = available_rules()
+        if name not in rules:
+            return
+        cls = rules[name]
+        note = cls.describe()
+        if self.node_id and self.session.graph is not None:
+            node = self.session.graph.node(self.node_id)
+            if not cls.applies_to(node):
+                note += f"\n⚠ Not applicable to {node.op_type} nodes."
+        self.description.setText(note)
+        self.params.set_params_class(cls.Params, params if isinstance(params, dict) else None)
+
+    def _apply(self, by_type: bool) -> None:
+        if self.node_id is None or self.session.graph is None:
+            return
+        rule = self.rule_combo.currentText()
+        node = self.session.graph.node(self.node_id)
+        select = f"type:{node.op_type}" if by_type else self.node_id
+        self.session.add_rule(select, rule, self.params.values())
+
+    def _reset(self) -> None:
+        if self.node_id is None:
+            return
+        plan = self.session.plan
+        keep = [i for i, e in enumerate(plan.entries) if e.select in (self.node_id, f"node:{self.node_id}")]
+        if keep:
+            new = plan
+            for i in reversed(keep):
+                new = new.without(i)
+            self.session.set_plan(new)
+        elif self.session.rule_for(self.node_id):
+            self.session.add_rule(self.node_id, "identity")
+
+    def _load_file(self) -> None:
+        path, _ = QFileDialog.getOpenFileName(self, "Load rule file", "", "Python files (*.py)")
+        if path:
+            self.session.load_rule_file(path)
+
+
+class MethodPanel(QGroupBox):
+    """Method presets: build a whole plan by layer type (guided backprop, MWP, LRP...)."""
+
+    def __init__(self, session: Session, parent: QWidget | None = None) -> None:
+        super().__init__("Method preset", parent)
+        self.session = session
+        lay = QHBoxLayout(self)
+        self.combo = QComboBox()
+        self.combo.setObjectName("method_combo")
+        self.apply = QPushButton("Apply")
+        self.apply.setToolTip("Replace the plan with this method's plan (undo with Ctrl+Z)")
+        self.apply.clicked.connect(lambda: self.session.apply_method(self.combo.currentText()))
+        lay.addWidget(self.combo, 1)
+        lay.addWidget(self.apply)
+        self.refresh()
+
+    def refresh(self) -> None:
+        if not self.session.rules_ready:  # listing methods imports the rules (TensorFlow): worker first
+            return
+        current = self.combo.currentText()
+        self.combo.clear()
+        for name, summary in available_methods().items():
+            self.combo.addItem(name)
+            self.combo.setItemData(self.combo.count() - 1, summary, Qt.ItemDataRole.ToolTipRole)
+        idx = self.combo.findText(current or self.session.method_name)
+        self.combo.setCurrentIndex(max(idx, 0))
+
+
+class PlanTable(QGroupBox):
+    """The plan as a table: selector, rule, parameters. Later rows win."""
+
+    def __init__(self, session: Session, parent: QWidget | None = None) -> None:
+        super().__init__("Plan (later entries win)", parent)
+        self.session = session
+        lay = QVBoxLayout(self)
+        self.table = QTableWidget(0, 3)
+        self.table.setObjectName("plan_table")
+        self.table.setHorizontalHeaderLabels(["selector", "rule", "params"])
+        self.table.horizontalHeader().setSectionResizeMode(0, QHeaderView.ResizeMode.Stretch)
+        self.table.horizontalHeader().setSectionResizeMode(1, QHeaderView.ResizeMode.ResizeToContents)
+        self.table.horizontalHeader().setSectionResizeMode(2, QHeaderView.ResizeMode.Stretch)
+        self.table.verticalHeader().setVisible(False)
+        self.table.setSelectionBehavior(QAbstractItemView.SelectionBehavior.SelectRows)
+        self.table.setEditTriggers(QAbstractItemView.EditTrigger.NoEditTriggers)
+        self.table.setMinimumHeight(110)
+        self.table.setToolTip("Select a row and press Delete (or Remove) to drop it")
+        lay.addWidget(self.table)
+        row = QHBoxLayout()
+        self.remove = QPushButton("Remove")
+        self.clear = QPushButton("Clear")
+        self.undo = QPushButton("Undo")
+        self.redo = QPushButton("Redo")
+        self.undo.setToolTip("Undo the last plan change (Ctrl+Z)")
+        self.redo.setToolTip("Redo (Ctrl+Shift+Z)")
+        self.remove.clicked.connect(self._remove_selected)
+        self.clear.clicked.connect(self.session.clear_plan)
+        self.undo.clicked.connect(self.session.undo)
+        self.redo.clicked.connect(self.session.redo)
+        for b in (self.remove, self.clear, self.undo, self.redo):
+            row.addWidget(b)
+        lay.addLayout(row)
+        self.summary = QLabel()
+        self.summary.setWordWrap(True)
+        self.summary.setStyleSheet("color:#546e7a")
+        lay.addWidget(self.summary)
+        self.show_plan()
+
+    def show_plan(self) -> None:
+        plan = self.session.plan
+        self.table.setRowCount(len(plan.entries))
+        for i, e in enumerate(plan.entries):
+            params = ", ".join(f"{k}={v}" for k, v in e.params.items())
+            for j, text in enumerate((e.select, e.rule, params)):
+                item = QTableWidgetItem(text)
+                item.setToolTip(text)
+                self.table.setItem(i, j, item)
+        self.undo.setEnabled(self.session.can_undo)
+        self.redo.setEnabled(self.session.can_redo)
+        self.remove.setEnabled(bool(plan.entries))
+        self.clear.setEnabled(bool(plan.entries))
+        n = len(self.session.ruled_nodes())
+        self.summary.setText(
+            "Empty plan: every node uses its true gradient." if not plan.entries else f"{n} node(s) get a rule."
+        )
+
+    def _remove_selected(self) -> None:
+        rows = sorted({i.row() for i in self.table.selectedIndexes()}, reverse=True)
+        if not rows and self.table.rowCount():
+            rows = [self.table.rowCount() - 1]
+        plan = self.session.plan
+        for r in rows:
+            plan = plan.without(r)
+        self.session.set_plan(plan)
+
+    def keyPressEvent(self, event) -> None:  # noqa: N802
+        if event.key() in (Qt.Key.Key_Delete, Qt.Key.Key_Backspace):
+            self._remove_selected()
+            return
+        super().keyPressEvent(event)
+
+
+class InspectorWidget(QWidget):
+    """Node info + rule editor + method preset + plan, kept in step with the Session."""
+
+    def __init__(self, session: Session, parent: QWidget | None = None) -> None:
+        super().__init__(parent)
+        self.session = session
+        lay = QVBoxLayout(self)
+        lay.setContentsMargins(6, 6, 6, 6)
+        self.info = NodeInfo(session)
+        self.rule_editor = RuleEditor(session)
+        self.methods = MethodPanel(session)
+        self.plan_table = PlanTable(session)
+        lay.addWidget(self.info, 3)
+        lay.addWidget(self.rule_editor)
+        lay.addWidget(self.methods)
+        lay.addWidget(self.plan_table, 2)
+        session.selection_changed.connect(self._on_selection_changed)
+        session.plan_changed.connect(self._on_plan_changed)
+        session.result_changed.connect(lambda *_: self.info.show_node(session.selected))
+        session.model_loaded.connect(self._on_model_loaded)
+        session.rules_changed.connect(self._on_rules_changed)
+        self.info.show_node(None)
+
+    def _on_rules_changed(self, names: Any) -> None:
+        self.rule_editor.refresh_rules()
+        self.methods.refresh()
+        self._on_selection_changed(self.session.selected)
+        if names:
+            self.rule_editor.select_rule(names[0])
+
+    def _on_model_loaded(self, graph: Any) -> None:
+        self.methods.refresh()
+        self.plan_table.show_plan()
+        self._on_selection_changed(self.session.selected)
+
+    def _on_selection_changed(self, node_id: str | None) -> None:
+        self.info.show_node(node_id)
+        self.rule_editor.set_node(node_id)
+
+    def _on_plan_changed(self, plan: Any) -> None:
+        self.plan_table.show_plan()
+        if self.rule_editor._node_entry() is not None:
+            self.rule_editor.set_node(self.session.selected)
+        self.info.show_node(self.session.selected)
+        self.methods.refresh()

@@ -1,0 +1,483 @@
+"""The main window: graph (centre), inspector + rule editor (right), overlay and gradient flow (bottom).
+
+It only wires widgets to the Session. TensorFlow work happens in Session jobs on the worker thread; this module
+never imports TensorFlow.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from PySide6.QtCore import QSettings, Qt, QTimer, Signal
+from PySide6.QtGui import QAction, QKeySequence
+from PySide6.QtWidgets import (
+    QComboBox,
+    QFileDialog,
+    QHBoxLayout,
+    QLabel,
+    QMainWindow,
+    QMessageBox,
+    QProgressBar,
+    QPushButton,
+    QScrollArea,
+    QSplitter,
+    QToolButton,
+    QVBoxLayout,
+    QWidget,
+)
+
+from gradscope.core.errors import UnsafeModelError
+from gradscope.core.session import SESSION_SUFFIX, Session
+from gradscope.qt.flow_plot import FlowPlot
+from gradscope.qt.graph_view import GraphView
+from gradscope.qt.inspector import InspectorWidget
+from gradscope.qt.overlay_view import OverlayView
+from gradscope.qt.worker import QtExecutor
+
+MODEL_FILTER = "Keras models (*.keras *.h5 *.hdf5)"
+IMAGE_FILTER = "Images (*.png *.jpg *.jpeg *.bmp *.webp *.tif *.tiff)"
+MODEL_SUFFIXES = (".keras", ".h5", ".hdf5")
+IMAGE_SUFFIXES = (".png", ".jpg", ".jpeg", ".bmp", ".webp", ".tif", ".tiff")
+_MAX_RECENT = 8
+
+
+class MainWindow(QMainWindow):
+    #: (title, message): every error the user is shown (tests listen here instead of clicking dialogs).
+    error_shown = Signal(str, str)
+
+    def __init__(
+        self,
+        session: Session | None = None,
+        *,
+        settings: QSettings | None = None,
+        modal_errors: bool = True,
+    ) -> None:
+        super().__init__()
+        self.session = session or Session(QtExecutor())
+        self.settings = settings or QSettings("gradscope", "gradscope")
+        self.modal_errors = modal_errors
+        #: Called with (path, message) for a model that needs unsafe loading; returns True to open anyway.
+        self.confirm_unsafe = self._ask_unsafe
+        self._loading_path: str | None = None
+        self.setWindowTitle("gradscope")
+        self.setAcceptDrops(True)
+        self.resize(1560, 960)
+        self._build_widgets()
+        self._build_menus()
+        self._build_status_bar()
+        self._connect_session()
+        self.session.start()
+
+    # ------------------------------------------------------------------------------------------- layout
+    def _build_widgets(self) -> None:
+        s = self.session
+        self.graph_view = GraphView()
+        self.graph_view.setObjectName("graph_view")
+        self.inspector = InspectorWidget(s)
+        self.overlay = OverlayView(s)
+        self.flow = FlowPlot(s)
+
+        graph_box = QWidget()
+        gl = QVBoxLayout(graph_box)
+        gl.setContentsMargins(0, 0, 0, 0)
+        gl.setSpacing(2)
+        tools = QHBoxLayout()
+        tools.setContentsMargins(6, 4, 6, 0)
+        self.graph_title = QLabel("<b>Layer graph</b>")
+        self.color_by = QComboBox()
+        self.color_by.addItems(["plan", "baseline"])
+        self.color_by.setToolTip("Colour nodes by the gradient under the current plan, or by the plain gradient")
+        self.color_by.currentIndexChanged.connect(lambda *_: self._update_graph_state())
+        tools.addWidget(self.graph_title)
+        tools.addStretch(1)
+        tools.addWidget(QLabel("colour by"))
+        tools.addWidget(self.color_by)
+        for text, tip, slot in (
+            ("Fit", "Fit the whole graph (F)", self.graph_view.fit_all),
+            ("Find", "Find a node by name (Ctrl+F)", self.graph_view.focus_search),
+            ("Collapse nested", "Collapse every nested model into one box", lambda: self._collapse_all(True)),
+            ("Expand nested", "Expand every nested model", lambda: self._collapse_all(False)),
+        ):
+            b = QToolButton()
+            b.setText(text)
+            b.setToolTip(tip)
+            b.clicked.connect(slot)
+            tools.addWidget(b)
+            if text.endswith("nested"):
+                b.setVisible(False)
+                setattr(self, "_btn_" + text.split()[0].lower(), b)
+        gl.addLayout(tools)
+        gl.addWidget(self.graph_view, 1)
+
+        self.bottom_split = QSplitter(Qt.Orientation.Horizontal)
+        self.bottom_split.addWidget(self.overlay)
+        self.bottom_split.addWidget(self.flow)
+        self.bottom_split.setSizes([700, 560])
+
+        left = QSplitter(Qt.Orientation.Vertical)
+        left.addWidget(graph_box)
+        left.addWidget(self.bottom_split)
+        left.setSizes([560, 400])
+        scroll = QScrollArea()
+        scroll.setWidget(self.inspector)
+        scroll.setWidgetResizable(True)
+        scroll.setMinimumWidth(360)
+        main = QSplitter(Qt.Orientation.Horizontal)
+        main.addWidget(left)
+        main.addWidget(scroll)
+        main.setSizes([1160, 400])
+        main.setStretchFactor(0, 1)
+        self.setCentralWidget(main)
+        self.graph_view.node_clicked.connect(self.session.select)
+        self.graph_view.group_toggled.connect(self.session.set_collapsed)
+        self.flow.node_clicked.connect(self.session.select)
+
+    def _build_menus(self) -> None:
+        bar = self.menuBar()
+        s = self.session
+
+        def act(menu: Any, text: str, slot: Any, shortcut: Any = None, tip: str = "") -> QAction:
+            a = QAction(text, self)
+            if shortcut is not None:
+                a.setShortcut(QKeySequence(shortcut))
+            if tip:
+                a.setStatusTip(tip)
+                a.setToolTip(tip)
+            a.triggered.connect(slot)
+            menu.addAction(a)
+            return a
+
+        f = bar.addMenu("&File")
+        act(f, "Open &model…", self.open_model_dialog, QKeySequence.StandardKey.Open, "Open a .keras or .h5 model")
+        act(f, "Open &image…", self.open_image_dialog, "Ctrl+I", "Open the input image")
+        self.recent_menu = f.addMenu("Recent models")
+        f.addSeparator()
+        act(f, "Open session…", self.open_session_dialog, "Ctrl+Shift+O", "Open a .gradscope.json session")
+        act(
+            f,
+            "&Save session…",
+            self.save_session_dialog,
+            QKeySequence.StandardKey.Save,
+            "Save model, image, plan, view",
+        )
+        f.addSeparator()
+        act(f, "Export overlay PNG…", self.export_overlay_dialog, "Ctrl+E", "The overlay as PNG + JSON sidecar")
+        act(f, "Export flow plot (PNG/SVG)…", self.export_flow_image_dialog, None, "The gradient-flow plot")
+        act(f, "Export flow CSV…", self.export_flow_csv_dialog, None, "Per-node gradient statistics as CSV")
+        act(f, "Export plan JSON…", self.export_plan_dialog, None, "The plan as JSON")
+        act(f, "Import plan JSON…", self.import_plan_dialog, None, "Replace the plan with one from a JSON file")
+        act(f, "Load rule file…", self.inspector.rule_editor._load_file, None, "Import user rules from a Python file")
+        f.addSeparator()
+        act(f, "&Quit", self.close, QKeySequence.StandardKey.Quit)
+
+        e = bar.addMenu("&Edit")
+        self.undo_action = act(e, "&Undo plan change", s.undo, QKeySequence.StandardKey.Undo)
+        self.redo_action = act(e, "&Redo plan change", s.redo, "Ctrl+Shift+Z")
+        act(e, "Clear plan", s.clear_plan, None, "Back to the true gradient everywhere")
+
+        v = bar.addMenu("&View")
+        act(v, "Fit graph", self.graph_view.fit_all, None, "F in the graph")
+        act(v, "Zoom in", lambda: self.graph_view.zoom(1.25), None, "Ctrl+= in the graph")
+        act(v, "Zoom out", lambda: self.graph_view.zoom(0.8), None, "Ctrl+- in the graph")
+        act(v, "Find node…", self.graph_view.focus_search, QKeySequence.StandardKey.Find)
+        act(v, "Collapse nested models", lambda: self._collapse_all(True))
+        act(v, "Expand nested models", lambda: self._collapse_all(False))
+
+        r = bar.addMenu("&Run")
+        act(r, "Re-run", s.run, "F5", "Run the backward pass again")
+        act(r, "Cancel", s.cancel, "Esc", "Cancel the running work")
+
+        h = bar.addMenu("&Help")
+        act(h, "Keyboard shortcuts", self._show_shortcuts)
+        act(h, "About gradscope", self._show_about)
+        self._refresh_recent()
+
+    def _build_status_bar(self) -> None:
+        sb = self.statusBar()
+        self.status_label = QLabel("Ready")
+        self.progress = QProgressBar()
+        self.progress.setRange(0, 0)
+        self.progress.setFixedWidth(140)
+        self.progress.setVisible(False)
+        self.cancel_button = QPushButton("Cancel")
+        self.cancel_button.setToolTip("Cancel the running work (Esc)")
+        self.cancel_button.setVisible(False)
+        self.cancel_button.clicked.connect(self.session.cancel)
+        sb.addWidget(self.status_label, 1)
+        sb.addPermanentWidget(self.progress)
+        sb.addPermanentWidget(self.cancel_button)
+
+    def _connect_session(self) -> None:
+        s = self.session
+        s.model_loading.connect(self._on_model_loading)
+        s.model_loaded.connect(self._on_model_loaded)
+        s.layout_changed.connect(self._on_layout)
+        s.selection_changed.connect(lambda node: self.graph_view.select_node(node))
+        s.result_changed.connect(lambda *_: self._update_graph_state())
+        s.plan_changed.connect(self._on_plan_changed)
+        s.busy_changed.connect(self._on_busy)
+        s.status_changed.connect(self._on_status)
+        s.error_raised.connect(self._on_error)
+        s.image_changed.connect(lambda *_: self._update_title())
+        for sig in (s.model_loaded, s.result_changed, s.plan_changed, s.selection_changed, s.view_changed):
+            sig.on_error = self._on_subscriber_error
+
+    # ------------------------------------------------------------------------------------------- session events
+    def _on_model_loading(self, path: str) -> None:
+        self._loading_path = path
+
+    def _on_model_loaded(self, graph: Any) -> None:
+        path = self.session.model_path
+        if path:
+            self._add_recent(path)
+        has_groups = bool(graph.groups)
+        self._btn_collapse.setVisible(has_groups)
+        self._btn_expand.setVisible(has_groups)
+        self.graph_title.setText(f"<b>Layer graph</b> — {graph.model_name}, {len(graph)} nodes")
+        self._update_title()
+
+    def _on_layout(self, layout: Any) -> None:
+        keep = self.graph_view.layout_data is not None and bool(
+            layout.collapsed or self.graph_view.layout_data.collapsed
+        )
+        self.graph_view.set_layout(layout, keep_view=keep)
+        self._update_graph_state()
+
+    def _on_plan_changed(self, plan: Any) -> None:
+        self.undo_action.setEnabled(self.session.can_undo)
+        self.redo_action.setEnabled(self.session.can_redo)
+        self._update_graph_state()
+
+    def _update_graph_state(self) -> None:
+        s = self.session
+        which = "current" if self.color_by.currentIndex() == 0 else "baseline"
+        stats = dict(s.stats(which))
+        res = s.result if which == "current" else s.baseline
+        if res is not None and s.graph is not None and "input_stats" in res.meta:
+            for i in s.graph.input_ids:
+                stats[i] = res.meta["input_stats"]
+        caption = "mean |g|, log scale" + (" (baseline)" if which == "baseline" else "")
+        self.graph_view.set_node_state(stats, s.ruled_nodes(), caption, s.skipped_nodes())
+
+    def _on_busy(self, label: str | None) -> None:
+        self.progress.setVisible(label is not None)
+        self.cancel_button.setVisible(label is not None)
+        if label is not None:
+            self.status_label.setText(label)
+
+    def _on_status(self, message: str) -> None:
+        self.status_label.setText(message)
+
+    def _on_subscriber_error(self, exc: BaseException) -> None:
+        self._on_error("Display error", f"{type(exc).__name__}: {exc}", exc)
+
+    def _on_error(self, title: str, message: str, exc: BaseException | None) -> None:
+        self.status_label.setText(f"{title}: {message.splitlines()[0]}")
+        if isinstance(exc, UnsafeModelError) and self._loading_path:
+            self.error_shown.emit(title, message)
+            if self.confirm_unsafe(self._loading_path, message):
+                self.session.open_model(self._loading_path, safe_mode=False)
+            return
+        self.error_shown.emit(title, message)
+        if self.modal_errors:
+            QMessageBox.warning(self, title, message)
+
+    def _ask_unsafe(self, path: str, message: str) -> bool:
+        if not self.modal_errors:
+            return False
+        box = QMessageBox(self)
+        box.setIcon(QMessageBox.Icon.Warning)
+        box.setWindowTitle("This model runs code when it is opened")
+        box.setText(message)
+        box.setInformativeText("Only open it if you trust where the file came from.")
+        anyway = box.addButton("Open anyway (runs code from the file)", QMessageBox.ButtonRole.AcceptRole)
+        box.addButton(QMessageBox.StandardButton.Cancel)
+        box.exec()
+        return box.clickedButton() is anyway
+
+    # ------------------------------------------------------------------------------------------- files
+    def open_model(self, path: str, *, safe_mode: bool = True) -> None:
+        self.session.open_model(path, safe_mode=safe_mode)
+
+    def open_image(self, path: str) -> bool:
+        return self.session.open_image(path)
+
+    def open_model_dialog(self) -> None:
+        path, _ = QFileDialog.getOpenFileName(self, "Open model", self._last_dir(), MODEL_FILTER)
+        if path:
+            self._remember_dir(path)
+            self.open_model(path)
+
+    def open_image_dialog(self) -> None:
+        path, _ = QFileDialog.getOpenFileName(self, "Open image", self._last_dir(), IMAGE_FILTER)
+        if path:
+            self._remember_dir(path)
+            self.open_image(path)
+
+    def open_session_dialog(self) -> None:
+        path, _ = QFileDialog.getOpenFileName(self, "Open session", self._last_dir(), f"Sessions (*{SESSION_SUFFIX})")
+        if path:
+            self.session.load(path)
+
+    def save_session_dialog(self) -> None:
+        if self.session.model_path is None:
+            self._on_error("Nothing to save", "Open a model file first (an in-memory model cannot be saved).", None)
+            return
+        path, _ = QFileDialog.getSaveFileName(
+            self, "Save session", self._default_name(SESSION_SUFFIX), f"Sessions (*{SESSION_SUFFIX})"
+        )
+        if path:
+            self._guard(lambda: self.session.save(path), "Cannot save the session")
+
+    def export_overlay_dialog(self) -> None:
+        path, _ = QFileDialog.getSaveFileName(self, "Export overlay", self._default_name("_overlay.png"), "PNG (*.png)")
+        if path:
+            self._guard(lambda: self.session.export_overlay(path), "Cannot export the overlay")
+
+    def export_flow_image_dialog(self) -> None:
+        path, _ = QFileDialog.getSaveFileName(
+            self, "Export flow plot", self._default_name("_flow.png"), "PNG (*.png);;SVG (*.svg)"
+        )
+        if path:
+            self._guard(lambda: self.flow.export_image(path), "Cannot export the plot")
+
+    def export_flow_csv_dialog(self) -> None:
+        path, _ = QFileDialog.getSaveFileName(self, "Export flow CSV", self._default_name("_flow.csv"), "CSV (*.csv)")
+        if path:
+            self._guard(lambda: self.session.export_flow_csv(path), "Cannot export the CSV")
+
+    def export_plan_dialog(self) -> None:
+        path, _ = QFileDialog.getSaveFileName(self, "Export plan", self._default_name("_plan.json"), "JSON (*.json)")
+        if path:
+            self._guard(lambda: self.session.export_plan(path), "Cannot export the plan")
+
+    def import_plan_dialog(self) -> None:
+        path, _ = QFileDialog.getOpenFileName(self, "Import plan", self._last_dir(), "JSON (*.json)")
+        if path:
+            self.session.import_plan(path)
+
+    def _guard(self, fn: Any, title: str) -> Any:
+        try:
+            out = fn()
+        except Exception as exc:  # a failed export is a message, never a crash
+            self._on_error(title, str(exc) or type(exc).__name__, exc)
+            return None
+        if out is not None:
+            self.status_label.setText(f"Wrote {out}")
+        return out
+
+    def open_path(self, path: str) -> None:
+        """Open whatever was dropped or passed: model, image, session or rule file, by extension."""
+        low = path.lower()
+        if low.endswith(SESSION_SUFFIX):
+            self.session.load(path)
+        elif low.endswith(MODEL_SUFFIXES):
+            self.open_model(path)
+        elif low.endswith(IMAGE_SUFFIXES):
+            self.open_image(path)
+        elif low.endswith(".py"):
+            self.session.load_rule_file(path)
+        else:
+            self._on_error(
+                "Cannot open this file",
+                f"{Path(path).name}: not a model (.keras, .h5), image, session ({SESSION_SUFFIX}) or rule file (.py).",
+                None,
+            )
+
+    def dragEnterEvent(self, event) -> None:  # noqa: N802
+        if event.mimeData().hasUrls():
+            event.acceptProposedAction()
+
+    def dropEvent(self, event) -> None:  # noqa: N802
+        for url in event.mimeData().urls():
+            if url.isLocalFile():
+                self.open_path(url.toLocalFile())
+        event.acceptProposedAction()
+
+    # ------------------------------------------------------------------------------------------- settings
+    def _recent(self) -> list[str]:
+        value = self.settings.value("recent_models", [])
+        if isinstance(value, str):
+            value = [value]
+        return [str(v) for v in (value or [])]
+
+    def _add_recent(self, path: str) -> None:
+        path = str(Path(path).resolve())
+        items = [path] + [p for p in self._recent() if p != path]
+        self.settings.setValue("recent_models", items[:_MAX_RECENT])
+        self._refresh_recent()
+
+    def _refresh_recent(self) -> None:
+        self.recent_menu.clear()
+        items = self._recent()
+        for p in items:
+            a = self.recent_menu.addAction(Path(p).name)
+            a.setToolTip(p)
+            a.triggered.connect(lambda _=False, p=p: self.open_model(p))
+        self.recent_menu.setEnabled(bool(items))
+
+    def _last_dir(self) -> str:
+        return str(self.settings.value("last_dir", str(Path.home())))
+
+    def _remember_dir(self, path: str) -> None:
+        self.settings.setValue("last_dir", str(Path(path).parent))
+
+    def _default_name(self, suffix: str) -> str:
+        stem = Path(self.session.image_path or self.session.model_path or "gradscope").stem
+        return str(Path(self._last_dir()) / f"{stem}{suffix}")
+
+    # ------------------------------------------------------------------------------------------- misc
+    def _collapse_all(self, collapse: bool) -> None:
+        g = self.session.graph
+        if g is None:
+            return
+        for group in g.groups:
+            if "/" not in group:  # collapsing the outermost level hides the inner ones too
+                self.session.set_collapsed(group, collapse)
+        if not collapse:
+            for group in g.groups:
+                self.session.set_collapsed(group, False)
+
+    def _update_title(self) -> None:
+        s = self.session
+        parts = ["gradscope"]
+        if s.model_path or s.graph is not None:
+            parts.append(Path(s.model_path).name if s.model_path else s.graph.model_name)
+        if s.image_path:
+            parts.append(Path(s.image_path).name)
+        self.setWindowTitle(" — ".join(parts))
+
+    def _show_shortcuts(self) -> None:
+        QMessageBox.information(
+            self,
+            "Keyboard shortcuts",
+            "Ctrl+O open model · Ctrl+I open image · Ctrl+S save session · Ctrl+E export overlay\n"
+            "Ctrl+Z / Ctrl+Shift+Z undo / redo plan · F5 re-run · Esc cancel\n"
+            "Graph: wheel or Ctrl+= / Ctrl+- zoom · drag to pan · F fit · Ctrl+F find · double-click a nested "
+            "model's title to collapse it, a collapsed box to expand it",
+        )
+
+    def _show_about(self) -> None:
+        QMessageBox.about(self, "About gradscope", "gradscope: a visual debugger for gradients of Keras 3 models.")
+
+    def closeEvent(self, event) -> None:  # noqa: N802
+        executor = self.session.executor
+        if hasattr(executor, "shutdown"):
+            executor.shutdown()
+        super().closeEvent(event)
+
+    def when_idle(self, callback: Any, timeout_ms: int = 600_000) -> None:
+        """Call ``callback`` once no work is pending and a result is shown (screenshots)."""
+        waited = {"ms": 0}
+
+        def check() -> None:
+            waited["ms"] += 100
+            s = self.session
+            if (s.busy is None and (s.result is not None or s.graph is None)) or waited["ms"] > timeout_ms:
+                timer.stop()
+                QTimer.singleShot(400, callback)
+
+        timer = QTimer(self)
+        timer.timeout.connect(check)
+        timer.start(100)

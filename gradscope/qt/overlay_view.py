@@ -1,0 +1,269 @@
+"""Input image, saliency map and blend, with the read-out controls (target, colormap, alpha, normalisation)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+from PySide6.QtCore import QSize, Qt
+from PySide6.QtGui import QPixmap
+from PySide6.QtWidgets import (
+    QCheckBox,
+    QComboBox,
+    QGridLayout,
+    QHBoxLayout,
+    QLabel,
+    QSizePolicy,
+    QSlider,
+    QSpinBox,
+    QVBoxLayout,
+    QWidget,
+)
+
+from gradscope.core.errors import GradscopeError
+from gradscope.core.session import INPUT_KEY, NORMALIZATIONS, PREPROCESSINGS, REDUCTIONS, Session, colormaps
+from gradscope.qt.images import to_pixmap
+
+
+class ImagePanel(QWidget):
+    """A captioned picture that scales to its space and keeps its aspect ratio."""
+
+    def __init__(self, caption: str, parent: QWidget | None = None) -> None:
+        super().__init__(parent)
+        lay = QVBoxLayout(self)
+        lay.setContentsMargins(2, 2, 2, 2)
+        lay.setSpacing(2)
+        self.caption = QLabel(caption)
+        self.caption.setAlignment(Qt.AlignmentFlag.AlignCenter)
+        self.caption.setStyleSheet("color:#455a64; font-weight:600")
+        self.picture = QLabel()
+        self.picture.setAlignment(Qt.AlignmentFlag.AlignCenter)
+        self.picture.setMinimumSize(96, 96)
+        self.picture.setSizePolicy(QSizePolicy.Policy.Expanding, QSizePolicy.Policy.Expanding)
+        self.picture.setStyleSheet("background:#eceff1; border:1px solid #cfd8dc; color:#78909c")
+        lay.addWidget(self.caption)
+        lay.addWidget(self.picture, 1)
+        self._pixmap: QPixmap | None = None
+        self._smooth = True
+
+    def set_array(self, array: np.ndarray | None, placeholder: str = "", smooth: bool = True) -> None:
+        self._smooth = smooth
+        if array is None:
+            self._pixmap = None
+            self.picture.setPixmap(QPixmap())
+            self.picture.setText(placeholder)
+            return
+        self._pixmap = to_pixmap(array)
+        self.picture.setText("")
+        self._rescale()
+
+    def pixmap(self) -> QPixmap | None:
+        return self._pixmap
+
+    def resizeEvent(self, event) -> None:  # noqa: N802
+        super().resizeEvent(event)
+        self._rescale()
+
+    def _rescale(self) -> None:
+        if self._pixmap is None or self._pixmap.isNull():
+            return
+        size = self.picture.size() - QSize(4, 4)
+        mode = Qt.TransformationMode.SmoothTransformation if self._smooth else Qt.TransformationMode.FastTransformation
+        self.picture.setPixmap(self._pixmap.scaled(size, Qt.AspectRatioMode.KeepAspectRatio, mode))
+
+
+class OverlayView(QWidget):
+    def __init__(self, session: Session, parent: QWidget | None = None) -> None:
+        super().__init__(parent)
+        self.session = session
+        self._updating = False
+        lay = QVBoxLayout(self)
+        lay.setContentsMargins(4, 4, 4, 4)
+        grid = QGridLayout()
+        grid.setHorizontalSpacing(6)
+        grid.setVerticalSpacing(3)
+
+        self.target = QComboBox()
+        self.target.setObjectName("target_combo")
+        self.target.setToolTip("What is explained: the top-1 class, or one of the model's top-5 predictions")
+        self.target.setMinimumContentsLength(14)
+        self.target.activated.connect(self._on_target_chosen)
+        self.other_class = QSpinBox()
+        self.other_class.setRange(-1, 100000)
+        self.other_class.setSpecialValueText("auto")
+        self.other_class.setValue(-1)
+        self.other_class.setToolTip("Any class index (auto: each sample's top-1)")
+        self.other_class.editingFinished.connect(self._on_other_class)
+        self.readout = QComboBox()
+        self.readout.addItems(["selected node", "model input"])
+        self.readout.setToolTip("Read the map at the node selected in the graph, or always at the model input")
+        self.readout.activated.connect(self._on_readout)
+        self.which = QComboBox()
+        self.which.addItems(["plan", "baseline"])
+        self.which.setToolTip("Show the current plan's map or the baseline (plain gradient, no rules)")
+        self.which.activated.connect(lambda *_: self.refresh())
+
+        self.cmap = QComboBox()
+        self.cmap.addItems(list(colormaps()))
+        self.cmap.setToolTip("Colormap of the map")
+        self.cmap.activated.connect(lambda *_: self.session.set_view(colormap=self.cmap.currentText()))
+        self.alpha = QSlider(Qt.Orientation.Horizontal)
+        self.alpha.setRange(0, 100)
+        self.alpha.setFixedWidth(90)
+        self.alpha.setToolTip("Opacity of the map over the image")
+        self.alpha.valueChanged.connect(lambda v: self._updating or self.session.set_view(alpha=v / 100.0))
+        self.norm = QComboBox()
+        self.norm.addItems(list(NORMALIZATIONS))
+        self.norm.setToolTip("How the map is scaled to [0, 1] (signed: centred on zero, for a diverging colormap)")
+        self.norm.activated.connect(lambda *_: self.session.set_view(normalization=self.norm.currentText()))
+        self.reduction = QComboBox()
+        self.reduction.addItems(list(REDUCTIONS))
+        self.reduction.setToolTip("How channels are reduced to one map (max_abs for gradients, sum for MWP/LRP)")
+        self.reduction.activated.connect(lambda *_: self.session.set_view(reduction=self.reduction.currentText()))
+        self.times_input = QCheckBox("× input")
+        self.times_input.setToolTip("Multiply the signal by the forward value (gradient × input)")
+        self.times_input.toggled.connect(lambda v: self._updating or self.session.set_view(times_input=v))
+        self.preprocessing = QComboBox()
+        self.preprocessing.addItems(list(PREPROCESSINGS))
+        self.preprocessing.setToolTip(
+            "How image pixels are scaled for the model (caffe: keras.applications ResNet/VGG)"
+        )
+        self.preprocessing.activated.connect(
+            lambda *_: self.session.set_preprocessing(self.preprocessing.currentText())
+        )
+
+        def cell(label: str, w: QWidget) -> QWidget:
+            box = QWidget()
+            h = QHBoxLayout(box)
+            h.setContentsMargins(0, 0, 0, 0)
+            h.setSpacing(3)
+            lab = QLabel(label)
+            lab.setStyleSheet("color:#546e7a")
+            h.addWidget(lab)
+            h.addWidget(w, 1)
+            return box
+
+        grid.addWidget(cell("Target", self.target), 0, 0, 1, 2)
+        grid.addWidget(cell("class", self.other_class), 0, 2)
+        grid.addWidget(cell("Pixels", self.preprocessing), 0, 3)
+        grid.addWidget(cell("Map at", self.readout), 1, 0)
+        grid.addWidget(cell("Show", self.which), 1, 1)
+        grid.addWidget(cell("Channels", self.reduction), 1, 2)
+        grid.addWidget(self.times_input, 1, 3)
+        grid.addWidget(cell("Colormap", self.cmap), 2, 0)
+        grid.addWidget(cell("Alpha", self.alpha), 2, 1)
+        grid.addWidget(cell("Norm", self.norm), 2, 2)
+        lay.addLayout(grid)
+        panels = QHBoxLayout()
+        self.input_panel = ImagePanel("Input")
+        self.map_panel = ImagePanel("Map")
+        self.blend_panel = ImagePanel("Overlay")
+        for p in (self.input_panel, self.map_panel, self.blend_panel):
+            panels.addWidget(p, 1)
+        lay.addLayout(panels, 1)
+        self.note = QLabel()
+        self.note.setWordWrap(True)
+        self.note.setStyleSheet("color:#607d8b")
+        lay.addWidget(self.note)
+
+        session.result_changed.connect(lambda *_: self._on_result())
+        session.view_changed.connect(lambda *_: self._sync_controls() or self.refresh())
+        session.selection_changed.connect(lambda *_: self.refresh())
+        session.image_changed.connect(lambda *_: self.refresh())
+        session.target_changed.connect(lambda *_: self._fill_targets())
+        session.model_loaded.connect(lambda *_: self._on_model())
+        self._sync_controls()
+        self.refresh()
+
+    # ------------------------------------------------------------------------------------------- syncing
+    def _sync_controls(self) -> None:
+        v = self.session.view
+        self._updating = True
+        try:
+            if self.cmap.findText(v.colormap) < 0:
+                self.cmap.addItem(v.colormap)
+            self.cmap.setCurrentText(v.colormap)
+            self.alpha.setValue(round(v.alpha * 100))
+            self.norm.setCurrentText(v.normalization)
+            if self.reduction.findText(v.reduction) < 0:
+                self.reduction.addItem(v.reduction)
+            self.reduction.setCurrentText(v.reduction)
+            self.times_input.setChecked(v.times_input)
+            self.readout.setCurrentIndex(1 if v.readout_node == INPUT_KEY else 0)
+            self.preprocessing.setCurrentText(self.session.preprocessing)
+        finally:
+            self._updating = False
+
+    def _on_model(self) -> None:
+        self._sync_controls()
+        self._fill_targets()
+        self.refresh()
+
+    def _on_result(self) -> None:
+        self._fill_targets()
+        self.refresh()
+
+    def _fill_targets(self) -> None:
+        s = self.session
+        self.target.blockSignals(True)
+        self.target.clear()
+        top = s.top_k(5)
+        predicted = int(s.result.target_indices[0]) if s.result is not None and s.result.target_indices.size else None
+        self.target.addItem("top-1 (auto)" + (f" → class {predicted}" if predicted is not None else ""), None)
+        for idx, p in top:
+            self.target.addItem(f"class {idx}   p={p:.3f}", idx)
+        if s.target.kind == "class" and s.target.index is not None:
+            i = self.target.findData(s.target.index)
+            if i < 0:
+                self.target.addItem(f"class {s.target.index}", s.target.index)
+                i = self.target.count() - 1
+            self.target.setCurrentIndex(i)
+        self.target.blockSignals(False)
+        self.other_class.blockSignals(True)
+        self.other_class.setValue(-1 if s.target.index is None else int(s.target.index))
+        self.other_class.blockSignals(False)
+
+    def _on_target_chosen(self, index: int) -> None:
+        self.session.set_target_class(self.target.itemData(index))
+
+    def _on_other_class(self) -> None:
+        v = self.other_class.value()
+        self.session.set_target_class(None if v < 0 else v)
+
+    def _on_readout(self, index: int) -> None:
+        self.session.set_view(readout_node=INPUT_KEY if index == 1 else None)
+
+    # ------------------------------------------------------------------------------------------- drawing
+    def refresh(self) -> None:
+        s = self.session
+        self.input_panel.set_array(s.image, "No image: File ▸ Open image" if s.graph else "")
+        which = "current" if self.which.currentIndex() == 0 else "baseline"
+        res = s.result if which == "current" else s.baseline
+        if res is None:
+            self.map_panel.set_array(None, "…" if s.busy else "")
+            self.blend_panel.set_array(None, "")
+            self.note.setText(s.input_note)
+            return
+        try:
+            images = s.overlay(which=which)
+        except GradscopeError as exc:
+            self.map_panel.set_array(None, str(exc))
+            self.blend_panel.set_array(None, "")
+            return
+        where = images.node or "model input"
+        self.map_panel.caption.setText(f"Map at {where}")
+        self.map_panel.set_array(images.heat, smooth=images.spatial)
+        self.blend_panel.set_array(images.blend, "(no spatial map to blend)" if not images.spatial else "")
+        lo, hi = float(np.nanmin(images.saliency)), float(np.nanmax(images.saliency))
+        method = (
+            "baseline (no rules)" if which == "baseline" else f"{s.method_name}, {len(s.plan.entries)} plan entries"
+        )
+        parts = [f"{method}; map {images.saliency.shape[0]}×{images.saliency.shape[1]}, range [{lo:.3g}, {hi:.3g}]"]
+        if images.note:
+            parts.append(images.note)
+        if s.input_note:
+            parts.append(s.input_note)
+        self.note.setText("  ".join(parts))
+
+    def current_overlay(self) -> Any:
+        return self.blend_panel.pixmap() or self.map_panel.pixmap()
