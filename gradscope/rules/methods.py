@@ -77,3 +77,32 @@ def gradient(graph: LayerGraph) -> Method:
 @register_method("gradient_x_input", "Gradient times input (at the input or any layer)")
 def gradient_x_input(graph: LayerGraph) -> Method:
     return Method("gradient_x_input", Plan(name="gradient_x_input"), reduction="sum", times_input=True, signed=True)
+
+
+# ------------------------------------------------------------------------- guided backprop / deconvnet (§2.2)
+def _relu_method(name: str, rule: str, graph: LayerGraph) -> Method:
+    """Every ReLU-like node gets ``rule``; everything else (max-pool, BN, ...) keeps its true VJP."""
+    from gradscope.rules.builtin.relu_family import relu_selectors
+    from gradscope.rules.plan import PlanEntry
+
+    # Only selectors that match something, so the result does not report an 'unmatched' selector as a problem.
+    entries = [PlanEntry(s, rule) for s in relu_selectors()]
+    used = tuple(e for e in entries if any(e.matches(n) for n in graph.nodes)) or tuple(entries[:1])
+    plan = Plan(used, name=name)
+    changed = changed_nodes(graph, plan)
+    warnings: tuple[str, ...] = ()
+    if not changed:
+        warnings = (
+            f"{name}: the model has no ReLU-like node (ReLU, ReLU6, LeakyReLU), so this is the plain gradient.",
+        )
+    return Method(name, plan, reduction="max_abs", changed=changed, warnings=warnings)
+
+
+@register_method("guided_backprop", "Guided backprop: ReLU passes g*1[z>0]*1[g>0] (Springenberg et al. 2015)")
+def guided_backprop(graph: LayerGraph) -> Method:
+    return _relu_method("guided_backprop", "guided_backprop", graph)
+
+
+@register_method("deconvnet", "Deconvnet: ReLU passes max(g, 0), forward mask ignored (Zeiler & Fergus 2014)")
+def deconvnet(graph: LayerGraph) -> Method:
+    return _relu_method("deconvnet", "deconvnet", graph)

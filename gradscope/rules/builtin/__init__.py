@@ -1,3 +1,7 @@
 """Built-in rules; importing this package registers them."""
 
-from gradscope.rules.builtin import basic  # noqa: F401
+from gradscope.rules.builtin import (
+    basic,  # noqa: F401
+    relu_family,  # noqa: F401
+    substitute,  # noqa: F401
+)
