@@ -213,7 +213,22 @@ class FlowPlot(QWidget):
         path = Path(path)
         item = self.plot.getPlotItem()
         if path.suffix.lower() == ".svg":
-            exporters.SVGExporter(item).export(str(path))
+            # pyqtgraph's SVGExporter fails on some Qt 6 paths; Qt's own SVG painter draws the widget as is.
+            from PySide6.QtCore import QRect, QSize
+            from PySide6.QtGui import QPainter
+            from PySide6.QtSvg import QSvgGenerator
+
+            gen = QSvgGenerator()
+            gen.setFileName(str(path))
+            size = self.plot.size()
+            gen.setSize(QSize(size.width(), size.height()))
+            gen.setViewBox(QRect(0, 0, size.width(), size.height()))
+            gen.setTitle("gradscope gradient flow")
+            painter = QPainter(gen)
+            try:
+                self.plot.render(painter)
+            finally:
+                painter.end()
         else:
             exp = exporters.ImageExporter(item)
             exp.parameters()["width"] = max(800, int(self.plot.width()))

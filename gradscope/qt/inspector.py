@@ -172,15 +172,20 @@ class ParamsForm(QWidget):
 
     def values(self) -> dict[str, Any]:
         out: dict[str, Any] = {}
-        for name, (_kind, editor) in self.editors.items():
+        for name, (kind, editor) in self.editors.items():
             if isinstance(editor, QCheckBox):
                 out[name] = editor.isChecked()
             elif isinstance(editor, QSpinBox):
                 out[name] = editor.value()
             elif isinstance(editor, QComboBox):
                 out[name] = editor.currentText()
+            elif kind == "float":
+                try:
+                    out[name] = float(editor.text())
+                except ValueError:
+                    out[name] = editor.text()  # make_params refuses it with a message naming the parameter
             else:
-                out[name] = editor.text()  # make_params coerces and explains bad values
+                out[name] = editor.text()
         return out
 
 

@@ -44,8 +44,17 @@ class Recorder:
 
     def __init__(self, session: Session) -> None:
         self.events: list[tuple[str, tuple]] = []
-        for name in ("model_loaded", "result_changed", "error_raised", "plan_changed", "busy_changed",
-                     "selection_changed", "view_changed", "target_changed", "layout_changed"):
+        for name in (
+            "model_loaded",
+            "result_changed",
+            "error_raised",
+            "plan_changed",
+            "busy_changed",
+            "selection_changed",
+            "view_changed",
+            "target_changed",
+            "layout_changed",
+        ):
             getattr(session, name).connect(lambda *a, name=name: self.events.append((name, a)))
 
     def names(self) -> list[str]:
@@ -173,7 +182,7 @@ def test_rule_that_cannot_run_is_refused_with_a_message(loaded):
     before = s.plan
     assert not s.add_rule("gap", "backward_as", {"activation": "sigmoid"})  # not an activation node
     assert s.plan == before
-    (title, message, exc), = rec.errors()
+    ((title, message, exc),) = rec.errors()
     assert isinstance(exc, PlanError) and "gap" in message
     assert not s.add_rule("c2", "scale", {"factor": "lots"})
     assert "factor" in rec.errors()[-1][1]
@@ -242,6 +251,7 @@ def test_thread_executor_skips_stale_jobs_and_reports_progress():
     progress: list[str] = []
     latest = {"id": 0}
     try:
+
         def blocker(token):
             gate.wait(10)
             token.report("halfway")
@@ -250,8 +260,9 @@ def test_thread_executor_skips_stale_jobs_and_reports_progress():
         ex.submit(Job("k", 0, blocker, done.append, lambda e: None, on_progress=progress.append))
         for i in (1, 2, 3):
             latest["id"] = i
-            ex.submit(Job("k", i, lambda t, i=i: i, done.append, lambda e: None,
-                          is_current=lambda i=i: latest["id"] == i))
+            ex.submit(
+                Job("k", i, lambda t, i=i: i, done.append, lambda e: None, is_current=lambda i=i: latest["id"] == i)
+            )
         gate.set()
         assert ex.wait_idle(10)
         assert done == [0, 3] and ex.jobs_skipped == 2
@@ -324,7 +335,7 @@ def test_corrupt_model_reports_and_session_keeps_working(tmp_path, model):
     s = Session(InlineExecutor())
     rec = Recorder(s)
     s.open_model(bad)
-    (title, message, exc), = rec.errors()
+    ((title, message, exc),) = rec.errors()
     assert isinstance(exc, ModelLoadError) and message == str(exc) and s.graph is None and s.busy is None
     good = tmp_path / "good.keras"
     model.save(good)
@@ -417,8 +428,11 @@ def test_layout_collapses_nested_models():
     col = compute_layout(g, {"inner"})
     assert "group:inner" in col.boxes and set(col.boxes["group:inner"].members) == members
     assert not members & set(col.boxes) and not col.frames
-    assert {(e.src, e.dst) for e in col.edges} == {(g.input_ids[0], "stem"), ("stem", "group:inner"),
-                                                   ("group:inner", "head")}
+    assert {(e.src, e.dst) for e in col.edges} == {
+        (g.input_ids[0], "stem"),
+        ("stem", "group:inner"),
+        ("group:inner", "head"),
+    }
     assert col.box_of(next(iter(members))).id == "group:inner"
     seen = []
     s.layout_changed.connect(seen.append)

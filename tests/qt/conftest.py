@@ -1,0 +1,68 @@
+"""Offscreen Qt for the GUI tests: set the platform before anything imports Qt."""
+
+from __future__ import annotations
+
+import os
+
+os.environ["QT_QPA_PLATFORM"] = "offscreen"
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+
+import numpy as np  # noqa: E402
+import pytest  # noqa: E402
+
+pytest.importorskip("PySide6")
+pytest.importorskip("pytestqt")
+
+
+def tiny_cnn(seed: int = 0):
+    import keras
+
+    keras.utils.set_random_seed(seed)
+    i = keras.Input((12, 12, 3), name="img")
+    h = keras.layers.Conv2D(4, 3, activation="relu", name="c1")(i)
+    h = keras.layers.Conv2D(5, 3, name="c2")(h)
+    h = keras.layers.GlobalAveragePooling2D(name="gap")(h)
+    o = keras.layers.Dense(3, activation="softmax", name="out")(h)
+    return keras.Model(i, o, name="tiny")
+
+
+@pytest.fixture(scope="session")
+def model_file(tmp_path_factory):
+    path = tmp_path_factory.mktemp("models") / "tiny.keras"
+    tiny_cnn().save(path)
+    return path
+
+
+@pytest.fixture(scope="session")
+def image_file(tmp_path_factory):
+    from PIL import Image
+
+    path = tmp_path_factory.mktemp("images") / "input.png"
+    Image.fromarray((np.random.default_rng(2).random((24, 24, 3)) * 255).astype(np.uint8)).save(path)
+    return path
+
+
+@pytest.fixture
+def window(qtbot, tmp_path):
+    from PySide6.QtCore import QSettings
+
+    from gradscope.qt.main_window import MainWindow
+
+    settings = QSettings(str(tmp_path / "settings.ini"), QSettings.Format.IniFormat)
+    w = MainWindow(settings=settings, modal_errors=False)
+    qtbot.addWidget(w)
+    w.resize(1400, 900)
+    w.show()
+    yield w
+    w.session.executor.shutdown()
+
+
+@pytest.fixture
+def wait_idle(qtbot):
+    """Wait (turning the event loop) until a window's session is idle with a result."""
+
+    def wait(window, timeout=120_000):
+        s = window.session
+        qtbot.waitUntil(lambda: s.busy is None and s.result is not None, timeout=timeout)
+
+    return wait

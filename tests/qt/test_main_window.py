@@ -1,0 +1,214 @@
+"""The GUI end to end, offscreen: open, select, set a rule, badges, exports, errors, responsiveness."""
+
+from __future__ import annotations
+
+import threading
+
+import numpy as np
+from PySide6.QtCore import Qt, QTimer
+
+
+def _open(window, qtbot, wait_idle, model_file, image_file=None):
+    if image_file is not None:
+        assert window.open_image(str(image_file))
+    window.open_model(str(model_file))
+    wait_idle(window)
+    qtbot.waitUntil(lambda: window.session.rules_ready, timeout=60_000)
+
+
+def test_open_select_rule_badge_undo(window, qtbot, wait_idle, model_file, image_file):
+    _open(window, qtbot, wait_idle, model_file, image_file)
+    s, view = window.session, window.graph_view
+    assert set(view.items_by_id) == set(s.graph.ids())
+    assert window.windowTitle() == "gradscope — tiny.keras — input.png"
+    # click the node in the graph: the selection drives the inspector
+    item = view.items_by_id["c1:act"]
+    view.centerOn(item)
+    qtbot.mouseClick(view.viewport(), Qt.MouseButton.LeftButton, pos=view.mapFromScene(item.scenePos()))
+    assert s.selected == "c1:act"
+    assert "c1:relu" in window.inspector.info.toPlainText()
+    editor = window.inspector.rule_editor
+    editor.select_rule("zero")
+    baseline_grad = s.baseline.input_grad.copy()
+    qtbot.mouseClick(editor.apply_node, Qt.MouseButton.LeftButton)
+    qtbot.waitUntil(
+        lambda: s.busy is None and s.result is not None and s.result.rules == {"c1:act": "zero"}, timeout=60_000
+    )
+    assert view.items_by_id["c1:act"].rule == "zero"  # the badge
+    assert view.items_by_id["c1"].status == "zero"  # nothing flows below the zeroed activation
+    assert np.all(s.result.input_grad == 0) and np.any(baseline_grad != 0)
+    assert window.inspector.plan_table.table.rowCount() == 1
+    assert "Backward rule: zero" in window.inspector.info.toPlainText()
+    # the overlay shows the (now zero) map at the selected node's output, which still has a signal
+    assert window.overlay.map_panel.pixmap() is not None
+    window.undo_action.trigger()
+    qtbot.waitUntil(lambda: s.busy is None and s.result is not None and not s.result.rules, timeout=60_000)
+    assert view.items_by_id["c1:act"].rule is None
+    assert window.inspector.plan_table.table.rowCount() == 0
+    assert window.redo_action.isEnabled()
+
+
+def test_apply_to_type_and_params_form(window, qtbot, wait_idle, model_file, image_file):
+    _open(window, qtbot, wait_idle, model_file, image_file)
+    s = window.session
+    s.select("c2")
+    editor = window.inspector.rule_editor
+    editor.select_rule("scale")
+    factor = editor.params.editors["factor"][1]
+    factor.setText("3.0")
+    base = s.baseline.input_grad.copy()
+    qtbot.mouseClick(editor.apply_type, Qt.MouseButton.LeftButton)
+    qtbot.waitUntil(lambda: s.busy is None and s.result is not None and len(s.result.rules) == 2, timeout=60_000)
+    assert s.plan.entries[-1].select == "type:Conv2D" and s.plan.entries[-1].params == {"factor": 3.0}
+    np.testing.assert_allclose(s.result.input_grad, 9.0 * base, rtol=1e-4, atol=1e-7)  # two scaled convs
+    # a bad parameter is refused with a message, not a crash
+    factor.setText("lots")
+    with qtbot.waitSignal(window.error_shown, timeout=5_000) as sig:
+        qtbot.mouseClick(editor.apply_node, Qt.MouseButton.LeftButton)
+    assert "factor" in sig.args[1]
+
+
+def test_flow_plot_click_selects_and_exports(window, qtbot, wait_idle, model_file, image_file, tmp_path):
+    from PIL import Image
+
+    _open(window, qtbot, wait_idle, model_file, image_file)
+    s = window.session
+    flow = window.flow
+    assert flow.node_ids == [n for n in s.graph.ids() if n in s.result.stats]
+    flow.click_node("c2")
+    assert s.selected == "c2" and window.graph_view.selected_id() == "c2"
+    png = s.export_overlay(tmp_path / "overlay.png")
+    with Image.open(png) as im:
+        im.verify()
+    with Image.open(png) as im:
+        assert im.format == "PNG" and im.size == (24, 24)
+    assert png.with_suffix(".json").is_file()
+    plot_png = flow.export_image(tmp_path / "flow.png")
+    with Image.open(plot_png) as im:
+        assert im.format == "PNG" and im.size[0] >= 800
+    svg = flow.export_image(tmp_path / "flow.svg").read_text()
+    assert "<svg" in svg
+    csv_rows = s.export_flow_csv(tmp_path / "flow.csv").read_text().splitlines()
+    assert csv_rows[0].startswith("node,rule,status") and len(csv_rows) == 1 + len(flow.node_ids)
+
+
+def test_corrupt_model_shows_error_and_app_keeps_working(window, qtbot, wait_idle, model_file, tmp_path):
+    bad = tmp_path / "corrupt.keras"
+    bad.write_bytes(b"PK\x03\x04 definitely not a keras archive" * 20)
+    with qtbot.waitSignal(window.error_shown, timeout=60_000) as sig:
+        window.open_model(str(bad))
+    title, message = sig.args
+    assert title == "Cannot open the model" and "corrupt.keras" in message
+    assert "Traceback" not in message
+    qtbot.waitUntil(lambda: window.session.busy is None, timeout=10_000)
+    assert window.session.graph is None and not window.progress.isVisible()
+    _open(window, qtbot, wait_idle, model_file)  # the window still works
+    assert window.session.graph is not None
+
+
+def test_unsafe_model_offers_explicit_opt_in(window, qtbot, wait_idle, tmp_path):
+    import keras
+
+    i = keras.Input((4,))
+    o = keras.layers.Lambda(lambda t: t * 2.0, name="double")(i)
+    o = keras.layers.Dense(2, name="d")(o)
+    path = tmp_path / "lambda.keras"
+    keras.Model(i, o).save(path)
+    asked = []
+
+    def confirm(p, message):
+        asked.append((p, message))
+        return True  # the user clicks "Open anyway (runs code from the file)"
+
+    window.confirm_unsafe = confirm
+    with qtbot.waitSignal(window.error_shown, timeout=60_000):
+        window.open_model(str(path))
+    wait_idle(window)
+    assert asked and asked[0][0] == str(path)
+    assert window.session.graph is not None and "double" in window.session.graph
+
+
+def test_gui_stays_responsive_while_the_backward_pass_runs(window, qtbot, wait_idle, model_file, image_file):
+    _open(window, qtbot, wait_idle, model_file, image_file)
+    s = window.session
+    engine = s._engine
+    gui_thread = threading.get_ident()
+    ran_on: list[int] = []
+    real = engine.backward
+
+    def spy(*args, **kwargs):
+        ran_on.append(threading.get_ident())
+        return real(*args, **kwargs)
+
+    engine.backward = spy
+    ticks = []
+    timer = QTimer()
+    timer.timeout.connect(lambda: ticks.append(s.busy))
+    timer.start(10)
+    s.add_rule("c2", "true_gradient")  # a new plan: traced afresh, which takes a while
+    qtbot.waitUntil(
+        lambda: s.busy is None and s.result is not None and s.result.rules == {"c2": "true_gradient"}, timeout=60_000
+    )
+    timer.stop()
+    busy_ticks = [t for t in ticks if t is not None]
+    assert len(busy_ticks) >= 3, ticks  # the event loop kept turning during the pass
+    assert ran_on and gui_thread not in ran_on  # TensorFlow ran on the worker thread
+    np.testing.assert_allclose(s.result.input_grad, s.baseline.input_grad, rtol=1e-5, atol=1e-8)
+
+
+def test_nested_model_collapses(window, qtbot, wait_idle, tmp_path):
+    import keras
+
+    keras.utils.set_random_seed(0)
+    inner = keras.Sequential([keras.layers.Dense(5, activation="relu"), keras.layers.Dense(4)], name="inner")
+    i = keras.Input((3,))
+    o = keras.layers.Dense(2, name="head")(inner(keras.layers.Dense(3, name="stem")(i)))
+    path = tmp_path / "nested.keras"
+    keras.Model(i, o).save(path)
+    window.open_model(str(path))
+    wait_idle(window)
+    view = window.graph_view
+    assert "inner/dense" in view.items_by_id and window._btn_collapse.isVisibleTo(window)
+    window._collapse_all(True)
+    qtbot.waitUntil(lambda: "group:inner" in view.items_by_id, timeout=30_000)
+    assert "inner/dense" not in view.items_by_id
+    window.session.select("inner/dense")  # a member of the collapsed box selects the box
+    assert view.selected_id() == "group:inner"
+    window._collapse_all(False)
+    qtbot.waitUntil(lambda: "inner/dense" in view.items_by_id, timeout=30_000)
+
+
+def test_search_finds_and_selects(window, qtbot, wait_idle, model_file, image_file):
+    _open(window, qtbot, wait_idle, model_file, image_file)
+    view = window.graph_view
+    view.focus_search()
+    qtbot.keyClicks(view.search, "gap")
+    assert window.session.selected == "gap" and view.items_by_id["gap"].matched
+    view.zoom(2.0)
+    before = view.transform().m11()
+    view.fit_all()
+    assert view.transform().m11() != before
+
+
+def test_session_file_and_recent_models(window, qtbot, wait_idle, model_file, image_file, tmp_path):
+    _open(window, qtbot, wait_idle, model_file, image_file)
+    s = window.session
+    s.add_rule("c1:act", "zero")
+    wait_idle(window)
+    saved = s.save(tmp_path / "work")
+    assert window._recent()[0] == str(model_file.resolve())
+    s.clear_plan()
+    wait_idle(window)
+    window.open_path(str(saved))
+    qtbot.waitUntil(
+        lambda: s.busy is None and s.result is not None and s.result.rules == {"c1:act": "zero"}, timeout=60_000
+    )
+    assert window.inspector.plan_table.table.rowCount() == 1
+
+
+def test_unknown_file_type_is_a_message(window, qtbot, tmp_path):
+    p = tmp_path / "notes.txt"
+    p.write_text("hello")
+    with qtbot.waitSignal(window.error_shown, timeout=5_000) as sig:
+        window.open_path(str(p))
+    assert "not a model" in sig.args[1]
