@@ -854,6 +854,11 @@ class FlowReport:
             lines.append(f"rel = mean|g| relative to {self.reference_node!r} (the output end).")
         return "\n".join(lines)
 
+    def to_png(self, path: str | Path) -> Path:
+        """A headless chart (Pillow): per node, mean|g| and max|g| on a log scale, and |grad W| / |W| with the
+        vanishing / exploding thresholds; flagged nodes in red, nodes without a gradient marked "none"."""
+        return _flow_png(self, Path(path))
+
     def to_dict(self) -> dict:
         return {
             "model_name": self.model_name,
@@ -865,6 +870,70 @@ class FlowReport:
             "weights": [{**asdict(w), "shape": list(w.shape)} for w in self.weights],
             "meta": {k: v for k, v in self.meta.items() if isinstance(v, (str, int, float, bool, list)) or v is None},
         }
+
+
+def _log_span(values: list[float], floor: float = 1e-30) -> tuple[float, float]:
+    logs = [math.log10(max(v, floor)) for v in values if v is not None and math.isfinite(v) and v > 0]
+    if not logs:
+        return -1.0, 1.0
+    lo, hi = math.floor(min(logs)), math.ceil(max(logs))
+    return (lo - 1.0, hi + 1.0) if lo == hi else (float(lo), float(hi))
+
+
+def _flow_png(report: FlowReport, path: Path) -> Path:
+    from PIL import Image, ImageDraw
+
+    row_h, top, label_w, panel_w, flag_w = 16, 44, 8 + 7 * max((len(r.node) for r in report.rows), default=4), 300, 190
+    width = label_w + 2 * (panel_w + 20) + flag_w
+    height = top + row_h * len(report.rows) + 24
+    img = Image.new("RGB", (width, height), "white")
+    draw = ImageDraw.Draw(img)
+    grads = [r.grad_mean_abs for r in report.rows] + [r.grad_max_abs for r in report.rows]
+    t = report.thresholds
+    ratios = [r.weight_ratio for r in report.rows] + [t.vanishing_ratio, t.exploding_ratio]
+    panels = [
+        (label_w, _log_span(grads), "mean|g| (bar), max|g| (tick)"),
+        (label_w + panel_w + 20, _log_span(ratios), "|grad W| / |W|"),
+    ]
+
+    def x_of(panel: tuple, v: float) -> float:
+        x0, (lo, hi), _ = panel
+        return x0 + panel_w * (min(max(math.log10(max(v, 1e-30)), lo), hi) - lo) / (hi - lo)
+
+    draw.text((6, 4), f"{report.model_name}: {report.target}"[:160], fill="black")
+    for panel in panels:
+        x0, (lo, hi), title = panel
+        draw.text((x0, 18), f"{title}, log10 {lo:g}..{hi:g}", fill="black")
+        for k in range(int(lo), int(hi) + 1):
+            x = x_of(panel, 10.0**k)
+            draw.line([(x, top - 4), (x, height - 20)], fill=(225, 225, 225))
+        draw.text((x0, height - 16), f"1e{int(lo)}", fill="gray")
+        draw.text((x0 + panel_w - 30, height - 16), f"1e{int(hi)}", fill="gray")
+    for limit in (t.vanishing_ratio, t.exploding_ratio):
+        if limit > 0:
+            x = x_of(panels[1], limit)
+            draw.line([(x, top - 4), (x, height - 20)], fill=(240, 160, 160))
+    for i, r in enumerate(report.rows):
+        y = top + i * row_h
+        color = (200, 30, 30) if r.flags else (40, 40, 40)
+        draw.text((4, y + 2), r.node, fill=color)
+        bar = (220, 80, 80) if r.flags else (70, 120, 200)
+        if r.status == "none":
+            draw.text((panels[0][0] + 2, y + 2), "none", fill="gray")
+        elif r.grad_mean_abs > 0 and math.isfinite(r.grad_mean_abs):
+            draw.rectangle([panels[0][0], y + 3, x_of(panels[0], r.grad_mean_abs), y + row_h - 3], fill=bar)
+            if r.grad_max_abs > 0 and math.isfinite(r.grad_max_abs):
+                xm = x_of(panels[0], r.grad_max_abs)
+                draw.line([(xm, y + 1), (xm, y + row_h - 1)], fill=(20, 20, 20), width=2)
+        if r.weight_paths and math.isfinite(r.weight_ratio) and r.weight_ratio > 0:
+            draw.rectangle([panels[1][0], y + 3, x_of(panels[1], r.weight_ratio), y + row_h - 3], fill=bar)
+        elif r.weights_without_gradient:
+            draw.text((panels[1][0] + 2, y + 2), "none", fill="gray")
+        if r.flags:
+            draw.text((label_w + 2 * (panel_w + 20), y + 2), " ".join(r.flags), fill=color)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    img.save(path)
+    return path
 
 
 def _csv_cell(v: Any) -> Any:
@@ -1074,3 +1143,140 @@ def gradient_flow(
         loss_value=result.meta.get("loss_value"),
         meta={"seconds": result.meta.get("seconds"), "softmax_stripped": engine.softmax_stripped},
     )
+
+
+# ================================================================================================ CLI commands
+# `gradscope flow` and `gradscope diagnose` (wired in gradscope/cli.py through its _delegate helper).
+def _cli_inputs(args: Any, engine: Any) -> list[np.ndarray] | None:
+    """Model inputs from ``--input`` files: .npy (one array), .npz (one array per model input), or images."""
+    from gradscope.core.errors import ImageLoadError
+
+    files = list(getattr(args, "input", None) or [])
+    if not files:
+        return None
+    input_ids = engine.graph.input_ids
+    arrays: list[np.ndarray] = []
+    for f in files:
+        p = Path(f).expanduser()
+        if not p.is_file():
+            raise ImageLoadError(f"Input file not found: {p}")
+        if p.suffix.lower() in (".npy", ".npz"):
+            try:
+                loaded = np.load(p, allow_pickle=False)
+            except (OSError, ValueError) as exc:
+                raise ImageLoadError(f"Cannot read {p.name} as a NumPy array: {exc}") from None
+            if isinstance(loaded, np.ndarray):
+                arrays.append(loaded)
+            else:
+                with loaded:
+                    arrays.extend(loaded[k] for k in loaded.files)
+        else:
+            from gradscope.io.images import load_image, prepare_input
+
+            which = input_ids[min(len(arrays), len(input_ids) - 1)]
+            shape = engine.graph.node(which).output_shape
+            arrays.append(prepare_input(load_image(p), shape, getattr(args, "preprocessing", "unit")))
+    if len(input_ids) == 1 and len(arrays) > 1:  # several files for one input: one batch
+        arrays = [
+            np.concatenate(
+                [a if a.ndim == len(engine.graph.node(input_ids[0]).output_shape) else a[None] for a in arrays]
+            )
+        ]
+    if len(arrays) != len(input_ids):
+        raise ImageLoadError(
+            f"The model takes {len(input_ids)} inputs ({', '.join(input_ids)}); got {len(arrays)} array(s). "
+            "Give one --input per model input, or one .npz file holding them in order."
+        )
+    return [np.asarray(a, np.float32) for a in arrays]
+
+
+def _random_inputs(engine: Any, batch: int = 8) -> list[np.ndarray]:
+    rng = np.random.default_rng(0)
+    out = []
+    for node_id in engine.graph.input_ids:
+        shape = [d if d is not None else 32 for d in engine.graph.node(node_id).output_shape[1:]]
+        out.append(rng.normal(size=(batch, *shape)).astype(np.float32))
+    return out
+
+
+def _cli_labels(text: str | None) -> np.ndarray | None:
+    from gradscope.core.errors import TargetError
+
+    if text is None:
+        return None
+    p = Path(text).expanduser()
+    if p.suffix.lower() == ".npy":
+        if not p.is_file():
+            raise TargetError(f"Labels file not found: {p}")
+        return np.load(p, allow_pickle=False)
+    parts = [s.strip() for s in text.split(",") if s.strip()]
+    try:
+        values = [float(s) for s in parts]
+    except ValueError:
+        raise TargetError(f"Cannot read labels {text!r}: give class indices like 3 or 0,2,1, or a .npy file.") from None
+    if all(v == int(v) for v in values):
+        return np.array([int(v) for v in values], np.int64)
+    return np.array(values, np.float32)
+
+
+def _info(args: Any, message: str) -> None:
+    import sys
+
+    if not getattr(args, "quiet", False):
+        print(message, file=sys.stderr)
+
+
+def cmd_flow(args: Any) -> int:
+    """``gradscope flow MODEL [--input F ...] [--label L] [--loss NAME] [--csv F] [--png F] [--json]``."""
+    import json
+
+    from gradscope.cli import _engine
+    from gradscope.rules.plan import Plan
+
+    engine = _engine(args)
+    xs = _cli_inputs(args, engine)
+    if xs is None:
+        xs = _random_inputs(engine)
+        _info(args, f"no --input: using {len(xs[0])} seeded random samples")
+    labels = _cli_labels(getattr(args, "label", None))
+    if labels is not None and labels.ndim == 1 and labels.size == 1 and len(xs[0]) > 1:
+        labels = np.repeat(labels, len(xs[0]))
+    target = Target.parse(args.target) if getattr(args, "target", None) else None
+    plan = Plan.load(args.plan) if getattr(args, "plan", None) else None
+    report = gradient_flow(
+        engine,
+        xs if len(xs) > 1 else xs[0],
+        labels=labels,
+        loss=getattr(args, "loss", None),
+        weight_grads=not getattr(args, "no_weights", False),
+        target=target,
+        plan=plan,
+    )
+    print(json.dumps(report.to_dict(), indent=2, default=str) if getattr(args, "json", False) else report.to_text())
+    if getattr(args, "csv", None):
+        _info(args, f"wrote {report.to_csv(args.csv)}")
+    if getattr(args, "png", None):
+        _info(args, f"wrote {report.to_png(args.png)}")
+    return 0
+
+
+def cmd_diagnose(args: Any) -> int:
+    """``gradscope diagnose MODEL [--input F ...] [--target T | --label L [--loss NAME]] [--json]``.
+
+    Exit code 0 when every trainable variable gets a gradient, 1 when some do not.
+    """
+    import json
+
+    from gradscope.cli import _engine
+
+    engine = _engine(args)
+    xs = _cli_inputs(args, engine)
+    labels = _cli_labels(getattr(args, "label", None))
+    target = Target.parse(args.target) if getattr(args, "target", None) else None
+    if labels is not None or getattr(args, "loss", None):
+        target = Target(kind="loss", loss=getattr(args, "loss", None))
+    if labels is not None and labels.ndim == 1 and labels.size == 1:
+        labels = np.repeat(labels, len(xs[0]) if xs else 2)
+    report = diagnose_model(engine, None if xs is None else (xs if len(xs) > 1 else xs[0]), target, labels=labels)
+    print(json.dumps(report.to_dict(), indent=2, default=str) if getattr(args, "json", False) else report.to_text())
+    return 0 if report.ok else 1

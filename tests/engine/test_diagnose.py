@@ -280,3 +280,15 @@ def test_saved_examples_match_the_builder():
         built = be.build(kind)
         saved = keras.saving.load_model(HYPERNET / f)
         assert [v.path for v in built.weights] == [v.path for v in saved.weights]
+
+
+# ------------------------------------------------------------------------------------------------ CLI
+def test_cli_diagnose_exit_codes(capsys):
+    from gradscope.cli import main
+
+    custom = ["--custom-objects", str(HYPERNET / "hyperlayers.py")]
+    assert main(["-q", "diagnose", str(HYPERNET / "hypernet_assign.keras"), *custom]) == 1
+    out = capsys.readouterr().out
+    assert "AssignVariableOp" in out and "target_dense" in out and "stateless_call" in out
+    assert main(["-q", "diagnose", str(HYPERNET / "hypernet_tensor.keras"), *custom, "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["ok"] is True

@@ -313,3 +313,27 @@ def test_flow_reports_a_backward_pass_that_cannot_run():
     model = keras.Model(inp, keras.layers.Dense(2)(RawBitcast()(keras.layers.Dense(3)(inp))))
     with pytest.raises(GraphError, match="gradscope diagnose"):
         gradient_flow(model, np.ones((2, 3), "float32"))
+
+
+def test_cli_flow_writes_csv_and_png(tmp_path, capsys):
+    from PIL import Image
+
+    from gradscope.cli import main
+
+    be = hypernet_examples()
+    (x, c), y = be.make_data(8)
+    np.savez(tmp_path / "inputs.npz", x, c)
+    np.save(tmp_path / "labels.npy", y)
+    hypernet = be.HERE
+    args = ["-q", "flow", str(hypernet / "hypernet_assign.keras"), "--custom-objects", str(hypernet / "hyperlayers.py")]
+    args += ["--input", str(tmp_path / "inputs.npz"), "--label", str(tmp_path / "labels.npy")]
+    assert main([*args, "--csv", str(tmp_path / "flow.csv"), "--png", str(tmp_path / "flow.png")]) == 0
+    assert "weights_no_gradient" in capsys.readouterr().out
+    rows = {r["node"]: r for r in csv.DictReader((tmp_path / "flow.csv").open())}
+    assert "weights_no_gradient" in rows["hyper_head"]["flags"] and rows["classifier"]["weight_ratio"]
+    assert Image.open(tmp_path / "flow.png").size[1] > 16 * len(rows)
+    # user errors are one line and exit code 2: an input file that is missing, labels that are not numbers
+    assert main([*args[:5], "--input", str(tmp_path / "missing.npy")]) == 2
+    assert "Input file not found" in capsys.readouterr().err
+    assert main([*args, "--label", "cat,dog"]) == 2
+    assert "Cannot read labels" in capsys.readouterr().err
