@@ -187,6 +187,19 @@ def _model_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--rules", action="append", metavar="FILE", help="Python file of user rules to load (repeatable)")
 
 
+def _diagnostic_options(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--input", action="append", metavar="FILE",
+                   help="input: image, .npy, or .npz with one array per model input (repeatable; default: random)")
+    p.add_argument("--label", help="labels for the loss: class indices (3 or 0,2,1) or a .npy file")
+    p.add_argument("--loss", choices=["auto", "compiled", "crossentropy", "mse"],
+                   help="loss for --label (default auto: compiled if any, else crossentropy for classifiers, else mse)")
+    p.add_argument("--target", help="without --label: class index, 'top', 'neuron:NODE:i,j,c' or 'channel:NODE:c'")
+    p.add_argument("--preprocessing", default="unit", choices=["unit", "raw", "caffe", "minus_one_one"],
+                   help="how image pixels are scaled (default unit: /255)")
+    p.add_argument("--json", action="store_true", help="print the report as JSON")
+    _model_options(p)
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="gradscope", description="Visual debugger for gradients of Keras 3 models (TensorFlow backend)."
@@ -224,6 +237,21 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("rules", help="list backward rules and their parameters")
     p.add_argument("--rules", action="append", metavar="FILE", help="also load user rules from FILE")
     p.set_defaults(func=cmd_rules)
+
+    p = sub.add_parser("flow", help="per-layer gradient flow (of a training loss with --label) as a table, CSV, PNG")
+    p.add_argument("model", nargs="?", help=".keras or .h5 file (default: the bundled demo model)")
+    _diagnostic_options(p)
+    p.add_argument("--plan", help="plan JSON file: the flow under these rules (default: the plain gradient)")
+    p.add_argument("--no-weights", action="store_true", help="skip weight gradients (faster; no |grad W|/|W|)")
+    p.add_argument("--csv", metavar="FILE", help="write one row per node to FILE")
+    p.add_argument("--png", metavar="FILE", help="write a chart of the flow to FILE")
+    p.set_defaults(func=_delegate("gradscope.engine.diagnose", "cmd_flow"))
+
+    p = sub.add_parser("diagnose", help="find trainable variables that get no gradient and the op that cuts the path "
+                       "(exit code 1 if any)")
+    p.add_argument("model", nargs="?", help=".keras or .h5 file (default: the bundled demo model)")
+    _diagnostic_options(p)
+    p.set_defaults(func=_delegate("gradscope.engine.diagnose", "cmd_diagnose"))
 
     p = sub.add_parser("gui", help="open the desktop GUI")
     p.add_argument("model", nargs="?")
