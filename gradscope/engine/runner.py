@@ -273,6 +273,14 @@ class Engine:
 
         def fn(xs: list, class_idx: Any, labels: Any) -> dict:
             self.trace_count += 1
+            plain_values = None
+            if overrides_forward:  # the layers above see substituted values: predictions come from a plain run
+                plain_values, _ = self._run(xs, {})
+                real_logits = plain_values[self.logits_key]
+                if target.kind == "class" and real_logits.shape.rank == 2:
+                    # "top-1" is the class the user is shown, not the top-1 of the substituted forward
+                    top = tf.argmax(real_logits, axis=-1, output_type=tf.int32)
+                    class_idx = tf.where(class_idx < 0, top, class_idx)
             with tf.GradientTape() as tape:
                 for x in xs:
                     tape.watch(x)
@@ -288,9 +296,7 @@ class Engine:
             meta["none_inputs"] = [g is None for g in input_grads]
             meta["none_nodes"] = [n for n, g in zip(stat_nodes, node_grads) if g is None]
             filled_nodes = [tf.zeros_like(o) if g is None else g for g, o in zip(node_grads, node_outs)]
-            if overrides_forward:  # the layers above saw substituted values: show the real predictions
-                plain_values, _ = self._run(xs, {})
-            else:
+            if plain_values is None:
                 plain_values = values
             out = {
                 "predictions": plain_values[self.exec.output_keys[0]],
