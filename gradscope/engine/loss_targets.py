@@ -111,8 +111,10 @@ def prepare_labels(engine: Any, target: Target, labels: Any, batch: int) -> Any:
         return _class_labels(arr, batch, out_shape[-1])
     if target.loss == "compiled":  # the compiled loss decides what it accepts: check only the batch
         arr = arr.astype(np.int32 if arr.dtype.kind in "biu" else np.float32)
-        if arr.ndim == 0 or arr.shape[0] != batch:
-            arr = np.broadcast_to(arr, (batch, *arr.shape))
+        if arr.ndim == 0 or (arr.shape[0] == 1 and batch > 1):  # one label for every sample
+            arr = np.broadcast_to(arr.reshape(arr.shape[1:]) if arr.ndim else arr, (batch, *arr.shape[1:]))
+        if arr.shape[0] != batch:
+            raise TargetError(f"Got labels for {arr.shape[0]} samples; the batch has {batch}.")
         return tf.convert_to_tensor(np.ascontiguousarray(arr))
     arr = arr.astype(np.float32)
     if arr.ndim == len(out_shape) - 1:  # one target for every sample

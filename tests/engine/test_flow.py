@@ -148,6 +148,8 @@ def test_compiled_loss_includes_regularization():
     ref["weights"]["h1/kernel"] = ref["weights"]["h1/kernel"] + 0.02 * w1
     assert result.meta["loss_value"] == pytest.approx(ce_loss(ref["p"], y) + 0.01 * float((w1**2).sum()), rel=1e-5)
     assert_weight_grads(result, ref["weights"])
+    with pytest.raises(TargetError, match="Got labels for 2 samples"):
+        Engine(model).backward(x, Target(kind="loss"), labels=[0, 1])
 
 
 def test_labels_are_data_not_trace_keys():
