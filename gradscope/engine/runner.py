@@ -387,7 +387,15 @@ class Engine:
         fn, meta = self._traced(resolution, plan, target, capture, weight_grads, stats)
         t0 = time.perf_counter()
         traces_before = self.trace_count
-        out = fn(xs, class_idx, labels_t)
+        try:
+            out = fn(xs, class_idx, labels_t)
+        except LookupError as exc:  # an op without a registered gradient on the path (TF raises LookupError)
+            from gradscope.core.errors import GraphError
+
+            raise GraphError(
+                f"An operation on the backward path has no registered gradient: {exc}. "
+                "Run `gradscope diagnose MODEL` to see which layer it belongs to."
+            ) from exc
         elapsed = time.perf_counter() - t0
         none_nodes = set(meta.get("none_nodes", []))
         stats_np = out["stats"].numpy()
