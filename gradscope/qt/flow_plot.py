@@ -139,7 +139,8 @@ class FlowPlot(QWidget):
             )
         self.plot.setYRange(floor, top, padding=0)
         self.plot.setXRange(-0.8, len(self.node_ids) - 0.2, padding=0)
-        step = max(1, math.ceil(len(self.node_ids) / 8))
+        # About one name per 80 pixels, so the labels never run into each other.
+        step = max(1, math.ceil(len(self.node_ids) * 110 / max(200, self.width() - 90)))
         ticks = [(i, _short(self.node_ids[i])) for i in range(0, len(self.node_ids), step)]
         self.plot.getAxis("bottom").setTicks([ticks, []])
         ruled = sum(1 for n in self.node_ids if s.result is not None and n in s.result.rules)
@@ -148,6 +149,13 @@ class FlowPlot(QWidget):
             f"{len(self.node_ids)} nodes, {ruled} with rules" + (f", {n_bad} cut/zero/NaN" if n_bad else "")
         )
         self._on_selection()
+
+    def resizeEvent(self, event) -> None:  # noqa: N802
+        super().resizeEvent(event)
+        if self.node_ids:
+            step = max(1, math.ceil(len(self.node_ids) * 110 / max(200, self.width() - 90)))
+            ticks = [(i, _short(self.node_ids[i])) for i in range(0, len(self.node_ids), step)]
+            self.plot.getAxis("bottom").setTicks([ticks, []])
 
     def _on_selection(self) -> None:
         s = self.session
@@ -236,6 +244,10 @@ class FlowPlot(QWidget):
         return path
 
 
-def _short(node_id: str, n: int = 10) -> str:
+def _short(node_id: str, n: int = 13) -> str:
+    """Elide in the middle: layer names differ at both ends (conv3_block1_add vs conv3_block2_out)."""
     name = node_id.split("/")[-1]
-    return name if len(name) <= n else name[: n - 1] + "…"
+    if len(name) <= n:
+        return name
+    head = (n - 1) // 2 + 1
+    return name[:head] + "…" + name[-(n - 1 - head) :]

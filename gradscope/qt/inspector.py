@@ -356,7 +356,9 @@ class MethodPanel(QGroupBox):
         for name, summary in available_methods().items():
             self.combo.addItem(name)
             self.combo.setItemData(self.combo.count() - 1, summary, Qt.ItemDataRole.ToolTipRole)
-        idx = self.combo.findText(current or self.session.method_name)
+        idx = self.combo.findText(self.session.method_name)
+        if idx < 0:
+            idx = self.combo.findText(current)
         self.combo.setCurrentIndex(max(idx, 0))
 
 

@@ -240,7 +240,7 @@ def _layered_positions(ids: list[str], edges: list[tuple[str, str]]) -> dict[str
 
 def _group_frames(graph: LayerGraph, boxes: dict[str, NodeBox], collapsed: frozenset[str]) -> list[GroupFrame]:
     frames = []
-    pad = 12.0
+    max_depth = max((g.count("/") for g in graph.groups), default=0)
     for gid in graph.groups:
         if _collapsed_root(gid, collapsed) is not None:
             continue
@@ -249,15 +249,17 @@ def _group_frames(graph: LayerGraph, boxes: dict[str, NodeBox], collapsed: froze
         ]
         if not inside:
             continue
-        depth = gid.count("/")
-        p = pad * (3 - min(depth, 2))
+        # Outer frames get more padding than the ones nested in them; the title row stays inside the gap
+        # between layers (_Y_SPACE) so a frame never covers the box above it.
+        p = 4.0 + 4.0 * (max_depth - gid.count("/"))
+        title = 13.0
         frames.append(
             GroupFrame(
                 gid,
                 min(b.x - b.w / 2 for b in inside) - p,
-                min(b.y - b.h / 2 for b in inside) - p - 14,
+                min(b.y - b.h / 2 for b in inside) - min(p + title, _Y_SPACE - 4),
                 max(b.x + b.w / 2 for b in inside) + p,
-                max(b.y + b.h / 2 for b in inside) + p,
+                max(b.y + b.h / 2 for b in inside) + min(p, _Y_SPACE / 2 - 2),
             )
         )
     return frames
