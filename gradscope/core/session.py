@@ -141,6 +141,7 @@ class Session:
         self.last_run_seconds: float | None = None
         self.last_error: str | None = None
         self.collapsed: set[str] = set()
+        self.class_names: list[str] = []  # from a description file beside the model, if there is one
         self._engine: Any = None  # touched only inside jobs (the worker thread)
         self._history: list[Plan] = [Plan()]
         self._history_index = 0
@@ -410,6 +411,7 @@ class Session:
         self.weight_info = out["weights"]
         self.layout = out["layout"]
         self.model_path = path
+        self.class_names = find_class_names(path) if path else []
         self.collapsed = set()
         self._history, self._history_index = [Plan()], 0
         self.result = self.baseline = None
@@ -655,6 +657,9 @@ class Session:
         res = self.result if which == "current" else self.baseline
         return {} if res is None else res.stats
 
+    def class_label(self, index: int) -> str:
+        return f"{index} {self.class_names[index]}" if 0 <= index < len(self.class_names) else str(index)
+
     def top_k(self, k: int = 5) -> list[tuple[int, float]]:
         """The model's top-k classes for the first sample: (index, probability or score)."""
         res = self.result or self.baseline
@@ -823,6 +828,23 @@ def read_session_file(path: str | Path) -> dict[str, Any]:
     except GradscopeError as exc:
         raise SessionFileError(f"{p.name}: {exc}") from None
     return data
+
+
+def find_class_names(model_path: str | Path) -> list[str]:
+    """Class names from a JSON description beside the model: ``<stem>.json`` or a ``*_meta.json`` whose
+    ``name`` is the model's stem (as the bundled demo has), with a ``class_names`` list. Empty if none."""
+    p = Path(model_path)
+    candidates = [p.with_suffix(".json"), p.parent / f"{p.stem}_meta.json", *sorted(p.parent.glob("*_meta.json"))]
+    for c in candidates:
+        try:
+            data = json.loads(c.read_text())
+        except (OSError, ValueError):
+            continue
+        if not isinstance(data, dict) or not isinstance(data.get("class_names"), list):
+            continue
+        if c in candidates[:2] or data.get("name") == p.stem:
+            return [str(n) for n in data["class_names"]]
+    return []
 
 
 def _bare(select: str) -> str:

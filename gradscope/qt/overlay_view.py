@@ -209,13 +209,14 @@ class OverlayView(QWidget):
         self.target.clear()
         top = s.top_k(5)
         predicted = int(s.result.target_indices[0]) if s.result is not None and s.result.target_indices.size else None
-        self.target.addItem("top-1 (auto)" + (f" → class {predicted}" if predicted is not None else ""), None)
+        auto = f" → class {s.class_label(predicted)}" if predicted is not None else ""
+        self.target.addItem("top-1 (auto)" + auto, None)
         for idx, p in top:
-            self.target.addItem(f"class {idx}   p={p:.3f}", idx)
+            self.target.addItem(f"class {s.class_label(idx)}   p={p:.3f}", idx)
         if s.target.kind == "class" and s.target.index is not None:
             i = self.target.findData(s.target.index)
             if i < 0:
-                self.target.addItem(f"class {s.target.index}", s.target.index)
+                self.target.addItem(f"class {s.class_label(s.target.index)}", s.target.index)
                 i = self.target.count() - 1
             self.target.setCurrentIndex(i)
         self.target.blockSignals(False)

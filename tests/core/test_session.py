@@ -438,3 +438,18 @@ def test_layout_collapses_nested_models():
     s.layout_changed.connect(seen.append)
     s.set_collapsed("inner", True)
     assert seen and "group:inner" in seen[-1].boxes
+
+
+def test_class_names_from_a_description_beside_the_model(tmp_path):
+    from gradscope.core.session import find_class_names
+
+    model = tmp_path / "net.keras"
+    model.write_bytes(b"")
+    assert find_class_names(model) == []
+    (tmp_path / "other_meta.json").write_text(json.dumps({"name": "other", "class_names": ["x"]}))
+    assert find_class_names(model) == []  # describes another model
+    (tmp_path / "zz_meta.json").write_text(json.dumps({"name": "net", "class_names": ["cat", "dog"]}))
+    assert find_class_names(model) == ["cat", "dog"]
+    s = Session(InlineExecutor())
+    s.class_names = ["cat", "dog"]
+    assert s.class_label(1) == "1 dog" and s.class_label(5) == "5"

@@ -212,3 +212,20 @@ def test_unknown_file_type_is_a_message(window, qtbot, tmp_path):
     with qtbot.waitSignal(window.error_shown, timeout=5_000) as sig:
         window.open_path(str(p))
     assert "not a model" in sig.args[1]
+
+
+def test_cancel_button_drops_the_running_pass(window, qtbot, wait_idle, model_file, image_file):
+    _open(window, qtbot, wait_idle, model_file, image_file)
+    s = window.session
+    shown = s.result
+    s.add_rule("c2", "scale", {"factor": 7.0})  # a new plan: a fresh trace, so it is still running
+    assert window.cancel_button.isVisible() and window.progress.isVisible()
+    qtbot.mouseClick(window.cancel_button, Qt.MouseButton.LeftButton)
+    assert s.busy is None and not window.cancel_button.isVisible()
+    assert window.status_label.text() == "Cancelled."
+    s.executor.wait_idle(60)  # the worker finishes the traced call; its result must not be shown
+    qtbot.wait(0)
+    assert s.result is shown
+    s.run()  # F5: the same plan runs again and now shows
+    qtbot.waitUntil(lambda: s.busy is None and s.result is not shown, timeout=60_000)
+    assert s.result.rules == {"c2": "scale"}
