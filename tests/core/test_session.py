@@ -453,3 +453,17 @@ def test_class_names_from_a_description_beside_the_model(tmp_path):
     s = Session(InlineExecutor())
     s.class_names = ["cat", "dog"]
     assert s.class_label(1) == "1 dog" and s.class_label(5) == "5"
+
+
+def test_session_imports_without_qt_or_tensorflow():
+    import subprocess
+    import sys
+
+    code = (
+        "import sys\n"
+        "for m in ('PySide6', 'tensorflow', 'keras'): sys.modules[m] = None\n"
+        "import gradscope.core.session, gradscope.core.worker, gradscope.render.graph_layout\n"
+        "print('ok')\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0 and "ok" in out.stdout, out.stderr

@@ -229,3 +229,18 @@ def test_cancel_button_drops_the_running_pass(window, qtbot, wait_idle, model_fi
     s.run()  # F5: the same plan runs again and now shows
     qtbot.waitUntil(lambda: s.busy is None and s.result is not shown, timeout=60_000)
     assert s.result.rules == {"c2": "scale"}
+
+
+def test_gui_modules_do_not_import_tensorflow():
+    """The window shows before TensorFlow loads: that import happens on the worker (Session.start)."""
+    import subprocess
+    import sys
+
+    code = (
+        "import sys\n"
+        "import gradscope.qt.main_window, gradscope.qt.app\n"
+        "print('tensorflow' in sys.modules, 'keras' in sys.modules)\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.split() == ["False", "False"]
