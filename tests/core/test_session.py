@@ -467,3 +467,28 @@ def test_session_imports_without_qt_or_tensorflow():
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
     assert out.returncode == 0 and "ok" in out.stdout, out.stderr
+
+
+def test_user_rule_file_loads_and_runs(loaded, tmp_path):
+    rule_file = tmp_path / "my_rules.py"
+    rule_file.write_text(
+        "from gradscope.rules.base import Rule, register_rule\n\n"
+        "@register_rule('halve_session_test')\n"
+        "class Halve(Rule):\n"
+        "    '''Half of the true VJP.'''\n\n"
+        "    def backward(self, ctx, grad_outputs):\n"
+        "        return ctx.vjp([0.5 * g for g in grad_outputs])\n"
+    )
+    s = loaded
+    s.clear_plan()
+    seen = []
+    s.rules_changed.connect(seen.append)
+    assert s.load_rule_file(rule_file) == ["halve_session_test"] and seen == [["halve_session_test"]]
+    s.add_rule("c2", "halve_session_test")
+    np.testing.assert_allclose(s.result.input_grad, 0.5 * s.baseline.input_grad, rtol=1e-5, atol=1e-8)
+    broken = tmp_path / "broken.py"
+    broken.write_text("raise RuntimeError('boom')\n")
+    rec = Recorder(s)
+    assert s.load_rule_file(broken) == []
+    assert "boom" in rec.errors()[0][1]
+    s.clear_plan()
