@@ -7,8 +7,38 @@ import os
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 os.environ.setdefault("KERAS_BACKEND", "tensorflow")
 
-import keras  # noqa: E402
-import tensorflow as tf  # noqa: E402
+
+
+def _import_quietly():
+    """Import TensorFlow with C++ start-up chatter (oneDNN notices, absl warnings) kept off the terminal.
+
+    TF 2.21 prints these through absl before its log level applies, so only redirecting fd 2 hides them.
+    Python errors still propagate (they are exceptions, not fd-2 writes).
+    """
+    import sys
+
+    saved = None
+    try:
+        sys.stderr.flush()
+        saved = os.dup(2)
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, 2)
+        os.close(devnull)
+    except OSError:  # no usable fd 2 (e.g. some embedded interpreters): import loudly
+        saved = None
+    try:
+        import keras as keras_module
+        import tensorflow as tf_module
+
+        tf_module.constant(0.0)  # the first op initialises the runtime, which logs too
+    finally:
+        if saved is not None:
+            os.dup2(saved, 2)
+            os.close(saved)
+    return keras_module, tf_module
+
+
+keras, tf = _import_quietly()
 
 if keras.backend.backend() != "tensorflow":  # pragma: no cover - depends on the user's environment
     from gradscope.core.errors import GradscopeError
