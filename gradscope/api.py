@@ -66,27 +66,36 @@ class Explanation:
     def predicted_class(self) -> int:
         return int(self.result.target_indices[0]) if self.result.target_indices.size else -1
 
-    def render(self, *, cmap: str | None = None, alpha: float = 0.5, normalization: str = "minmax") -> np.ndarray:
-        """The overlay as uint8 (H, W, 3)."""
+    def render(
+        self, *, cmap: str | None = None, alpha: float = 0.5, normalization: str = "minmax", style: str = "caffe"
+    ) -> np.ndarray:
+        """The overlay as uint8 (H, W, 3). ``style="caffe"`` lets weak evidence show the image (RULES_SPEC §4);
+        ``"alpha"`` is a plain alpha blend."""
         from gradscope.render import blend, normalize
 
         signed = self.method.signed
         m = normalize(self.saliency, mode="signed" if signed and normalization == "minmax" else normalization)
         if signed:  # show where the signal is positive; the map itself stays signed in the sidecar
             m = np.clip(m, 0.0, 1.0)
-        return blend(self.image, m, cmap=cmap or "jet", alpha=alpha)
+        return blend(self.image, m, cmap=cmap or "jet", alpha=alpha, style=style)
 
     def save(
-        self, path: str | Path, *, cmap: str | None = None, alpha: float = 0.5, normalization: str = "minmax"
+        self,
+        path: str | Path,
+        *,
+        cmap: str | None = None,
+        alpha: float = 0.5,
+        normalization: str = "minmax",
+        style: str = "caffe",
     ) -> Path:
         """Write the overlay PNG and a JSON sidecar (model, target, plan, normalisation) beside it."""
         from gradscope.render import save_png
 
         path = Path(path)
-        overlay = self.render(cmap=cmap, alpha=alpha, normalization=normalization)
+        overlay = self.render(cmap=cmap, alpha=alpha, normalization=normalization, style=style)
         sidecar = {
             **self.sidecar,
-            "view": {"cmap": cmap or "jet", "alpha": alpha, "normalization": normalization},
+            "view": {"cmap": cmap or "jet", "alpha": alpha, "normalization": normalization, "style": style},
         }
         save_png(path, overlay, sidecar)
         return path

@@ -145,7 +145,7 @@ def cmd_explain(args: argparse.Namespace) -> int:
         )
         e.sidecar["model_file"] = args.model or _demo_model()
         dest = out / f"{path.stem}_{e.method.name.replace(' ', '_')}.png" if many else out
-        e.save(dest, cmap=args.cmap, alpha=args.alpha, normalization=args.normalization)
+        e.save(dest, cmap=args.cmap, alpha=args.alpha, normalization=args.normalization, style=args.style)
         written.append(dest)
         if not many:
             for w in e.method.warnings:
@@ -223,7 +223,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--layer", help="read the map at this node id (default: the method's, else the input)")
     p.add_argument("--out", default="overlay.png", help="output PNG, or a folder for a folder of images")
     p.add_argument("--cmap", default="jet", help="colormap (jet, viridis, inferno, gray, coolwarm, ...)")
-    p.add_argument("--alpha", type=float, default=0.5, help="overlay opacity 0..1 (default 0.5)")
+    p.add_argument("--style", default="caffe", choices=["caffe", "alpha"],
+                   help="caffe (default): the map's strength sets its opacity; alpha: a plain blend")
+    p.add_argument("--alpha", type=float, default=0.5, help="overlay opacity 0..1 for --style alpha (default 0.5)")
     p.add_argument("--normalization", default="minmax", choices=["minmax", "percentile", "abs", "signed"])
     p.add_argument("--reduction", choices=["max_abs", "sum", "sum_clamped", "l2", "abs_sum"],
                    help="channel reduction (default: the method's)")
