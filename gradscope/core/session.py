@@ -142,6 +142,11 @@ class Session:
         self.last_error: str | None = None
         self.collapsed: set[str] = set()
         self.class_names: list[str] = []  # from a description file beside the model, if there is one
+        self.custom_objects_file: str | None = None  # the .py file the open model's custom layers came from
+        #: What the last ``open_model`` asked for (path, safe_mode, custom_objects_file): a front end retries it
+        #: with one thing changed when loading fails for want of a custom-objects file or of unsafe mode.
+        self.load_request: dict[str, Any] | None = None
+        self.diagnosis: Any = None  # the DiagnosisReport of the open model (None: not run since it opened)
         self._engine: Any = None  # touched only inside jobs (the worker thread)
         self._history: list[Plan] = [Plan()]
         self._history_index = 0
@@ -166,6 +171,7 @@ class Session:
         self.status_changed = Signal("status_changed")  # (message)
         self.error_raised = Signal("error_raised")  # (title, message, exception)
         self.rules_changed = Signal("rules_changed")  # (names of newly loaded rules)
+        self.diagnosis_changed = Signal("diagnosis_changed")  # (DiagnosisReport or None)
         self.rules_ready = False  # built-in rules imported (they import TensorFlow: done on the worker)
 
     def start(self) -> None:
@@ -246,6 +252,11 @@ class Session:
 
     def rule_for(self, node_id: str) -> str | None:
         """The rule the current plan puts on ``node_id`` (None: the true gradient)."""
+        entry = self.rule_entry_for(node_id)
+        return entry.rule if entry is not None else None
+
+    def rule_entry_for(self, node_id: str) -> Any:
+        """The plan entry that decides ``node_id``'s rule, whatever its selector (None: the true gradient)."""
         if self.graph is None or not self.plan.entries:
             return None
         try:
@@ -253,7 +264,7 @@ class Session:
         except GradscopeError:
             return None
         r = res.rules.get(node_id)
-        return r.entry.rule if r else None
+        return r.entry if r else None
 
     def ruled_nodes(self) -> dict[str, str]:
         if self.graph is None or not self.plan.entries:
@@ -362,18 +373,28 @@ class Session:
         self._maybe_run()
 
     # ------------------------------------------------------------------------------------------- model
-    def open_model(self, path: str | Path, *, safe_mode: bool = True) -> None:
+    def open_model(
+        self, path: str | Path, *, safe_mode: bool = True, custom_objects_file: str | Path | None = None
+    ) -> None:
         """Load a ``.keras``/``.h5`` file on the worker. Failures arrive as ``error_raised``; an
-        ``UnsafeModelError`` means the file runs code when loaded and needs ``safe_mode=False``."""
+        ``UnsafeModelError`` means the file runs code when loaded and needs ``safe_mode=False``; a
+        ``CustomObjectError`` means it uses custom layers: pass the Python file defining them as
+        ``custom_objects_file`` (it is imported, i.e. run, on the worker)."""
         path = str(path)
+        objects_file = None if custom_objects_file is None else str(custom_objects_file)
+        self.load_request = {"path": path, "safe_mode": safe_mode, "custom_objects_file": objects_file}
 
         def load(token: Any) -> dict[str, Any]:
-            from gradscope.io.models import load_model
+            from gradscope.io.models import load_custom_objects_file, load_model
 
+            objects = None
+            if objects_file is not None:
+                token.report(f"Importing custom objects from {Path(objects_file).name}...")
+                objects = load_custom_objects_file(objects_file)
             token.report(f"Loading {Path(path).name}...")
-            model = load_model(path, safe_mode=safe_mode)
+            model = load_model(path, safe_mode=safe_mode, custom_objects=objects)
             token.check()
-            return self._build_engine(model, token)
+            return {**self._build_engine(model, token), "custom_objects_file": objects_file}
 
         self.model_loading.emit(path)
         self._submit("load", f"Loading {Path(path).name}...", load, lambda out: self._on_model_ready(out, path))
@@ -411,7 +432,9 @@ class Session:
         self.weight_info = out["weights"]
         self.layout = out["layout"]
         self.model_path = path
+        self.custom_objects_file = out.get("custom_objects_file")
         self.class_names = find_class_names(path) if path else []
+        self.diagnosis = None
         self.collapsed = set()
         self._history, self._history_index = [Plan()], 0
         self.result = self.baseline = None
@@ -426,6 +449,7 @@ class Session:
             self.view = restore.view
             self.method_name = restore.method or "custom"
         self.model_loaded.emit(self.graph)
+        self.diagnosis_changed.emit(None)
         self.layout_changed.emit(self.layout)
         self.status_changed.emit(
             f"Opened {Path(path).name if path else self.graph.model_name}: {len(self.graph)} nodes "
@@ -547,6 +571,46 @@ class Session:
             f"Gradients in {out.seconds:.2f} s ({traced}); {len(out.result.rules)} node(s) with rules"
         )
 
+    # ------------------------------------------------------------------------------------------- diagnostics
+    def diagnose(self) -> bool:
+        """Path diagnostics of the open model for the current target, on the worker: which trainable
+        variables get a gradient and, for those that don't, the op that cuts the path (``diagnosis_changed``).
+        Only the input's shapes matter: the forward pass is traced, not run, so no variable changes."""
+        if self._engine is None:
+            self._error("No model", "Open a model first, then run the diagnostics.", None)
+            return False
+        engine, x, target = self._engine, self.inputs, self.target
+
+        def job(token: Any) -> Any:
+            from gradscope.engine.diagnose import diagnose_model
+
+            token.report("Diagnostics: tracing the forward pass and walking its ops...")
+            return diagnose_model(engine, x, target)
+
+        self._submit("diagnose", "Running diagnostics...", job, self._on_diagnosis)
+        return True
+
+    def _on_diagnosis(self, report: Any) -> None:
+        self.diagnosis = report
+        self.diagnosis_changed.emit(report)
+        n = len(report.variables)
+        if report.ok:
+            self.status_changed.emit(f"Diagnostics: all {n} trainable variable(s) receive a gradient.")
+            return
+        cuts = report.cuts()
+        where = f"; cut at {cuts[0][0].op_type} in {cuts[0][0].where()}" if cuts else ""
+        self.status_changed.emit(
+            f"Diagnostics: {len(report.problems)} of {n} trainable variable(s) get no gradient{where}."
+        )
+
+    @property
+    def diagnosing(self) -> bool:
+        return "diagnose" in self._active
+
+    def diagnosis_highlight(self) -> dict[str, str]:
+        """Node id -> role ("cut", "blocked", "path", "unused", "never_read") for the graph view."""
+        return self.diagnosis.highlight() if self.diagnosis is not None else {}
+
     def cancel(self) -> None:
         """Drop whatever is running or queued; the view keeps the last finished results."""
         for kind in list(self._active):
@@ -569,7 +633,7 @@ class Session:
         rid = self._next_id()
         self._latest[kind] = rid
         if kind == "load":  # a new model makes every pending pass on the old one pointless
-            for other in ("run", "layout"):
+            for other in ("run", "layout", "diagnose"):
                 self._latest[other] = self._next_id()
                 self._active.pop(other, None)
 
@@ -605,7 +669,12 @@ class Session:
         self.busy_changed.emit(self.busy)
 
     def _job_failed(self, kind: str, exc: BaseException) -> None:
-        titles = {"load": "Cannot open the model", "run": "The backward pass failed", "layout": "Layout failed"}
+        titles = {
+            "load": "Cannot open the model",
+            "run": "The backward pass failed",
+            "layout": "Layout failed",
+            "diagnose": "Diagnostics failed",
+        }
         # An unexpected bug still becomes a message, never a crash.
         message = str(exc) if isinstance(exc, GradscopeError) else f"{type(exc).__name__}: {exc}"
         if kind == "run":
@@ -766,6 +835,7 @@ class Session:
         return {
             "schema": SESSION_SCHEMA,
             "model": self.model_path,
+            "custom_objects": self.custom_objects_file,
             "image": self.image_path,
             "preprocessing": self.preprocessing,
             "target": self.target.to_dict(),
@@ -798,7 +868,7 @@ class Session:
             data.get("method"),
             data.get("preprocessing") or "unit",
         )
-        self.open_model(data["model"])
+        self.open_model(data["model"], custom_objects_file=data.get("custom_objects") or None)
         return True
 
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import threading
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -492,3 +493,117 @@ def test_user_rule_file_loads_and_runs(loaded, tmp_path):
     assert s.load_rule_file(broken) == []
     assert "boom" in rec.errors()[0][1]
     s.clear_plan()
+
+
+# ------------------------------------------------------------------------------------------------ diagnostics
+HYPERNET = Path(__file__).resolve().parents[2] / "resources" / "hypernet"
+
+
+def _stop_gradient_model():
+    """x -> a -> stop_gradient -+-> b;  x -> c -+ : a's weights get no gradient, b's and c's do."""
+    keras.utils.set_random_seed(4)
+    i = keras.Input((5,), name="x")
+    held = keras.ops.stop_gradient(keras.layers.Dense(4, name="a")(i))
+    o = keras.layers.Dense(3, name="b")(keras.layers.Dense(4, name="c")(i) + held)
+    return keras.Model(i, o, name="sg")
+
+
+def _tape_connected(model, x) -> dict[str, bool]:
+    """Independent reference: which trainable variables get a (non-None) gradient of the top-1 output."""
+    x = tf.convert_to_tensor(x)
+    with tf.GradientTape() as tape:
+        y = model(x)
+        picked = y[0, int(np.argmax(y[0]))]
+    grads = tape.gradient(picked, model.trainable_variables)
+    return {v.path: g is not None for v, g in zip(model.trainable_variables, grads)}
+
+
+@pytest.fixture
+def no_hypernet_classes(monkeypatch):
+    """Forget the hypernetwork layers other tests registered, so loading needs the custom-objects file."""
+    registry = keras.saving.get_custom_objects()
+    for name in [n for n in registry if n.startswith("gradscope_hypernet>")]:
+        monkeypatch.delitem(registry, name)
+
+
+def test_diagnose_names_the_cut_and_agrees_with_the_tape():
+    m = _stop_gradient_model()
+    s = Session(InlineExecutor())
+    seen = []
+    s.diagnosis_changed.connect(seen.append)
+    s.set_model(m)
+    assert seen == [None]  # a new model has no report yet
+    assert s.diagnose() and seen[-1] is s.diagnosis
+    report = s.diagnosis
+    expect = _tape_connected(m, s.inputs)
+    assert {v.path for v in report.variables} == set(expect)
+    assert {v.path: v.connected for v in report.variables} == expect
+    assert not all(expect.values()) and any(expect.values())
+    ((cut, blocked),) = report.cuts()
+    assert cut.op_type == "StopGradient" and cut.node in s.graph
+    assert {v.path for v in blocked} == {p for p, ok in expect.items() if not ok}
+    roles = s.diagnosis_highlight()
+    assert roles[cut.node] == "cut" and roles["a"] == "blocked" and "b" not in roles and "c" not in roles
+    s.set_model(_cnn())
+    assert s.diagnosis is None and seen[-1] is None and s.diagnosis_highlight() == {}
+
+
+def test_diagnose_without_a_model_is_a_message():
+    s = Session(InlineExecutor())
+    rec = Recorder(s)
+    assert not s.diagnose()
+    assert "Open a model" in rec.errors()[0][1]
+
+
+def test_a_new_model_drops_a_pending_diagnosis():
+    s = Session(ThreadExecutor())
+    try:
+        seen = []
+        s.diagnosis_changed.connect(seen.append)
+        s.set_model(_stop_gradient_model())
+        assert s.executor.wait_idle(120)
+        assert s.diagnose() and s.diagnosing
+        s.set_model(_cnn())  # before the report is delivered: it belongs to the old model
+        assert s.executor.wait_idle(120)
+        assert s.diagnosis is None and seen == [None, None] and not s.diagnosing
+        assert s.graph.model_name == "tiny"
+    finally:
+        s.executor.shutdown()
+
+
+def test_custom_objects_file_opens_the_hypernetwork_and_round_trips(tmp_path, no_hypernet_classes):
+    from gradscope.core.errors import CustomObjectError
+
+    broken, layers = HYPERNET / "hypernet_assign.keras", HYPERNET / "hyperlayers.py"
+    s = Session(InlineExecutor())
+    rec = Recorder(s)
+    s.open_model(broken)
+    ((_, message, exc),) = rec.errors()
+    assert isinstance(exc, CustomObjectError) and "AssignedDense" in message and s.graph is None
+    assert s.load_request == {"path": str(broken), "safe_mode": True, "custom_objects_file": None}
+    s.open_model(broken, custom_objects_file=layers)
+    assert s.graph is not None and "target_dense" in s.graph and s.custom_objects_file == str(layers)
+    assert s.diagnose()
+    (cut, blocked), *_ = s.diagnosis.cuts()
+    assert cut.op_type == "AssignVariableOp" and cut.node == "target_dense"
+    assert {v.node for v in blocked} == {"hyper_hidden", "hyper_head"}
+    saved = s.save(tmp_path / "hyper")
+    assert read_session_file(saved)["custom_objects"] == str(layers)
+    registry = keras.saving.get_custom_objects()
+    for name in [n for n in registry if n.startswith("gradscope_hypernet>")]:
+        del registry[name]  # the session file alone must bring the layers back
+    t = Session(InlineExecutor())
+    assert t.load(saved) and t.graph is not None and t.custom_objects_file == str(layers)
+
+
+def test_a_bad_custom_objects_file_is_a_message(tmp_path):
+    from gradscope.core.errors import CustomObjectError
+
+    bad = tmp_path / "layers.py"
+    bad.write_text("raise ValueError('no layers here')\n")
+    s = Session(InlineExecutor())
+    rec = Recorder(s)
+    s.open_model(HYPERNET / "hypernet_tensor.keras", custom_objects_file=bad)
+    ((_, message, exc),) = rec.errors()
+    assert isinstance(exc, CustomObjectError) and "layers.py" in message and "no layers here" in message
+    assert s.graph is None and s.busy is None
