@@ -16,6 +16,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--select", metavar="NODE", help="select this node at start (e.g. for a screenshot)")
     p.add_argument("--method", metavar="NAME", help="apply this method preset at start")
     p.add_argument("--rule", metavar="RULE", help="give the selected node this rule at start")
+    p.add_argument("--custom-objects", metavar="PY", help="a Python file defining the model's custom layers")
+    p.add_argument("--diagnose", action="store_true", help="run the path diagnostics once the model is open")
     p.add_argument("--size", metavar="WxH", default="1560x960", help="window size (default 1560x960)")
     p.add_argument("--preprocessing", choices=("unit", "raw", "caffe", "minus_one_one"), help="pixel scaling")
     p.add_argument("--no-demo", action="store_true", help="start empty instead of opening the demo model")
@@ -53,9 +55,11 @@ def main(argv: list[str] | None = None) -> int:
         s.preprocessing = args.preprocessing
     if image:
         s.open_image(image, run=False)
-    if model:
+    if model and args.custom_objects:
+        window.open_model(model, custom_objects_file=args.custom_objects)
+    elif model:
         window.open_path(model)
-    if args.select or args.method or args.rule:
+    if args.select or args.method or args.rule or args.diagnose:
         _after_load(window, args)
     if args.screenshot:
         out = Path(args.screenshot)
@@ -101,6 +105,8 @@ def _after_load(window: object, args: argparse.Namespace) -> None:
             s.select(args.select)
             if args.rule and s.selected:
                 s.add_rule(s.selected, args.rule)
+        if args.diagnose:
+            window.diagnose()  # type: ignore[attr-defined]
 
     s.model_loaded.connect(lambda *_: _defer(apply))
 

@@ -48,6 +48,23 @@ _NO_RESULT = QColor("#f7f7f7")
 _SELECT = QColor("#1a73e8")
 _MATCH = QColor("#fbbc04")
 _BADGE = QColor("#1565c0")
+# Path diagnostics: the op that cuts a gradient path, and the nodes/edges on the path it cuts.
+DIAGNOSIS_COLORS = {
+    "cut": QColor("#c62828"),
+    "blocked": QColor("#ffcdd2"),
+    "path": QColor("#ffcdd2"),
+}
+_DIAG_BORDER = QColor("#b71c1c")
+_HATCH = QColor(255, 255, 255, 45)
+_DIAG_UNREACHED = QColor("#ef6c00")  # variables that are unused / never read: not a cut, worth a look
+DIAGNOSIS_TEXT = {
+    "cut": "cuts the gradient",
+    "blocked": "its weights get no gradient",
+    "path": "on a cut path",
+    "unused": "weights never reach the target",
+    "never_read": "weights never read",
+}
+_DIAG_RANK = {"cut": 0, "blocked": 1, "path": 2, "unused": 3, "never_read": 4}
 
 
 def ramp_color(t: float) -> QColor:
@@ -80,6 +97,8 @@ class NodeItem(QGraphicsItem):
         self.status = "ok"
         self.rule: str | None = None
         self.matched = False
+        self.diag_role: str | None = None  # set by path diagnostics (see DIAGNOSIS_TEXT)
+        self.diag_note = ""  # e.g. the type of the op that cuts the path
         self.setFlag(QGraphicsItem.GraphicsItemFlag.ItemIsSelectable, True)
         self.setAcceptHoverEvents(True)
         self.setPos(box.x, box.y)
@@ -105,6 +124,12 @@ class NodeItem(QGraphicsItem):
             border = QPen(fill.darker(150), 2.0, Qt.PenStyle.DashLine)
         if collapsed:
             border = QPen(QColor("#37474f"), 2.0)
+        role = self.diag_role
+        if role in DIAGNOSIS_COLORS:  # a cut path outranks the magnitude colours: it is why they are grey
+            fill = DIAGNOSIS_COLORS[role]
+            border = QPen(_DIAG_BORDER, 3.0 if role == "cut" else 2.4)
+        elif role is not None:
+            border = QPen(_DIAG_UNREACHED, 2.4, Qt.PenStyle.DashLine)
         if self.matched:
             border = QPen(_MATCH, 3.0)
         if self.isSelected():
@@ -112,9 +137,17 @@ class NodeItem(QGraphicsItem):
         p.setPen(border)
         p.setBrush(QBrush(fill))
         p.drawRoundedRect(rect, 7, 7)
+        if role == "cut":  # hatched: not to be mistaken for the red end of the magnitude ramp
+            p.setPen(Qt.PenStyle.NoPen)
+            p.setBrush(QBrush(_HATCH, Qt.BrushStyle.BDiagPattern))
+            p.drawRoundedRect(rect, 7, 7)
         if collapsed:  # a stacked look: this box stands for many nodes
             p.drawLine(QPointF(-w / 2 + 6, h / 2 + 3), QPointF(w / 2 - 6, h / 2 + 3))
-        dark = self.status in ("none", "nan") or fill.lightnessF() < 0.45
+        dark = (
+            role == "cut"
+            or fill.lightnessF() < 0.45
+            or (self.status in ("none", "nan") and role not in DIAGNOSIS_COLORS)
+        )
         p.setPen(QColor("#ffffff") if dark else QColor("#1d232a"))
         title_font = QFont(self._view.font())
         title_font.setPointSizeF(9.0)
@@ -127,7 +160,9 @@ class NodeItem(QGraphicsItem):
         sub_font.setPointSizeF(8.0)
         p.setFont(sub_font)
         sub = self.box.subtitle
-        if self.status in STATUS_TEXT:
+        if role == "cut":
+            sub = f"✂ cut: {self.diag_note}" if self.diag_note else "✂ cuts the gradient"
+        elif self.status in STATUS_TEXT:
             sub = f"{STATUS_TEXT[self.status]}  {sub}"
         elif self.status == "skipped":
             sub = "skipped: logits explained"
@@ -196,8 +231,25 @@ class _Legend(QWidget):
         super().__init__(parent)
         self.low = self.high = None
         self.caption = "mean |g| (log scale)"
+        self.diagnosis = False  # add the path-diagnostics key
+        self.magnitude = True  # False: nodes are not coloured by gradient magnitude (no ramp to explain)
         self.setAttribute(Qt.WidgetAttribute.WA_TransparentForMouseEvents, True)
-        self.setFixedSize(236, 86)
+        self._resize()
+
+    def set_diagnosis(self, shown: bool) -> None:
+        self.diagnosis = shown
+        self._resize()
+
+    def set_magnitude(self, shown: bool) -> None:
+        self.magnitude = shown
+        self._resize()
+
+    def _resize(self) -> None:
+        if self.magnitude:
+            self.setFixedSize(236, 104 if self.diagnosis else 86)
+        else:
+            self.setFixedSize(236, 78 if self.diagnosis else 40)
+        self.update()
 
     def set_range(self, low: float | None, high: float | None, caption: str) -> None:
         self.low, self.high, self.caption = low, high, caption
@@ -214,6 +266,10 @@ class _Legend(QWidget):
         p.setFont(font)
         p.setPen(QColor("#263238"))
         p.drawText(QRectF(8, 3, self.width() - 16, 15), Qt.AlignmentFlag.AlignLeft, self.caption)
+        if not self.magnitude:
+            self._paint_diagnosis_key(p, font, 22)
+            p.end()
+            return
         grad = QLinearGradient(8, 0, self.width() - 8, 0)
         for i, c in enumerate(_RAMP):
             grad.setColorAt(i / (len(_RAMP) - 1), c)
@@ -239,7 +295,37 @@ class _Legend(QWidget):
         p.drawRoundedRect(QRectF(8, 68, 20, 12), 6, 6)
         p.setPen(QColor("#263238"))
         p.drawText(QPointF(34, 79), "rule on the node (badge)")
+        self._paint_diagnosis_key(p, font, 86)
         p.end()
+
+    def _paint_diagnosis_key(self, p: QPainter, font: QFont, y: float) -> None:
+        if not self.diagnosis:
+            if not self.magnitude:
+                p.drawText(QPointF(8, y + 10), "no cut found: nothing to mark")
+            return
+        x = 8.0
+        for role in ("cut", "path"):
+            color, label = DIAGNOSIS_COLORS[role], DIAGNOSIS_TEXT[role]
+            p.setPen(QPen(_DIAG_BORDER, 1.6))
+            p.setBrush(color)
+            p.drawRoundedRect(QRectF(x, y, 12, 12), 3, 3)
+            if role == "cut":
+                p.setBrush(QBrush(_HATCH, Qt.BrushStyle.BDiagPattern))
+                p.drawRoundedRect(QRectF(x, y, 12, 12), 3, 3)
+            p.setPen(QColor("#263238"))
+            p.drawText(QPointF(x + 16, y + 10), label)
+            x += 26 + QFontMetrics(font).horizontalAdvance(label)
+        if not self.magnitude:
+            p.setPen(QPen(_DIAG_UNREACHED, 1.6, Qt.PenStyle.DashLine))
+            p.setBrush(_NO_RESULT)
+            p.drawRoundedRect(QRectF(8, y + 18, 12, 12), 3, 3)
+            p.setPen(QColor("#263238"))
+            p.drawText(QPointF(24, y + 28), "weights unused / never read")
+            p.setBrush(_BADGE)
+            p.setPen(Qt.PenStyle.NoPen)
+            p.drawRoundedRect(QRectF(8, y + 36, 20, 12), 6, 6)
+            p.setPen(QColor("#263238"))
+            p.drawText(QPointF(34, y + 47), "rule on the node (badge)")
 
 
 class GraphView(QGraphicsView):
@@ -259,7 +345,12 @@ class GraphView(QGraphicsView):
         self.setBackgroundBrush(QColor("#fbfcfd"))
         self.setToolTip("")
         self.items_by_id: dict[str, NodeItem] = {}
+        self.edge_items: dict[tuple[str, str], QGraphicsPathItem] = {}
         self.layout_data: GraphLayout | None = None
+        self.diagnosis_roles: dict[str, str] = {}  # node id -> role (kept across re-layouts)
+        self.diagnosis_paths: list[tuple[str, ...]] = []
+        self.diagnosis_notes: dict[str, str] = {}
+        self._state: tuple = ({}, {}, frozenset())  # last set_node_state (stats, rules, skipped) for tooltips
         self._member_of: dict[str, str] = {}
         self._matches: list[str] = []
         self._match_index = -1
@@ -287,12 +378,15 @@ class GraphView(QGraphicsView):
         scene.clear()
         self._placeholder = None
         self.items_by_id = {}
+        self.edge_items = {}
         self._member_of = {}
         self.layout_data = layout
         for frame in layout.frames:
             scene.addItem(GroupFrameItem(frame, self))
         for edge in layout.edges:
-            scene.addItem(_edge_item(edge.points))
+            item = _edge_item(edge.points)
+            scene.addItem(item)
+            self.edge_items[(edge.src, edge.dst)] = item
         for box in layout.boxes.values():
             item = NodeItem(box, self)
             scene.addItem(item)
@@ -302,6 +396,7 @@ class GraphView(QGraphicsView):
         x0, y0, x1, y1 = layout.bounds
         scene.setSceneRect(QRectF(x0 - 200, y0 - 120, x1 - x0 + 400, y1 - y0 + 240))
         self._updating_selection = False
+        self._apply_diagnosis()
         if keep_view:
             self.centerOn(old_center)
         else:
@@ -326,8 +421,16 @@ class GraphView(QGraphicsView):
         rules: dict[str, str],
         caption: str = "mean |g| (log scale)",
         skipped: set[str] | frozenset[str] = frozenset(),
+        *,
+        magnitude: bool = True,
     ) -> None:
-        """Colour boxes by log mean|g| (collapsed boxes: their largest member) and badge ruled nodes."""
+        """Colour boxes by log mean|g| (collapsed boxes: their largest member) and badge ruled nodes.
+        ``magnitude=False`` leaves the boxes neutral (the path-diagnostics view): only the marks of
+        ``set_diagnosis`` are coloured, so their red is not confused with the red end of the ramp."""
+        self._state = (stats, rules, skipped)
+        self.legend.set_magnitude(magnitude)
+        if not magnitude:
+            stats, skipped = {}, frozenset()
         logs: dict[str, float] = {}
         status: dict[str, str] = {}
         for box_id, item in self.items_by_id.items():
@@ -358,6 +461,51 @@ class GraphView(QGraphicsView):
             item.setToolTip(_tooltip(item, stats, rules, box_id in skipped))
             item.update()
         self.legend.set_range(10**lo if finite else None, 10**hi if finite else None, caption)
+
+    def set_diagnosis(
+        self,
+        roles: dict[str, str],
+        paths: list[tuple[str, ...]] | None = None,
+        notes: dict[str, str] | None = None,
+    ) -> None:
+        """Draw path diagnostics: ``roles`` node id -> "cut" / "blocked" / "path" (red) or "unused" /
+        "never_read" (orange outline); ``paths`` node-id sequences whose edges turn red; ``notes`` short text
+        for a cut node's box (the op type). Empty ``roles`` clears it."""
+        self.diagnosis_roles = dict(roles)
+        self.diagnosis_paths = [tuple(p) for p in (paths or [])]
+        self.diagnosis_notes = dict(notes or {})
+        self._apply_diagnosis()
+
+    def _apply_diagnosis(self) -> None:
+        box_role: dict[str, str] = {}
+        for node, role in self.diagnosis_roles.items():
+            item = self.item_for(node)
+            if item is None or role not in _DIAG_RANK:
+                continue
+            old = box_role.get(item.node_id)
+            if old is None or _DIAG_RANK[role] < _DIAG_RANK[old]:
+                box_role[item.node_id] = role
+        for box_id, item in self.items_by_id.items():
+            item.diag_role = box_role.get(box_id)
+            members = item.box.members or (box_id,)
+            item.diag_note = next((self.diagnosis_notes[m] for m in members if m in self.diagnosis_notes), "")
+            stats, rules, skipped = self._state
+            item.setToolTip(_tooltip(item, stats, rules, box_id in skipped))
+            item.update()
+        red_edges: set[tuple[str, str]] = set()
+        for path in self.diagnosis_paths:
+            boxes = [b.node_id for b in (self.item_for(n) for n in path) if b is not None]
+            red_edges.update(zip(boxes, boxes[1:]))
+        for key, edge in self.edge_items.items():
+            _style_edge(edge, key in red_edges)
+        self.legend.set_diagnosis(bool(box_role))
+
+    def show_diagnosis(self) -> None:
+        """Bring the diagnosis into view: the whole graph when it is readable that way, and the cut nodes."""
+        self.initial_view()
+        cuts = [i for i in self.items_by_id.values() if i.diag_role == "cut"]
+        if cuts:
+            self.ensureVisible(cuts[0], 60, 60)
 
     # ------------------------------------------------------------------------------------------- selection
     def selected_id(self) -> str | None:
@@ -474,16 +622,23 @@ def _edge_item(points: tuple[tuple[float, float], ...]) -> QGraphicsPathItem:
     end = QPointF(*points[-1])
     arrow = QPolygonF([end, end + QPointF(-4.5, -8), end + QPointF(4.5, -8)])
     item = QGraphicsPathItem(path)
-    item.setPen(QPen(QColor("#8a96a3"), 1.3))
     item.setBrush(Qt.BrushStyle.NoBrush)
-    item.setZValue(1)
     head = QGraphicsPathItem(item)
     hp = QPainterPath()
     hp.addPolygon(arrow)
     head.setPath(hp)
-    head.setBrush(QColor("#8a96a3"))
     head.setPen(Qt.PenStyle.NoPen)
+    _style_edge(item, False)
     return item
+
+
+def _style_edge(item: QGraphicsPathItem, on_cut_path: bool) -> None:
+    color = _DIAG_BORDER if on_cut_path else QColor("#8a96a3")
+    item.setPen(QPen(color, 2.6 if on_cut_path else 1.3))
+    item.setZValue(1.5 if on_cut_path else 1)
+    for child in item.childItems():
+        if isinstance(child, QGraphicsPathItem):
+            child.setBrush(color)
 
 
 def _fmt(x: float) -> str:
@@ -500,6 +655,9 @@ def _tooltip(item: NodeItem, stats: dict[str, NodeStats], rules: dict[str, str],
     if box.collapsed_group is not None:
         return f"<b>{box.collapsed_group}</b> (nested model, {len(box.members)} nodes)<br>Double-click to expand."
     lines = [f"<b>{box.title}</b> <code>{box.id}</code>", box.subtitle]
+    if item.diag_role is not None:
+        note = f" ({item.diag_note})" if item.diag_note and item.diag_role == "cut" else ""
+        lines.append(f"<span style='color:#b71c1c'><b>diagnostics: {DIAGNOSIS_TEXT[item.diag_role]}{note}</b></span>")
     s = stats.get(box.id)
     if s is not None:
         if s.status != "ok":

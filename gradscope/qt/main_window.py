@@ -1,4 +1,5 @@
-"""The main window: graph (centre), inspector + rule editor (right), overlay and gradient flow (bottom).
+"""The main window: graph (centre), inspector + rule editor (right), overlay and gradient flow (bottom), and a
+diagnostics dock (where gradients stop) below everything.
 
 It only wires widgets to the Session. TensorFlow work happens in Session jobs on the worker thread; this module
 never imports TensorFlow.
@@ -13,6 +14,7 @@ from PySide6.QtCore import QSettings, Qt, QTimer, Signal
 from PySide6.QtGui import QAction, QKeySequence
 from PySide6.QtWidgets import (
     QComboBox,
+    QDockWidget,
     QFileDialog,
     QHBoxLayout,
     QLabel,
@@ -27,8 +29,9 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from gradscope.core.errors import UnsafeModelError
+from gradscope.core.errors import CustomObjectError, UnsafeModelError
 from gradscope.core.session import SESSION_SUFFIX, Session
+from gradscope.qt.diagnostics_panel import DiagnosticsPanel, graph_marks
 from gradscope.qt.flow_plot import FlowPlot
 from gradscope.qt.graph_view import GraphView
 from gradscope.qt.inspector import InspectorWidget
@@ -37,6 +40,7 @@ from gradscope.qt.worker import QtExecutor
 
 MODEL_FILTER = "Keras models (*.keras *.h5 *.hdf5)"
 IMAGE_FILTER = "Images (*.png *.jpg *.jpeg *.bmp *.webp *.tif *.tiff)"
+CUSTOM_OBJECTS_FILTER = "Python files (*.py)"
 MODEL_SUFFIXES = (".keras", ".h5", ".hdf5")
 IMAGE_SUFFIXES = (".png", ".jpg", ".jpeg", ".bmp", ".webp", ".tif", ".tiff")
 _MAX_RECENT = 8
@@ -59,6 +63,9 @@ class MainWindow(QMainWindow):
         self.modal_errors = modal_errors
         #: Called with (path, message) for a model that needs unsafe loading; returns True to open anyway.
         self.confirm_unsafe = self._ask_unsafe
+        #: Called with (model path, message) when a model needs custom objects; returns the .py file that
+        #: defines them (the load is retried with it), or None to give up.
+        self.choose_custom_objects = self._ask_custom_objects
         self._loading_path: str | None = None
         self.setWindowTitle("gradscope")
         self.setAcceptDrops(True)
@@ -77,6 +84,15 @@ class MainWindow(QMainWindow):
         self.inspector = InspectorWidget(s)
         self.overlay = OverlayView(s)
         self.flow = FlowPlot(s)
+        self.diagnostics = DiagnosticsPanel(s)
+        self.diagnostics_dock = QDockWidget("Diagnostics: where gradients stop", self)
+        self.diagnostics_dock.setObjectName("diagnostics_dock")
+        self.diagnostics_dock.setWidget(self.diagnostics)
+        self.diagnostics_dock.setAllowedAreas(
+            Qt.DockWidgetArea.BottomDockWidgetArea | Qt.DockWidgetArea.RightDockWidgetArea
+        )
+        self.addDockWidget(Qt.DockWidgetArea.BottomDockWidgetArea, self.diagnostics_dock)
+        self.diagnostics_dock.hide()
 
         graph_box = QWidget()
         gl = QVBoxLayout(graph_box)
@@ -86,8 +102,11 @@ class MainWindow(QMainWindow):
         tools.setContentsMargins(6, 4, 6, 0)
         self.graph_title = QLabel("<b>Layer graph</b>")
         self.color_by = QComboBox()
-        self.color_by.addItems(["plan", "baseline"])
-        self.color_by.setToolTip("Colour nodes by the gradient under the current plan, or by the plain gradient")
+        self.color_by.addItems(["plan", "baseline", "diagnosis"])
+        self.color_by.setToolTip(
+            "Colour nodes by the gradient under the current plan, by the plain gradient, or only by the path "
+            "diagnostics (red: the op that cuts a gradient path and the nodes on that path)"
+        )
         self.color_by.currentIndexChanged.connect(lambda *_: self._update_graph_state())
         tools.addWidget(self.graph_title)
         tools.addStretch(1)
@@ -96,6 +115,7 @@ class MainWindow(QMainWindow):
         for text, tip, slot in (
             ("Fit", "Fit the whole graph (F)", self.graph_view.fit_all),
             ("Find", "Find a node by name (Ctrl+F)", self.graph_view.focus_search),
+            ("Diagnose", "Find where gradients stop: the op that cuts each variable's path (Ctrl+D)", self.diagnose),
             ("Collapse nested", "Collapse every nested model into one box", lambda: self._collapse_all(True)),
             ("Expand nested", "Expand every nested model", lambda: self._collapse_all(False)),
         ):
@@ -150,6 +170,13 @@ class MainWindow(QMainWindow):
 
         f = bar.addMenu("&File")
         act(f, "Open &model…", self.open_model_dialog, QKeySequence.StandardKey.Open, "Open a .keras or .h5 model")
+        act(
+            f,
+            "Open model with custom objects…",
+            self.open_model_with_custom_objects_dialog,
+            None,
+            "Open a model that uses custom layers, with the Python file that defines them",
+        )
         act(f, "Open &image…", self.open_image_dialog, "Ctrl+I", "Open the input image")
         self.recent_menu = f.addMenu("Recent models")
         f.addSeparator()
@@ -183,10 +210,16 @@ class MainWindow(QMainWindow):
         act(v, "Find node…", self.graph_view.focus_search, QKeySequence.StandardKey.Find)
         act(v, "Collapse nested models", lambda: self._collapse_all(True))
         act(v, "Expand nested models", lambda: self._collapse_all(False))
+        v.addSeparator()
+        toggle = self.diagnostics_dock.toggleViewAction()
+        toggle.setText("Diagnostics panel")
+        v.addAction(toggle)
 
         r = bar.addMenu("&Run")
         act(r, "Re-run", s.run, "F5", "Run the backward pass again")
         act(r, "Cancel", s.cancel, "Esc", "Cancel the running work")
+        r.addSeparator()
+        act(r, "Run diagnostics", self.diagnose, "Ctrl+D", "Which trainable variables get no gradient, and why")
 
         h = bar.addMenu("&Help")
         act(h, "Keyboard shortcuts", self._show_shortcuts)
@@ -220,7 +253,15 @@ class MainWindow(QMainWindow):
         s.status_changed.connect(self._on_status)
         s.error_raised.connect(self._on_error)
         s.image_changed.connect(lambda *_: self._update_title())
-        for sig in (s.model_loaded, s.result_changed, s.plan_changed, s.selection_changed, s.view_changed):
+        s.diagnosis_changed.connect(self._on_diagnosis)
+        for sig in (
+            s.model_loaded,
+            s.result_changed,
+            s.plan_changed,
+            s.selection_changed,
+            s.view_changed,
+            s.diagnosis_changed,
+        ):
             sig.on_error = self._on_subscriber_error
 
     # ------------------------------------------------------------------------------------------- session events
@@ -251,14 +292,40 @@ class MainWindow(QMainWindow):
 
     def _update_graph_state(self) -> None:
         s = self.session
-        which = "current" if self.color_by.currentIndex() == 0 else "baseline"
+        mode = self.color_by.currentText()
+        which = "baseline" if mode == "baseline" else "current"
         stats = dict(s.stats(which))
         res = s.result if which == "current" else s.baseline
         if res is not None and s.graph is not None and "input_stats" in res.meta:
             for i in s.graph.input_ids:
                 stats[i] = res.meta["input_stats"]
         caption = "mean |g|, log scale" + (" (baseline)" if which == "baseline" else "")
-        self.graph_view.set_node_state(stats, s.ruled_nodes(), caption, s.skipped_nodes())
+        if mode == "diagnosis":
+            caption = "path diagnostics" if s.diagnosis is not None else "path diagnostics: not run (Ctrl+D)"
+        self.graph_view.set_node_state(
+            stats, s.ruled_nodes(), caption, s.skipped_nodes(), magnitude=mode != "diagnosis"
+        )
+
+    def _on_diagnosis(self, report: Any) -> None:
+        self.graph_view.set_diagnosis(*graph_marks(report))
+        # A cut path is drawn on neutral boxes, so its red is not read as "a large gradient".
+        wanted = "diagnosis" if report is not None and not report.ok else None
+        if wanted is None and self.color_by.currentText() == "diagnosis" and report is None:
+            wanted = "plan"
+        if wanted is not None and self.color_by.currentText() != wanted:
+            self.color_by.setCurrentText(wanted)  # repaints through currentIndexChanged
+        else:
+            self._update_graph_state()
+        if report is not None:
+            self.diagnostics_dock.show()
+            # after the dock has taken its share of the window, so the fit uses the graph's new size
+            QTimer.singleShot(0, self.graph_view.show_diagnosis)
+
+    def diagnose(self) -> None:
+        """Show the diagnostics panel and run the path diagnostics on the worker."""
+        self.diagnostics_dock.show()
+        self.diagnostics_dock.raise_()
+        self.diagnostics.run()
 
     def _on_busy(self, label: str | None) -> None:
         self.progress.setVisible(label is not None)
@@ -274,10 +341,20 @@ class MainWindow(QMainWindow):
 
     def _on_error(self, title: str, message: str, exc: BaseException | None) -> None:
         self.status_label.setText(f"{title}: {message.splitlines()[0]}")
-        if isinstance(exc, UnsafeModelError) and self._loading_path:
+        request = self.session.load_request
+        if isinstance(exc, UnsafeModelError) and request:
             self.error_shown.emit(title, message)
-            if self.confirm_unsafe(self._loading_path, message):
-                self.session.open_model(self._loading_path, safe_mode=False)
+            if self.confirm_unsafe(request["path"], message):
+                self.session.open_model(
+                    request["path"], safe_mode=False, custom_objects_file=request["custom_objects_file"]
+                )
+            return
+        if isinstance(exc, CustomObjectError) and request:
+            self.error_shown.emit(title, message)
+            chosen = self.choose_custom_objects(request["path"], message)
+            if chosen:
+                self._remember_dir(chosen)
+                self.session.open_model(request["path"], safe_mode=request["safe_mode"], custom_objects_file=chosen)
             return
         self.error_shown.emit(title, message)
         if self.modal_errors:
@@ -296,9 +373,40 @@ class MainWindow(QMainWindow):
         box.exec()
         return box.clickedButton() is anyway
 
+    def _ask_custom_objects(self, path: str, message: str) -> str | None:
+        if not self.modal_errors:
+            return None
+        box = QMessageBox(self)
+        box.setIcon(QMessageBox.Icon.Warning)
+        box.setWindowTitle("This model uses custom objects")
+        box.setText(message)
+        box.setInformativeText(
+            "Choose the Python file that defines them (it is imported, i.e. run: only files you trust)."
+        )
+        choose = box.addButton("Choose custom-objects file…", QMessageBox.ButtonRole.AcceptRole)
+        box.addButton(QMessageBox.StandardButton.Cancel)
+        box.exec()
+        if box.clickedButton() is not choose:
+            return None
+        chosen, _ = QFileDialog.getOpenFileName(
+            self, "Custom objects file", str(Path(path).parent), CUSTOM_OBJECTS_FILTER
+        )
+        return chosen or None
+
     # ------------------------------------------------------------------------------------------- files
-    def open_model(self, path: str, *, safe_mode: bool = True) -> None:
-        self.session.open_model(path, safe_mode=safe_mode)
+    def open_model(self, path: str, *, safe_mode: bool = True, custom_objects_file: str | None = None) -> None:
+        self.session.open_model(path, safe_mode=safe_mode, custom_objects_file=custom_objects_file)
+
+    def open_model_with_custom_objects_dialog(self) -> None:
+        path, _ = QFileDialog.getOpenFileName(self, "Open model", self._last_dir(), MODEL_FILTER)
+        if not path:
+            return
+        self._remember_dir(path)
+        objects, _ = QFileDialog.getOpenFileName(
+            self, "Python file defining the custom objects", str(Path(path).parent), CUSTOM_OBJECTS_FILTER
+        )
+        if objects:
+            self.open_model(path, custom_objects_file=objects)
 
     def open_image(self, path: str) -> bool:
         return self.session.open_image(path)
@@ -453,7 +561,7 @@ class MainWindow(QMainWindow):
             self,
             "Keyboard shortcuts",
             "Ctrl+O open model · Ctrl+I open image · Ctrl+S save session · Ctrl+E export overlay\n"
-            "Ctrl+Z / Ctrl+Shift+Z undo / redo plan · F5 re-run · Esc cancel\n"
+            "Ctrl+Z / Ctrl+Shift+Z undo / redo plan · F5 re-run · Esc cancel · Ctrl+D run diagnostics\n"
             "Graph: wheel or Ctrl+= / Ctrl+- zoom · drag to pan · F fit · Ctrl+F find · double-click a nested "
             "model's title to collapse it, a collapsed box to expand it",
         )
