@@ -7,6 +7,7 @@ import html
 from typing import Any
 
 from PySide6.QtCore import Qt
+from PySide6.QtGui import QBrush, QColor
 from PySide6.QtWidgets import (
     QAbstractItemView,
     QCheckBox,
@@ -28,11 +29,68 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
+from gradscope.core.graph import NodeSpec
 from gradscope.core.session import Session
-from gradscope.rules.base import available_rules, rule_source
+from gradscope.rules.base import Rule, available_rules, rule_source
 from gradscope.rules.methods import available_methods
 
 _ACTIVATIONS = ("sigmoid", "relu", "tanh", "softplus", "elu", "selu", "gelu", "swish", "linear", "leaky_relu")
+#: The rule a node starts with in the editor when the plan gives it none: the true gradient.
+DEFAULT_RULES = ("identity", "true_gradient")
+#: Order of the node-specific rules (those whose ``applies_to`` is narrower than "any node"): the methods of
+#: RULES_SPEC.md first, in the order a user usually tries them; anything else (user rules) follows by name.
+_PREFERRED = (
+    "guided_backprop",
+    "deconvnet",
+    "backward_as",
+    "substitute_activation",
+    "straight_through",
+    "mwp",
+    "cmwp",
+    "lrp_epsilon",
+    "lrp_alpha_beta",
+    "lrp_zplus",
+)
+
+
+def _is_specific(cls: type[Rule]) -> bool:
+    """Whether the rule is meant for some node types only (it narrows ``Rule.applies_to``)."""
+    func = getattr(cls.applies_to, "__func__", cls.applies_to)
+    return func is not Rule.applies_to.__func__
+
+
+def _applies(cls: type[Rule], node: NodeSpec) -> bool:
+    try:
+        return bool(cls.applies_to(node))
+    except Exception:  # a user rule's broken applies_to must not break the editor
+        return False
+
+
+def rule_groups(rules: dict[str, type[Rule]], node: NodeSpec | None) -> list[tuple[str | None, list[str]]]:
+    """The rule list of the editor for ``node``, in groups ``(header, names)``: the rules made for this kind
+    of node first, then the rules for any node (the true gradient first), then those that do not apply here.
+    Without a node: one group, the true gradient first."""
+
+    def general_key(name: str) -> tuple[int, str]:
+        return (DEFAULT_RULES.index(name) if name in DEFAULT_RULES else len(DEFAULT_RULES), name)
+
+    if node is None:
+        return [(None, sorted(rules, key=general_key))]
+    specific, general, other = [], [], []
+    for name, cls in rules.items():
+        if not _applies(cls, node):
+            other.append(name)
+        elif _is_specific(cls):
+            specific.append(name)
+        else:
+            general.append(name)
+    specific.sort(key=lambda n: (_PREFERRED.index(n) if n in _PREFERRED else len(_PREFERRED), n))
+    kind = node.op_type + (f" ({node.activation})" if node.activation else "")
+    return [
+        (f"— for {kind} —", specific),
+        ("— any node —", sorted(general, key=general_key)),
+        (f"— not for {node.op_type} —", sorted(other)),
+    ]
 
 
 def _fmt(x: float) -> str:
@@ -128,7 +186,27 @@ class NodeInfo(QTextBrowser):
                 out.append(f"<p style='color:#c2185b'><b>{msg}</b></p>")
         rule = s.rule_for(n.id)
         out.append(f"<p style='margin:4px 0 0 0'>Backward rule: <b>{html.escape(rule or 'true gradient')}</b></p>")
+        out.extend(_diagnosis_lines(s.diagnosis, n.id))
         self.setHtml("".join(out))
+
+
+def _diagnosis_lines(report: Any, node_id: str) -> list[str]:
+    """What the path diagnostics say about this node: a cut it makes, or its variables that get no gradient."""
+    if report is None:
+        return []
+    out = []
+    for cut, blocked in report.cuts():
+        if cut.node == node_id:
+            out.append(
+                f"<p style='color:#b71c1c;margin:4px 0 0 0'><b>✂ Cuts the gradient</b> of {len(blocked)} "
+                f"variable(s) at op <code>{html.escape(cut.op_name)}</code> ({html.escape(cut.op_type)}): "
+                f"{html.escape(cut.reason)}</p><p style='margin:2px 0 0 0'><b>Fix:</b> {html.escape(cut.fix)}</p>"
+            )
+    mine = [v for v in report.problems if v.node == node_id]
+    if mine:
+        names = ", ".join(f"{html.escape(v.path)} ({v.status.replace('_', ' ')})" for v in mine)
+        out.append(f"<p style='color:#b71c1c;margin:4px 0 0 0'>No gradient reaches: {names}</p>")
+    return out
 
 
 class ParamsForm(QWidget):
@@ -139,8 +217,17 @@ class ParamsForm(QWidget):
         self.form = QFormLayout(self)
         self.form.setContentsMargins(0, 0, 0, 0)
         self.editors: dict[str, tuple[str, QWidget]] = {}
+        self.params_cls: type | None = None
 
     def set_params_class(self, params_cls: type, values: dict[str, Any] | None = None) -> None:
+        if params_cls is self.params_cls and self.editors:
+            # Same rule again (the plan changed, the node did not): refill in place, the widgets stay.
+            for f in dataclasses.fields(params_cls):
+                kind, editor = self.editors[f.name]
+                default = (values or {}).get(f.name, f.default if f.default is not dataclasses.MISSING else None)
+                _set_editor(kind, editor, default)
+            return
+        self.params_cls = params_cls
         while self.form.rowCount():
             self.form.removeRow(0)
         self.editors = {}
@@ -187,6 +274,17 @@ class ParamsForm(QWidget):
             else:
                 out[name] = editor.text()
         return out
+
+
+def _set_editor(kind: str, editor: QWidget, value: Any) -> None:
+    if isinstance(editor, QCheckBox):
+        editor.setChecked(bool(value))
+    elif isinstance(editor, QSpinBox):
+        editor.setValue(int(value or 0))
+    elif isinstance(editor, QComboBox):
+        editor.setCurrentText(str(value or ""))
+    elif isinstance(editor, QLineEdit):
+        editor.setText("" if value is None else repr(value) if kind == "float" else str(value))
 
 
 class RuleEditor(QGroupBox):
@@ -237,56 +335,85 @@ class RuleEditor(QGroupBox):
         if not self.session.rules_ready:
             return
         current = self.rule_combo.currentText()
-        self.rule_combo.blockSignals(True)
-        self.rule_combo.clear()
-        for name, cls in available_rules().items():
-            self.rule_combo.addItem(name)
-            src = rule_source(name)
-            tip = cls.describe() + ("" if src == "builtin" else f"\n(from {src})")
-            self.rule_combo.setItemData(self.rule_combo.count() - 1, tip, Qt.ItemDataRole.ToolTipRole)
-        self.rule_combo.blockSignals(False)
-        idx = self.rule_combo.findText(current or "guided_backprop")
-        if idx < 0:
-            idx = self.rule_combo.findText("zero")
-        self.rule_combo.setCurrentIndex(max(idx, 0))
+        self._fill_combo(self._node())
+        if not self._select_index(current):
+            self._select_default()
         self._on_rule_chosen()
 
+    def _node(self) -> NodeSpec | None:
+        g = self.session.graph
+        return g.node(self.node_id) if self.node_id is not None and g is not None and self.node_id in g else None
+
+    def _fill_combo(self, node: NodeSpec | None) -> None:
+        """List the rules for ``node``: the ones made for it first, under disabled group headers."""
+        rules = available_rules()
+        combo = self.rule_combo
+        combo.blockSignals(True)
+        combo.clear()
+        model = combo.model()
+        for header, names in rule_groups(rules, node):
+            if not names:
+                continue
+            if header is not None:
+                combo.addItem(header)
+                item = model.item(combo.count() - 1)
+                item.setFlags(Qt.ItemFlag.NoItemFlags)  # a label, not a choice
+                item.setForeground(QBrush(QColor("#78909c")))
+            for name in names:
+                combo.addItem(name)
+                src = rule_source(name)
+                tip = rules[name].describe() + ("" if src == "builtin" else f"\n(from {src})")
+                combo.setItemData(combo.count() - 1, tip, Qt.ItemDataRole.ToolTipRole)
+        combo.blockSignals(False)
+
+    def rule_names(self) -> list[str]:
+        """The rules in the combo, in their listed order (group headers left out)."""
+        model = self.rule_combo.model()
+        return [
+            self.rule_combo.itemText(i)
+            for i in range(self.rule_combo.count())
+            if model.item(i).flags() & Qt.ItemFlag.ItemIsEnabled
+        ]
+
+    def _select_index(self, name: str) -> bool:
+        idx = self.rule_combo.findText(name) if name else -1
+        if idx < 0 or not self.rule_combo.model().item(idx).flags() & Qt.ItemFlag.ItemIsEnabled:
+            return False
+        self.rule_combo.blockSignals(True)
+        self.rule_combo.setCurrentIndex(idx)
+        self.rule_combo.blockSignals(False)
+        return True
+
+    def _select_default(self) -> None:
+        for name in (*DEFAULT_RULES, *self.rule_names()[:1]):
+            if self._select_index(name):
+                return
+
     def set_node(self, node_id: str | None) -> None:
+        """Show ``node_id``'s rule: the one the plan gives it (by any selector, with its parameters), else the
+        true gradient; the rules made for this kind of node are listed first."""
         self.node_id = node_id
         s = self.session
         enabled = node_id is not None and s.graph is not None and not s.graph.node(node_id).is_input
         for w in (self.apply_node, self.apply_type, self.reset_node, self.rule_combo, self.params):
             w.setEnabled(enabled)
-        if enabled and s.rules_ready:
-            n = s.graph.node(node_id)
-            self.apply_type.setText(f"Apply to all {n.op_type}")
-            entry = self._node_entry()
-            if entry is not None:
-                self.select_rule(entry.rule, entry.params)
+        if not s.rules_ready:
+            self._on_rule_chosen()
+            return
+        node = s.graph.node(node_id) if enabled else None
+        self._fill_combo(node)
+        if node is not None:
+            self.apply_type.setText(f"Apply to all {node.op_type}")
+            entry = s.rule_entry_for(node.id)
+            if entry is not None and self._select_index(entry.rule):
+                self._on_rule_chosen(dict(entry.params))
                 return
-            rules = available_rules()
-            current = rules.get(self.rule_combo.currentText())
-            if current is None or not current.applies_to(n) or current.passthrough:
-                # Offer a rule that can run here (the first non-trivial one in the list).
-                for name, cls in rules.items():
-                    if cls.applies_to(n) and not cls.passthrough and name != "true_gradient":
-                        self.select_rule(name)
-                        return
+        self._select_default()
         self._on_rule_chosen()
 
     def select_rule(self, name: str, params: dict[str, Any] | None = None) -> None:
-        idx = self.rule_combo.findText(name)
-        if idx >= 0:
-            self.rule_combo.blockSignals(True)
-            self.rule_combo.setCurrentIndex(idx)
-            self.rule_combo.blockSignals(False)
+        if self._select_index(name):
             self._on_rule_chosen(params)
-
-    def _node_entry(self) -> Any:
-        for e in reversed(self.session.plan.entries):
-            if e.select in (self.node_id, f"node:{self.node_id}"):
-                return e
-        return None
 
     def _on_rule_chosen(self, params: Any = None) -> None:
         if not self.session.rules_ready:
@@ -456,6 +583,7 @@ class InspectorWidget(QWidget):
         session.result_changed.connect(lambda *_: self.info.show_node(session.selected))
         session.model_loaded.connect(self._on_model_loaded)
         session.rules_changed.connect(self._on_rules_changed)
+        session.diagnosis_changed.connect(lambda *_: self.info.show_node(session.selected))
         self.info.show_node(None)
 
     def _on_rules_changed(self, names: Any) -> None:
@@ -476,7 +604,6 @@ class InspectorWidget(QWidget):
 
     def _on_plan_changed(self, plan: Any) -> None:
         self.plan_table.show_plan()
-        if self.rule_editor._node_entry() is not None:
-            self.rule_editor.set_node(self.session.selected)
+        self.rule_editor.set_node(self.session.selected)  # the editor shows the rule the plan now gives it
         self.info.show_node(self.session.selected)
         self.methods.refresh()
