@@ -160,7 +160,9 @@ def test_nested_model_collapses(window, qtbot, wait_idle, tmp_path):
     import keras
 
     keras.utils.set_random_seed(0)
-    inner = keras.Sequential([keras.layers.Dense(5, activation="relu", name="dense"), keras.layers.Dense(4, name="dense_out")], name="inner")
+    inner = keras.Sequential(
+        [keras.layers.Dense(5, activation="relu", name="dense"), keras.layers.Dense(4, name="dense_out")], name="inner"
+    )
     i = keras.Input((3,))
     o = keras.layers.Dense(2, name="head")(inner(keras.layers.Dense(3, name="stem")(i)))
     path = tmp_path / "nested.keras"
