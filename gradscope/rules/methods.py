@@ -106,3 +106,52 @@ def guided_backprop(graph: LayerGraph) -> Method:
 @register_method("deconvnet", "Deconvnet: ReLU passes max(g, 0), forward mask ignored (Zeiler & Fergus 2014)")
 def deconvnet(graph: LayerGraph) -> Method:
     return _relu_method("deconvnet", "deconvnet", graph)
+
+
+# ------------------------------------------------------------------------- Excitation Backprop / c-MWP (§2.3-2.4)
+@register_method("mwp", "Excitation Backprop (MWP): W+, bias dropped, x*W+^T(g/z) (Zhang et al. 2016)")
+def mwp(
+    graph: LayerGraph, signed_input: str = "mwp_split", batchnorm: str = "identity", readout: str | None = None
+) -> Method:
+    from gradscope.rules.builtin.excitation import mwp_method
+
+    return mwp_method(graph, signed_input=signed_input, batchnorm=batchnorm, readout=readout)
+
+
+@register_method("cmwp", "Contrastive MWP: MWP(W) - MWP(-W) at the classifier, read at the last feature map")
+def cmwp(
+    graph: LayerGraph, signed_input: str = "mwp_split", batchnorm: str = "identity", readout: str | None = None
+) -> Method:
+    from gradscope.rules.builtin.excitation import mwp_method
+
+    return mwp_method(graph, contrastive=True, signed_input=signed_input, batchnorm=batchnorm, readout=readout)
+
+
+# ------------------------------------------------------------------------- LRP (§2.5-2.6)
+@register_method("lrp_epsilon", "LRP-epsilon: x*W^T(g/(z+eps*sign(z))), bias included (Bach et al. 2015)")
+def lrp_epsilon(graph: LayerGraph, epsilon: float = 0.1, bias: bool = True, readout: str | None = None) -> Method:
+    from gradscope.rules.builtin.lrp import lrp_method
+
+    return lrp_method(graph, "lrp_epsilon", "lrp_epsilon", {"epsilon": epsilon, "bias": bias}, readout)
+
+
+@register_method("lrp_alpha_beta", "LRP-alpha-beta (alpha - beta = 1, default a2b1): signed parts apart")
+def lrp_alpha_beta(
+    graph: LayerGraph,
+    alpha: float = 2.0,
+    beta: float = 1.0,
+    bias: bool = True,
+    stabilizer: float = 1e-6,
+    readout: str | None = None,
+) -> Method:
+    from gradscope.rules.builtin.lrp import lrp_method
+
+    params = {"alpha": alpha, "beta": beta, "bias": bias, "stabilizer": stabilizer}
+    return lrp_method(graph, "lrp_alpha_beta", "lrp_alpha_beta", params, readout)
+
+
+@register_method("lrp_zplus", "LRP-z+ (alpha1-beta0): positive contributions only (Montavon et al. 2017)")
+def lrp_zplus(graph: LayerGraph, bias: bool = True, stabilizer: float = 1e-6, readout: str | None = None) -> Method:
+    from gradscope.rules.builtin.lrp import lrp_method
+
+    return lrp_method(graph, "lrp_zplus", "lrp_zplus", {"bias": bias, "stabilizer": stabilizer}, readout)

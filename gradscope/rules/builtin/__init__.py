@@ -2,6 +2,8 @@
 
 from gradscope.rules.builtin import (
     basic,  # noqa: F401
+    excitation,  # noqa: F401
+    lrp,  # noqa: F401
     relu_family,  # noqa: F401
     substitute,  # noqa: F401
 )
