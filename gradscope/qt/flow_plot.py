@@ -192,9 +192,17 @@ class FlowPlot(QWidget):
         if lo == hi:
             lo, hi = lo - 0.5, hi + 0.5
         bins = np.linspace(lo, hi, 61)
+        top = 1
         for values, color in ((base, "#9aa5b1"), (cur, "#e8710a")):
             counts, edges = np.histogram(values[np.isfinite(values)], bins=bins)
             self.hist.plot(edges, counts + 1, stepMode="center", pen=pg.mkPen(color, width=1.6))
+            top = max(top, int(counts.max()) + 1)
+        # Decade ticks only, at least 1 and 10 (log10 units): pyqtgraph's minor log ticks pile up when short.
+        decades = max(1, int(np.ceil(np.log10(top))))
+        step = 1 if decades <= 2 else 2
+        ticks = [(float(k), "1" if k == 0 else f"1e{k}") for k in range(0, decades + 1, step)]
+        self.hist.getAxis("left").setTicks([ticks, []])
+        self.hist.setYRange(0.0, float(decades), padding=0.05)
         self.hist.setTitle(f"<span style='font-size:9pt'>gradient at {node or 'input'}</span>")
 
     # ------------------------------------------------------------------------------------------- input
