@@ -143,7 +143,9 @@ class NodeInfo(QTextBrowser):
         if cfg:
             text = ", ".join(f"{k}={v}" for k, v in list(cfg.items())[:12])
             rows.append(("config", f"<span style='color:#455a64'>{html.escape(text)}</span>"))
-        out = [f"<h3 style='margin:0'>{html.escape(n.name)}</h3><table cellspacing='2'>"]
+        out = [f"<h3 style='margin:0'>{html.escape(n.name)}</h3>"]
+        out.extend(_diagnosis_lines(s.diagnosis, n.id))  # first: when a path is cut here, that is the news
+        out.append("<table cellspacing='2'>")
         out += [f"<tr><td style='color:#607d8b'>{k}</td><td>{v}</td></tr>" for k, v in rows]
         out.append("</table>")
         weights = s.weight_info.get(n.id, [])
@@ -186,7 +188,6 @@ class NodeInfo(QTextBrowser):
                 out.append(f"<p style='color:#c2185b'><b>{msg}</b></p>")
         rule = s.rule_for(n.id)
         out.append(f"<p style='margin:4px 0 0 0'>Backward rule: <b>{html.escape(rule or 'true gradient')}</b></p>")
-        out.extend(_diagnosis_lines(s.diagnosis, n.id))
         self.setHtml("".join(out))
 
 
@@ -198,14 +199,14 @@ def _diagnosis_lines(report: Any, node_id: str) -> list[str]:
     for cut, blocked in report.cuts():
         if cut.node == node_id:
             out.append(
-                f"<p style='color:#b71c1c;margin:4px 0 0 0'><b>✂ Cuts the gradient</b> of {len(blocked)} "
-                f"variable(s) at op <code>{html.escape(cut.op_name)}</code> ({html.escape(cut.op_type)}): "
-                f"{html.escape(cut.reason)}</p><p style='margin:2px 0 0 0'><b>Fix:</b> {html.escape(cut.fix)}</p>"
+                f"<p style='color:#b71c1c;margin:2px 0'><b>✂ Cuts the gradient</b> of {len(blocked)} "
+                f"variable(s) at op <code>{html.escape(cut.op_name)}</code> ({html.escape(cut.op_type)}). "
+                "See the Diagnostics panel for why and the fix.</p>"
             )
     mine = [v for v in report.problems if v.node == node_id]
     if mine:
         names = ", ".join(f"{html.escape(v.path)} ({v.status.replace('_', ' ')})" for v in mine)
-        out.append(f"<p style='color:#b71c1c;margin:4px 0 0 0'>No gradient reaches: {names}</p>")
+        out.append(f"<p style='color:#b71c1c;margin:2px 0'>No gradient reaches: {names}</p>")
     return out
 
 
