@@ -66,7 +66,6 @@ class MainWindow(QMainWindow):
         #: Called with (model path, message) when a model needs custom objects; returns the .py file that
         #: defines them (the load is retried with it), or None to give up.
         self.choose_custom_objects = self._ask_custom_objects
-        self._loading_path: str | None = None
         self.setWindowTitle("gradscope")
         self.setAcceptDrops(True)
         self.resize(1560, 960)
@@ -243,7 +242,6 @@ class MainWindow(QMainWindow):
 
     def _connect_session(self) -> None:
         s = self.session
-        s.model_loading.connect(self._on_model_loading)
         s.model_loaded.connect(self._on_model_loaded)
         s.layout_changed.connect(self._on_layout)
         s.selection_changed.connect(lambda node: self.graph_view.select_node(node))
@@ -265,9 +263,6 @@ class MainWindow(QMainWindow):
             sig.on_error = self._on_subscriber_error
 
     # ------------------------------------------------------------------------------------------- session events
-    def _on_model_loading(self, path: str) -> None:
-        self._loading_path = path
-
     def _on_model_loaded(self, graph: Any) -> None:
         path = self.session.model_path
         if path:
