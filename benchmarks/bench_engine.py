@@ -104,8 +104,9 @@ def bench_batch(name: str, model, engine: Engine, batch: int, size: int, methods
     x = tf.convert_to_tensor(np.random.default_rng(0).uniform(0, 1, (batch, size, size, 3)).astype("float32"))
     grad = plain_gradient_fn(model, 3)
     base = median_time(lambda: grad(x).numpy(), repeats)
+    forward = tf.function(lambda t: model(t, training=False), reduce_retracing=True)
     cases: dict[str, Callable[[], object]] = {
-        "model(x)": lambda: model(x, training=False).numpy(),
+        "model(x) (tf.function)": lambda: forward(x).numpy(),
         "plain GradientTape gradient": lambda: grad(x).numpy(),
         "identity plan (input gradient only)": lambda: engine.backward(x, Target(index=3), stats=False),
         "identity + all-node statistics": lambda: engine.backward(x, Target(index=3)),
