@@ -213,26 +213,7 @@ class _Builder:
         out_shapes = tuple(_shape(t) for t in node.outputs)
         dtype = str(node.outputs[0].dtype) if node.outputs else "float32"
         common = dict(group=group, layer_name=op.name, dtype=dtype)
-        if act is None:
-            spec = NodeSpec(
-                id=node_id,
-                name=op.name,
-                op_type=type(op).__name__,
-                inputs=inputs,
-                input_shapes=in_shapes,
-                output_shapes=out_shapes,
-                params=params,
-                trainable_params=trainable,
-                activation=layer_activation(op),
-                config=_config_summary(op),
-                **common,
-            )
-            self.steps.append(Step("call", node_id, op, node.arguments, in_keys, out_keys))
-            self.add_node(spec, op, out_keys)
-            return
-        # Split `Conv2D(activation="relu")` into the linear layer and an activation node.
-        mid_key = ("preact", node_id)
-        linear = NodeSpec(
+        layer_spec = NodeSpec(
             id=node_id,
             name=op.name,
             op_type=type(op).__name__,
@@ -241,11 +222,18 @@ class _Builder:
             output_shapes=out_shapes,
             params=params,
             trainable_params=trainable,
-            config={**_config_summary(op), "activation": "linear (split off)"},
+            activation=layer_activation(op) if act is None else None,
+            config=_config_summary(op) if act is None else {**_config_summary(op), "activation": "linear (split off)"},
             **common,
         )
+        if act is None:
+            self.steps.append(Step("call", node_id, op, node.arguments, in_keys, out_keys))
+            self.add_node(layer_spec, op, out_keys)
+            return
+        # Split `Conv2D(activation="relu")` into the linear layer and an activation node.
+        mid_key = ("preact", node_id)
         self.steps.append(Step("call", node_id, op, node.arguments, in_keys, [mid_key], linear_call=True))
-        self.add_node(linear, op, [mid_key])
+        self.add_node(layer_spec, op, [mid_key])
         act_id = node_id + ":act"
         act_spec = NodeSpec(
             id=act_id,
