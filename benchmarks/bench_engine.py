@@ -100,6 +100,23 @@ def bench_model(name: str, ctor, size: int, batches: list[int], repeats: int) ->
     return rows
 
 
+def tf_keras_vis_saliency(model) -> Callable | None:
+    """tf-keras-vis's vanilla saliency on the same model (``pip install tf-keras-vis``), if installed."""
+    try:
+        from tf_keras_vis.saliency import Saliency
+        from tf_keras_vis.utils.model_modifiers import ReplaceToLinear
+        from tf_keras_vis.utils.scores import CategoricalScore
+    except ImportError:
+        print("(tf-keras-vis not installed: peer comparison skipped)", flush=True)
+        return None
+    saliency = Saliency(model, model_modifier=ReplaceToLinear(), clone=True)
+
+    def run(x):
+        return saliency(CategoricalScore([3] * int(x.shape[0])), x.numpy(), normalize_map=False)
+
+    return run
+
+
 def bench_batch(name: str, model, engine: Engine, batch: int, size: int, methods: list[str], repeats: int) -> list:
     x = tf.convert_to_tensor(np.random.default_rng(0).uniform(0, 1, (batch, size, size, 3)).astype("float32"))
     grad = plain_gradient_fn(model, 3)
@@ -112,6 +129,9 @@ def bench_batch(name: str, model, engine: Engine, batch: int, size: int, methods
         "identity + all-node statistics": lambda: engine.backward(x, Target(index=3)),
         "identity + all-node gradient capture": lambda: engine.backward(x, Target(index=3), capture="all"),
     }
+    peer = tf_keras_vis_saliency(model)
+    if peer is not None:
+        cases["peer: tf-keras-vis vanilla Saliency"] = lambda: peer(x)
     for m in methods:
         plan = build_method(m, engine.graph).plan
         cases[m] = lambda plan=plan: engine.backward(x, Target(index=3), plan, stats=False)
