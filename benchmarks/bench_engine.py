@@ -146,7 +146,7 @@ def bench_batch(name: str, model, engine: Engine, batch: int, size: int, methods
 def bench_layout(sizes: list[int]) -> list[dict]:
     """Graph layout time for model-shaped DAGs (a chain with residual skips), if the GUI layout module exists."""
     try:
-        from gradscope.render.graph_layout import layout_graph  # written with the GUI
+        from gradscope.render.graph_layout import compute_layout
     except ImportError:
         return []
     from gradscope.core.graph import LayerGraph, NodeSpec
@@ -161,7 +161,7 @@ def bench_layout(sizes: list[int]) -> list[dict]:
                                   output_shapes=((1,),), dtype="float32"))
         graph = LayerGraph(tuple(nodes), ("n0",), (f"n{n - 1}",))
         t0 = time.perf_counter()
-        layout_graph(graph)
+        compute_layout(graph)
         t = time.perf_counter() - t0
         row = {"model": f"synthetic {n} nodes", "batch": "-", "case": "graph layout", "seconds": t, "ratio": None}
         rows.append(row)
