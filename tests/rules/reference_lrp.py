@@ -17,7 +17,8 @@ Clamping ``M`` entrywise is clamping the kernel, because every entry of these ma
 Ops (``RefNode.op``): input, conv (1-D/2-D/3-D, strides, 'same'/'valid', dilation, groups; also depthwise via
 ``depthwise_params``), conv_transpose ('valid'), dense, avgpool (TF 'same' excludes padding from the count),
 gap, bn (inference: diagonal affine), maxpool (routes to the argmax; refuses a tie that carries signal), relu,
-flatten, reshape, concat (of flat inputs), add. The net is a DAG in topological order; its last node gives the logits.
+relu6 (pass-through under MWP/LRP), flatten, reshape, concat (of flat inputs), add. The net is a DAG in
+topological order; its last node gives the logits.
 """
 
 from __future__ import annotations
@@ -290,7 +291,7 @@ class ReferenceNet:
             elif n.op == "concat":
                 assert all(len(s) == 1 for s in ins), "concat of flat inputs only"
                 shape = (sum(s[0] for s in ins),)
-            elif n.op in ("relu", "maxpool", "flatten", "add"):
+            elif n.op in ("relu", "relu6", "maxpool", "flatten", "add"):
                 shape = ins[0]
                 if n.op == "flatten":
                     shape = (int(np.prod(ins[0])),)
@@ -341,6 +342,8 @@ class ReferenceNet:
                 out = ins[0] @ m.T + b
             elif n.op == "relu":
                 out = np.maximum(ins[0], 0)
+            elif n.op == "relu6":
+                out = np.clip(ins[0], 0, 6)
             elif n.op in ("flatten", "reshape"):
                 out = ins[0]  # NHWC C-order: a reshape does not move anything in the flat vector
             elif n.op == "concat":
@@ -402,6 +405,8 @@ class ReferenceNet:
                 gin = [self._linear(n, ins[0], g, method, signed_input, classifier, epsilon, alpha, beta, bias)]
             elif n.op == "relu":
                 gin = [g * (ins[0] > 0)]  # true gradient under every method; nothing passes at 0
+            elif n.op == "relu6":  # MWP/LRP: a non-ReLU activation passes the signal through (zennit Pass)
+                gin = [g * ((ins[0] > 0) & (ins[0] < 6)) if method == "gradient" else g]
             elif n.op in ("flatten", "reshape"):
                 gin = [g]
             elif n.op == "concat":
@@ -593,13 +598,13 @@ def bn_net():
 
 
 def exotic_net():
-    """DepthwiseConv2D -> SeparableConv2D (two steps) -> Conv2DTranspose -> dilated grouped conv -> 'same'
+    """DepthwiseConv2D (ReLU6) -> SeparableConv2D (two steps) -> Conv2DTranspose -> dilated grouped conv -> 'same'
     avg-pool -> GAP -> dense."""
     from keras import Input, Model, layers, utils
 
     utils.set_random_seed(34)
     inp = Input((7, 7, 4), name="image")
-    x = layers.DepthwiseConv2D(3, depth_multiplier=2, padding="same", activation="relu", name="dw")(inp)
+    x = layers.DepthwiseConv2D(3, depth_multiplier=2, padding="same", activation="relu6", name="dw")(inp)
     x = layers.SeparableConv2D(6, 3, activation="relu", name="sep")(x)
     x = layers.Conv2DTranspose(4, 2, strides=2, activation="relu", name="up")(x)
     x = layers.Conv2D(4, 3, dilation_rate=2, groups=2, activation="relu", name="dil")(x)
@@ -608,11 +613,13 @@ def exotic_net():
     x = layers.Dense(3, name="fc")(x)
     model = _random_biases(Model(inp, x, name="exotic_net"), 34)
     get = model.get_layer
+    dw_kernel, dw_bias = get("dw").get_weights()
+    get("dw").set_weights([8.0 * dw_kernel, dw_bias])  # some pre-activations above 6: the cap is exercised
     ref = ReferenceNet(
         [
             RefNode("image", "input"),
             RefNode("dw", "conv", ("image",), depthwise_params(get("dw"))),
-            RefNode("dw:act", "relu", ("dw",)),
+            RefNode("dw:act", "relu6", ("dw",)),
             RefNode("sep/dw", "conv", ("dw:act",), depthwise_params(get("sep"), "depthwise_kernel", bias=False)),
             RefNode("sep", "conv", ("sep/dw",), pointwise_params(get("sep"))),
             RefNode("sep:act", "relu", ("sep",)),

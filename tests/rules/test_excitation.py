@@ -278,7 +278,7 @@ def test_unhandled_layers_are_reported_by_node_id_and_keep_their_gradient():
     keras.utils.set_random_seed(3)
     inp = keras.Input((6,), name="x")
     a = keras.layers.Dense(5, activation="relu", name="d1")(inp)
-    b = keras.layers.Dense(5, activation="sigmoid", name="gate")(inp)
+    b = keras.layers.Dense(5, activation="tanh", name="gate")(inp)  # not a sigmoid gate: an unknown product
     y = keras.layers.Multiply(name="mul")([a, b])
     y = keras.layers.LayerNormalization(name="ln")(y)
     out = keras.layers.Dense(3, name="out")(y)
@@ -291,3 +291,53 @@ def test_unhandled_layers_are_reported_by_node_id_and_keep_their_gradient():
         if name in ("mwp", "lrp_epsilon"):
             r = engine.backward(np.ones((1, 6), "float32"), Target(index=0), m.plan)
             assert np.isfinite(r.input_grad).all() and np.abs(r.input_grad).sum() > 0
+
+
+def test_mwp_on_folded_batchnorm_equals_identity_batchnorm_for_positive_scales():
+    """Folding BN (W' = a·W) before clamping: with the bias dropped, MWP is unchanged where a > 0 (a·W₊ = (aW)₊
+    and the a cancels in x ⊙ (aW₊)ᵀ(g ⊘ a·z)), and changes where a < 0 (there (aW)₊ = a·W₋)."""
+    from gradscope.engine.canonize import fold_batchnorm
+
+    results = {}
+    for positive_gamma in (True, False):
+        model, _, _ = ref_lrp.bn_net()
+        if positive_gamma:
+            for name in ("bn1", "bn2"):
+                bn = model.get_layer(name)
+                gamma, *rest = bn.get_weights()
+                bn.set_weights([np.abs(gamma), *rest])
+        folded, folds = fold_batchnorm(model)
+        assert folds == {"bn1": "c1", "bn2": "c2"}
+        pair = []
+        for m in (model, folded):
+            engine = Engine(m)
+            method = build_method("mwp", engine.graph)
+            assert not method.warnings  # the RemovedLayer left by the canonizer is an identity
+            pair.append(engine.backward(get_net("bn_net").signed, Target(index=0), method.plan).input_grad)
+        results[positive_gamma] = pair
+    np.testing.assert_allclose(results[True][1], results[True][0], rtol=1e-4, atol=1e-7)
+    assert not np.allclose(results[False][1], results[False][0], rtol=1e-3, atol=1e-6)
+
+
+@pytest.mark.parametrize("size", [6, 1])
+def test_squeeze_excitation_gate_takes_no_signal(size):
+    """``x * gate``: MWP/LRP pass everything to x (mass stays 1), nothing to the gate. The gate is the broadcast
+    input (size 6), or at 1x1 spatial size, where the shapes agree, the sigmoid-produced one."""
+    keras.utils.set_random_seed(5)
+    inp = keras.Input((size, size, 3), name="image")
+    x = keras.layers.Conv2D(8, 3, padding="same", activation="relu", name="conv")(inp)
+    s = keras.layers.GlobalAveragePooling2D(keepdims=True, name="squeeze")(x)
+    s = keras.layers.Conv2D(8, 1, activation="sigmoid", name="excite")(s)
+    y = keras.layers.Multiply(name="gate")([x, s])
+    y = keras.layers.GlobalAveragePooling2D(name="gap")(y)
+    out = keras.layers.Dense(3, name="fc")(y)
+    engine = Engine(keras.Model(inp, out))
+    x_in = np.random.default_rng(0).uniform(0.05, 1, (2, size, size, 3)).astype("float32")
+    for name in ("mwp", "lrp_zplus"):
+        m = build_method(name, engine.graph, **({"bias": False} if name == "lrp_zplus" else {}))
+        assert m.plan.resolve(engine.graph).rules["gate"].entry.rule == "signal_take_all" and not m.warnings
+        r = engine.backward(x_in, Target(), m.plan, capture="all")  # top-1: its logit has excitatory inputs
+        assert np.all(r.node_grads["excite:act"] == 0) and np.all(r.node_grads["squeeze"] == 0)
+        np.testing.assert_allclose(r.node_grads["gate"].reshape(2, -1).sum(1), 1.0, rtol=1e-4)  # z⁺: 1e-6 stab
+        np.testing.assert_allclose(r.node_grads["conv:act"], r.node_grads["gate"], rtol=1e-6)
+        np.testing.assert_allclose(r.input_grad.reshape(2, -1).sum(1), 1.0, rtol=1e-4)

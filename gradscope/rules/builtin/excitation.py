@@ -31,6 +31,7 @@ from gradscope.rules.builtin.linear_ops import (
     no_autograph,
     node_kind,
     pass_signal,
+    pass_to_gated,
     pool_op,
     positive,
     redistribute,
@@ -78,8 +79,8 @@ class MWPParams:
             raise ValueError(f"signed_input must be one of {', '.join(SIGNED_INPUT_MODES)}")
         if self.batchnorm not in BATCHNORM_MODES:
             raise ValueError(
-                f"batchnorm must be one of {', '.join(BATCHNORM_MODES)} (to fold BN into the convolution, "
-                "canonize the model before opening it)"
+                f"batchnorm must be one of {', '.join(BATCHNORM_MODES)}; to fold BatchNorm into the layer below "
+                "it, explain the folded copy from gradscope.engine.canonize.fold_batchnorm(model) instead"
             )
 
 
@@ -99,11 +100,24 @@ class ExcitationBackprop(_MWPBase):
     Per layer (RULES_SPEC §2.3): Dense/Conv*/DepthwiseConv/Conv*Transpose as above; SeparableConv as its
     depthwise and pointwise steps (the pointwise input is signed); average pools ``x ⊙ fᵀ(g ⊘ f(x))``; Add
     ``x_k ⊙ g ⊘ Σx`` (positive parts under ``mwp_split``/``clamp``); BatchNorm pass-through (``batchnorm``);
-    non-ReLU activations and elementwise rescaling pass-through; ReLU, max pools, reshapes: true gradient.
+    non-ReLU activations and elementwise rescaling pass-through; ``x * gate`` with a broadcast gate
+    (squeeze-and-excitation) all to ``x``; ReLU, max pools, reshapes: true gradient.
     """
 
     kinds = frozenset(
-        {"linear", "separable", "avg_pool", "sum", "batchnorm", "scale", "activation", "relu", "max_pool", "structural"}
+        {
+            "linear",
+            "separable",
+            "avg_pool",
+            "sum",
+            "gate",
+            "batchnorm",
+            "scale",
+            "activation",
+            "relu",
+            "max_pool",
+            "structural",
+        }
     )
 
     @no_autograph
@@ -124,6 +138,8 @@ class ExcitationBackprop(_MWPBase):
             return redistribute_sum(ctx, g, divide_mwp, positive)
         if kind == "batchnorm" and self.params.batchnorm == "true_gradient":
             return ctx.vjp(grad_outputs)
+        if kind == "gate":
+            return pass_to_gated(ctx, grad_outputs)
         if kind in ("batchnorm", "scale", "activation"):
             return pass_signal(ctx, grad_outputs)
         return ctx.vjp(grad_outputs)  # ReLU, max pool, reshapes: the true gradient is the MWP rule
@@ -176,10 +192,13 @@ def mwp_method(
     if batchnorm != "identity":
         params["batchnorm"] = batchnorm
     kinds = set(MWP_KINDS) - ({"batchnorm"} if batchnorm == "true_gradient" else set())
-    skip = stripped_softmax_ids(graph)
+    from gradscope.rules.builtin.lrp import gate_entries
+
+    gates, gate_ids = gate_entries(graph)
+    skip = stripped_softmax_ids(graph) | gate_ids
     ids = [n.id for n in graph.nodes if node_kind(n) in kinds and n.id not in skip]
-    entries = [PlanEntry(s, "mwp", params) for s in rule_selectors(graph, ids)]
-    warnings = list(unhandled_warnings(graph, name))
+    entries = [PlanEntry(s, "mwp", params) for s in rule_selectors(graph, ids)] + gates
+    warnings = list(unhandled_warnings(graph, name, skip=tuple(gate_ids)))
     readout_node = readout
     if contrastive:
         top = classifier_node(graph)

@@ -23,7 +23,6 @@ from typing import Any
 from gradscope.core.errors import RuleError
 from gradscope.core.graph import NodeSpec
 from gradscope.engine.tf import keras, tf
-from gradscope.rules.builtin.relu_family import is_relu_like
 
 #: Layers linear in their input, with the weights a rule clamps (RULES_SPEC §3).
 LINEAR_TYPES = frozenset(
@@ -98,11 +97,14 @@ STRUCTURAL_TYPES = frozenset(
         "Squeeze",
         "ExpandDims",
         "GetItem",
+        "RemovedLayer",  # what gradscope.engine.canonize leaves where it folded a BatchNorm: an identity
     }
 )
 #: ``keras.ops`` activations called inside a functional model (no ``activation`` name on the node).
 ELEMENTWISE_OP_TYPES = frozenset(
     {
+        "Relu6",
+        "LeakyRelu",
         "Sigmoid",
         "Tanh",
         "Silu",
@@ -134,6 +136,7 @@ KINDS = (
     "avg_pool",
     "max_pool",
     "sum",
+    "gate",
     "batchnorm",
     "scale",
     "relu",
@@ -149,8 +152,8 @@ def node_kind(node: NodeSpec) -> str:
     n_in = len(node.input_shapes)
     if node.is_input:
         return "input"
-    if is_relu_like(node):
-        return "relu"
+    if node.activation == "relu" or t == "Relu":
+        return "relu"  # the true gradient; ReLU6, LeakyReLU and capped ReLUs are "activation" (pass-through)
     if node.activation is not None or t in ELEMENTWISE_OP_TYPES:
         return "activation" if n_in == 1 else "unknown"
     if t in LINEAR_TYPES:
@@ -167,6 +170,8 @@ def node_kind(node: NodeSpec) -> str:
         return "batchnorm"
     if t in SCALE_TYPES or (t in SCALE_OP_TYPES and n_in == 1):
         return "scale"
+    if t == "Multiply" and gate_input(node) is not None:
+        return "gate"
     if t in STRUCTURAL_TYPES:
         return "structural"
     return "unknown"
@@ -176,6 +181,59 @@ def node_kind(node: NodeSpec) -> str:
 #: trace (measured: a third of the trace time on ResNet50). These rules need no AutoGraph: their Python
 #: branches are on static values and the one data-dependent branch is an explicit ``tf.cond``.
 no_autograph = tf.autograph.experimental.do_not_convert
+
+
+def gate_input(node: NodeSpec) -> int | None:
+    """For ``x * gate`` with a broadcast gate (squeeze-and-excitation): the gate's input index, else None."""
+    if len(node.input_shapes) != 2:
+        return None
+    full = [tuple(s) == tuple(node.output_shape) for s in node.input_shapes]
+    if full.count(True) != 1:
+        return None
+    gate = full.index(False)
+    size = 1
+    for d in node.input_shapes[gate][1:]:
+        size *= d or 1
+    return gate if size < _size(node.output_shape) else None
+
+
+def _size(shape: Sequence[int | None]) -> int:
+    n = 1
+    for d in shape[1:]:
+        n *= d or 1
+    return n
+
+
+def pass_to_gated(ctx: Any, grad_outputs: Sequence[Any], gate: int | None = None) -> list[Any]:
+    """Signal-take-all for ``x * gate`` (Arras et al. 2017, LRP for gated units): all of ``g`` to ``x``, none to
+    the gate. It is the normalise-and-redistribute rule of a diagonal layer with the gate as fixed weights."""
+    gate = gate_input(ctx.node) if gate is None else gate
+    if gate is None:
+        raise RuleError(f"Node {ctx.node.id!r}: cannot tell which input of the Multiply is the gate; set gate=0 or 1.")
+    g = grad_outputs[0]
+    return [tf.zeros_like(x) if i == gate else tf.cast(g, x.dtype) for i, x in enumerate(ctx.inputs)]
+
+
+#: Activations whose output is a gate in (0, 1) (squeeze-and-excitation, GLU-like blocks).
+GATE_ACTIVATIONS = ("sigmoid", "hard_sigmoid")
+
+
+def gate_nodes(graph: Any) -> dict[str, int]:
+    """Two-input Multiply nodes that gate a signal, with the gate's input index: the broadcast input (by shape),
+    or else the single input produced by a sigmoid-like activation (an SE block at 1x1 spatial size)."""
+    out: dict[str, int] = {}
+    for n in graph.nodes:
+        if n.op_type != "Multiply" or len(n.input_shapes) != 2 or len(set(n.inputs)) != 2:
+            continue
+        k = gate_input(n)
+        if k is None and all(tuple(s) == tuple(n.output_shape) for s in n.input_shapes):
+            gated = [
+                graph.node(i).activation in GATE_ACTIVATIONS or graph.node(i).op_type == "Sigmoid" for i in n.inputs
+            ]
+            k = gated.index(True) if gated.count(True) == 1 else None
+        if k is not None:
+            out[n.id] = k
+    return out
 
 
 # ---------------------------------------------------------------------------------------------- stabilisers

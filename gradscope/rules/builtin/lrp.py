@@ -9,8 +9,9 @@ with deep Taylor decomposition*, Pattern Recognition 65, 2017 (z⁺). Formulas a
 Per layer kind: Dense/Conv*/DepthwiseConv/Conv*Transpose and both SeparableConv steps get the rule; average
 pools and Add get ``Norm`` (ε = 1e-6, or the αβ/z⁺ rule's ``stabilizer``); BatchNorm is a diagonal affine layer
 under the ε rule (the rule's ε for LRP-ε, the stabiliser otherwise: the same as folding it into the layer below,
-up to the stabilisers); non-ReLU
-activations and elementwise rescaling pass the relevance through; ReLU and max pools keep the true gradient.
+up to the stabilisers); non-ReLU activations and elementwise rescaling pass the relevance through, and so
+does ``x * gate`` with a broadcast gate to ``x`` (signal-take-all, Arras et al. 2017; the gate gets none); ReLU
+and max pools keep the true gradient.
 """
 
 from __future__ import annotations
@@ -25,11 +26,13 @@ from gradscope.rules.base import Rule, register_rule
 from gradscope.rules.builtin.linear_ops import (
     LinearOp,
     divide_signeps,
+    gate_nodes,
     layer_op,
     negative,
     no_autograph,
     node_kind,
     pass_signal,
+    pass_to_gated,
     pool_op,
     positive,
     redistribute,
@@ -122,6 +125,8 @@ class _LRPRule(Rule):
             # A diagonal affine layer y = a·x + c under the ε rule, shift included like a bias.
             affine = LinearOp(lambda x, w: ctx.forward([x])[0], {})
             return [redistribute(affine, g, [(ctx.inputs[0], {})], _signeps(self.batchnorm_eps()))]
+        if kind == "gate":
+            return pass_to_gated(ctx, grad_outputs)
         if kind in ("scale", "activation"):
             return pass_signal(ctx, grad_outputs)
         return ctx.vjp(grad_outputs)  # ReLU, max pool (winner takes all), reshapes
@@ -204,6 +209,39 @@ class LRPZPlus(_LRPRule):
         return self.params.stabilizer
 
 
+@dataclass(frozen=True)
+class GateParams:
+    gate: int = -1  # index of the gate input; -1: the broadcast one
+
+    def __post_init__(self) -> None:
+        if self.gate not in (-1, 0, 1):
+            raise ValueError(f"gate must be -1 (the broadcast input), 0 or 1, got {self.gate}")
+
+
+@register_rule("signal_take_all")
+class SignalTakeAll(Rule):
+    """``x * gate``: all of the signal to ``x``, none to the gate (Arras et al. 2017, *Explaining recurrent
+    neural network predictions in sentiment analysis*, WASSA; used for squeeze-and-excitation gates)."""
+
+    Params = GateParams
+
+    @classmethod
+    def applies_to(cls, node: NodeSpec) -> bool:
+        return node.op_type == "Multiply" and len(node.input_shapes) == 2
+
+    @no_autograph
+    def backward(self, ctx: Any, grad_outputs: list[Any]) -> list[Any]:
+        return pass_to_gated(ctx, grad_outputs, None if self.params.gate < 0 else self.params.gate)
+
+
+def gate_entries(graph: LayerGraph) -> tuple[list[Any], set[str]]:
+    """Plan entries giving every gating Multiply the signal-take-all rule, and their node ids."""
+    from gradscope.rules.plan import PlanEntry
+
+    gates = gate_nodes(graph)
+    return [PlanEntry(node_id, "signal_take_all", {"gate": k}) for node_id, k in gates.items()], set(gates)
+
+
 # ---------------------------------------------------------------------------------------------- presets
 #: Node kinds that get the LRP rule in the presets (ReLU, max pools and reshapes keep their true gradient).
 LRP_KINDS = ("linear", "separable", "avg_pool", "sum", "batchnorm", "scale", "activation")
@@ -216,9 +254,11 @@ def lrp_method(graph: LayerGraph, name: str, rule: str, params: dict[str, Any], 
     from gradscope.rules.plan import Plan, PlanEntry
 
     make_params(get_rule_class(rule), params)  # bad options fail here, with the rule's message
-    skip = stripped_softmax_ids(graph)
+    gates, gate_ids = gate_entries(graph)
+    skip = stripped_softmax_ids(graph) | gate_ids
     ids = [n.id for n in graph.nodes if node_kind(n) in LRP_KINDS and n.id not in skip]
-    plan = Plan(tuple(PlanEntry(s, rule, dict(params)) for s in rule_selectors(graph, ids)), name=name)
+    entries = [PlanEntry(s, rule, dict(params)) for s in rule_selectors(graph, ids)] + gates
+    plan = Plan(tuple(entries), name=name)
     if readout in ("input", ""):
         readout = None
     if readout is not None:
@@ -230,6 +270,6 @@ def lrp_method(graph: LayerGraph, name: str, rule: str, params: dict[str, Any], 
         signed=True,
         readout_node=readout,
         changed=changed_nodes(graph, plan),
-        warnings=unhandled_warnings(graph, name),
+        warnings=unhandled_warnings(graph, name, skip=tuple(gate_ids)),
         options=dict(params),
     )
