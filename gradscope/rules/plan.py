@@ -129,8 +129,7 @@ class Plan:
                 if not cls.applies_to(node):
                     if kind == "node":
                         raise PlanError(
-                            f"Rule {entry.rule!r} cannot run on node {node.id!r} ({node.op_type}): "
-                            f"{cls.describe()}"
+                            f"Rule {entry.rule!r} cannot run on node {node.id!r} ({node.op_type}): {cls.describe()}"
                         )
                     skipped.setdefault(entry.select, []).append(node.id)
                     continue

@@ -135,15 +135,18 @@ def test_exception_at_import_names_file_and_line(tmp_path):
 
 
 def test_file_without_rules(tmp_path):
-    path = _write(tmp_path, "empty_rules.py", "from gradscope.rules.base import Rule\n\nclass NotRegistered(Rule):\n"
-                  "    pass\n")
+    path = _write(
+        tmp_path, "empty_rules.py", "from gradscope.rules.base import Rule\n\nclass NotRegistered(Rule):\n    pass\n"
+    )
     with pytest.raises(RuleFileError, match="empty_rules.py defines no new rules"):
         load_rule_file(path)
 
 
 def test_file_that_reuses_a_builtin_name(tmp_path):
-    text = ("from gradscope.rules.base import Rule, register_rule\n\n@register_rule('guided_backprop')\n"
-            "class Clash(Rule):\n    pass\n")
+    text = (
+        "from gradscope.rules.base import Rule, register_rule\n\n@register_rule('guided_backprop')\n"
+        "class Clash(Rule):\n    pass\n"
+    )
     with pytest.raises(RuleFileError, match="clash.py.*already registered"):
         load_rule_file(_write(tmp_path, "clash.py", text))
     assert available_rules()["guided_backprop"].__module__ == "gradscope.rules.builtin.relu_family"
@@ -200,8 +203,9 @@ FAILURES = {
 
 
 def _state(model):
-    return [w.copy() for w in model.get_weights()], {layer.name: getattr(layer, "activation", None)
-                                                     for layer in model.layers}
+    return [w.copy() for w in model.get_weights()], {
+        layer.name: getattr(layer, "activation", None) for layer in model.layers
+    }
 
 
 @pytest.mark.parametrize("rule", sorted(FAILURES))

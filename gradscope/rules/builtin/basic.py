@@ -66,8 +66,7 @@ class Clip(Rule):
 
     def backward(self, ctx, grad_outputs):
         return [
-            None if g is None else tf.clip_by_value(g, self.params.low, self.params.high)
-            for g in ctx.vjp(grad_outputs)
+            None if g is None else tf.clip_by_value(g, self.params.low, self.params.high) for g in ctx.vjp(grad_outputs)
         ]
 
 

