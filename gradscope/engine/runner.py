@@ -328,11 +328,6 @@ class Engine:
                 self._cache.popitem(last=False)
         return traced
 
-    def is_traced(self, plan: Plan, target: Target | None = None, capture: Sequence[str] = ()) -> bool:
-        """Whether running this plan now would reuse a trace (the GUI shows 'tracing...' otherwise)."""
-        key = (plan.key(), (target or Target()).trace_key(), tuple(dict.fromkeys(capture)), False, True)
-        return key in self._cache
-
     # ------------------------------------------------------------------------------------------- public
     def _as_inputs(self, inputs: Any) -> list[Any]:
         arrays = list(inputs) if isinstance(inputs, (list, tuple)) else [inputs]

@@ -15,19 +15,13 @@ from gradscope.core.targets import Target
 from gradscope.core.worker import InlineExecutor, Job, ThreadExecutor
 from gradscope.render.graph_layout import compute_layout
 from gradscope.rules.plan import Plan
+from tests.engine.fixtures import tiny_cnn
 
 keras = pytest.importorskip("keras")
 tf = pytest.importorskip("tensorflow")
 
 
-def _cnn(seed: int = 0):
-    keras.utils.set_random_seed(seed)
-    i = keras.Input((12, 12, 3), name="img")
-    h = keras.layers.Conv2D(4, 3, activation="relu", name="c1")(i)
-    h = keras.layers.Conv2D(5, 3, name="c2")(h)
-    h = keras.layers.GlobalAveragePooling2D(name="gap")(h)
-    o = keras.layers.Dense(3, activation="softmax", name="out")(h)
-    return keras.Model(i, o, name="tiny")
+_cnn = tiny_cnn
 
 
 @pytest.fixture(scope="module")

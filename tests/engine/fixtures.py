@@ -91,6 +91,17 @@ def sequential() -> keras.Model:
     )
 
 
+def tiny_cnn(seed: int = 0) -> keras.Model:
+    """A 12x12 CNN with a fused ReLU and a softmax head (the Session and GUI tests' model)."""
+    keras.utils.set_random_seed(seed)
+    i = keras.Input((12, 12, 3), name="img")
+    h = keras.layers.Conv2D(4, 3, activation="relu", name="c1")(i)
+    h = keras.layers.Conv2D(5, 3, name="c2")(h)
+    h = keras.layers.GlobalAveragePooling2D(name="gap")(h)
+    o = keras.layers.Dense(3, activation="softmax", name="out")(h)
+    return keras.Model(i, o, name="tiny")
+
+
 FIXTURES = {
     "chain": chain,
     "residual": residual,

@@ -14,21 +14,11 @@ pytest.importorskip("PySide6")
 pytest.importorskip("pytestqt")
 
 
-def tiny_cnn(seed: int = 0):
-    import keras
-
-    keras.utils.set_random_seed(seed)
-    i = keras.Input((12, 12, 3), name="img")
-    h = keras.layers.Conv2D(4, 3, activation="relu", name="c1")(i)
-    h = keras.layers.Conv2D(5, 3, name="c2")(h)
-    h = keras.layers.GlobalAveragePooling2D(name="gap")(h)
-    o = keras.layers.Dense(3, activation="softmax", name="out")(h)
-    return keras.Model(i, o, name="tiny")
-
-
 @pytest.fixture(scope="session")
 def model_file(tmp_path_factory):
     path = tmp_path_factory.mktemp("models") / "tiny.keras"
+    from tests.engine.fixtures import tiny_cnn
+
     tiny_cnn().save(path)
     return path
 
