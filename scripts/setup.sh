@@ -1,17 +1,34 @@
 #!/usr/bin/env bash
 # Create .venv and install gradscope with its test tools. Safe to run again: it only reinstalls when
 # pyproject.toml changed since the last install.
+#
+# System libraries (Debian/Ubuntu package names), installed with apt when run as root, else listed:
+#   offscreen Qt (tests, exports): libegl1 libgl1 libxkbcommon0 libfontconfig1 libdbus-1-3
+#   a real window under X11 (Qt's xcb plugin refuses to start without these):
+#     libxcb-cursor0 libxcb-icccm4 libxcb-image0 libxcb-keysyms1 libxcb-randr0 libxcb-render-util0
+#     libxcb-shape0 libxcb-xinerama0 libxcb-xkb1 libxkbcommon-x11-0
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PY=${PYTHON:-python3}
 
-# Qt needs a few system libraries even offscreen; install them where we can (root with apt, e.g. CI).
-if command -v ldconfig >/dev/null && ! ldconfig -p | grep -q 'libEGL.so.1'; then
+QT_LIBS="libegl1 libgl1 libxkbcommon0 libfontconfig1 libdbus-1-3"
+X11_LIBS="libxcb-cursor0 libxcb-icccm4 libxcb-image0 libxcb-keysyms1 libxcb-randr0 libxcb-render-util0 \
+libxcb-shape0 libxcb-xinerama0 libxcb-xkb1 libxkbcommon-x11-0"
+# Probe a few sonames; install only when one is missing (apt is slow even when there is nothing to do).
+missing=0
+if command -v ldconfig >/dev/null; then
+  for so in libEGL.so.1 libxkbcommon.so.0 libxcb-cursor.so.0 libxcb-icccm.so.4 libxkbcommon-x11.so.0; do
+    ldconfig -p | grep -q "$so" || missing=1
+  done
+fi
+if [ "$missing" = 1 ]; then
   if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
-    apt-get update -qq && apt-get install -y -qq libegl1 libgl1 libxkbcommon0 libfontconfig1 libdbus-1-3 >/dev/null
+    echo "setup: installing the system libraries Qt needs (apt): $QT_LIBS $X11_LIBS" >&2
+    # shellcheck disable=SC2086
+    { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $QT_LIBS $X11_LIBS >/dev/null; } ||
+      echo "warning: apt could not install them; the GUI may not start." >&2
   else
-    echo "note: Qt needs libEGL, libGL, libxkbcommon, fontconfig and dbus libraries (apt: libegl1 libgl1" \
-         "libxkbcommon0 libfontconfig1 libdbus-1-3)." >&2
+    echo "note: Qt needs these system libraries (apt install ...): $QT_LIBS $X11_LIBS" >&2
   fi
 fi
 

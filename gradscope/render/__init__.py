@@ -14,6 +14,7 @@ from gradscope.render.normalize import (
     smoothing_sigma,
 )
 from gradscope.render.overlay import BLEND_STYLES, RenderedMap, as_rgb_float, blend, render_overlay
+from gradscope.render.quality import degeneracy
 from gradscope.render.reduce import DEFAULT_REDUCTION_FOR_METHOD, REDUCTIONS, reduce_channels
 
 __all__ = [
@@ -28,6 +29,7 @@ __all__ = [
     "as_rgb_float",
     "available_colormaps",
     "blend",
+    "degeneracy",
     "gaussian_smooth",
     "is_diverging",
     "load_sidecar",

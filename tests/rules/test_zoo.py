@@ -1,5 +1,9 @@
 """Zoo smoke test: every method preset runs on keras.applications architectures (weights=None, small inputs)
-and gives a finite, non-zero map; layers a preset cannot handle are reported by node id.
+and gives a finite map of the right shape; layers a preset cannot handle are reported by node id.
+
+Only what a method guarantees is asserted. Whether a random-init network's map is non-zero depends on the
+floating-point details of the CPU's kernels (oneDNN picks them per machine): c-MWP's ``max(Σ_c Δ, 0)`` was all
+zero on one CPU and not on another. A map with no information must be *reported* as degenerate instead.
 
 Untrained nets with fresh BatchNorm statistics are degenerate (activations shrink to ~1e-10 by the top of
 MobileNetV2, so every ε-stabilised rule returns exactly 0). The BN moving statistics are therefore set from the
@@ -18,7 +22,7 @@ import pytest
 from gradscope.core.targets import Target
 from gradscope.engine.runner import Engine
 from gradscope.engine.tf import keras
-from gradscope.render import reduce_channels
+from gradscope.render import degeneracy, reduce_channels
 from gradscope.rules.builtin.linear_ops import gate_nodes, node_kind
 from gradscope.rules.methods import available_methods, build_method
 
@@ -83,7 +87,8 @@ def run_preset(name: str, method_name: str) -> np.ndarray:
     maps = reduce_channels(signal, method.reduction)
     assert maps.shape[0] == len(x) and maps.ndim == 3, maps.shape
     assert np.isfinite(signal).all(), f"{name}/{method_name}: non-finite signal"
-    assert np.abs(signal).max() > 0, f"{name}/{method_name}: the signal is all zero"
+    for m in maps:  # informative, or reported as degenerate (never a silent blank picture)
+        assert (np.ptp(m) > 0) == (degeneracy(m) is None), (name, method_name, degeneracy(m))
     return maps
 
 
@@ -108,7 +113,7 @@ def test_presets_plan_the_whole_architecture(name):
 def test_rule_heavy_presets_on_mobilenet(method_name):
     maps = run_preset("MobileNetV2", method_name)
     if method_name == "cmwp":
-        assert maps.min() >= 0 and maps.max() > 0  # max(Σ_c Δ, 0)
+        assert maps.min() >= 0  # max(Σ_c Δ, 0): non-negative by construction; all-zero is possible
 
 
 @pytest.mark.slow
