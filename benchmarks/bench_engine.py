@@ -30,7 +30,7 @@ import numpy as np  # noqa: E402
 
 from gradscope.core.targets import Target  # noqa: E402
 from gradscope.engine.runner import Engine  # noqa: E402
-from gradscope.engine.tf import keras, tf  # noqa: E402
+from gradscope.backend import keras, tf  # noqa: E402
 from gradscope.rules.methods import available_methods, build_method  # noqa: E402
 
 RESULTS = Path(__file__).resolve().parent / "results"

@@ -36,10 +36,10 @@ from typing import Any
 
 import numpy as np
 
+from gradscope.backend import keras, tf
 from gradscope.core.errors import GraphError
 from gradscope.core.targets import Target
 from gradscope.engine import loss_targets
-from gradscope.engine.tf import keras, tf
 
 # ------------------------------------------------------------------------------------------------ op classes
 #: Ops that write a variable: the written value reaches later reads, its gradient does not.

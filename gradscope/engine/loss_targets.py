@@ -25,9 +25,9 @@ from typing import Any
 
 import numpy as np
 
+from gradscope.backend import keras, tf
 from gradscope.core.errors import TargetError
 from gradscope.core.targets import Target
-from gradscope.engine.tf import keras, tf
 
 LOSS_NAMES = ("auto", "compiled", "crossentropy", "mse")
 _ALIASES = {

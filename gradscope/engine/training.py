@@ -23,8 +23,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from gradscope.backend import keras
 from gradscope.core.errors import PlanError
-from gradscope.engine.tf import keras
 from gradscope.rules.plan import Plan
 
 

@@ -7,6 +7,6 @@ from typing import Any
 
 def import_keras() -> Any:
     """Keras with the TensorFlow backend, imported on first use with TensorFlow's C++ logging quietened."""
-    from gradscope.engine.tf import keras  # quiet start-up, TensorFlow backend checked
+    from gradscope.backend import keras  # quiet start-up, TensorFlow backend checked
 
     return keras

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from gradscope.engine.tf import keras
+from gradscope.backend import keras
 
 
 def chain() -> keras.Model:

@@ -62,7 +62,9 @@ CASES = {
     ),
     "sign": (Plan().with_entry("a:act", "sign"), {"a_rule": lambda g, z: np.sign(g * (1 - np.tanh(z) ** 2))}),
     "later_entry_wins": (
-        Plan().with_entry("*", "zero").with_entry("type:Dense,InputLayer,Concatenate,Multiply", "identity")
+        Plan()
+        .with_entry("*", "zero")
+        .with_entry("type:Dense,InputLayer,Concatenate,Multiply", "identity")
         .with_entry("a:act", "identity"),
         {"b_rule": lambda g, z: 0 * g},
     ),
@@ -126,8 +128,11 @@ class _WrongShape(Rule):
 
 @pytest.mark.parametrize(
     ("rule", "message"),
-    [("_test_raises", "ZeroDivisionError: boom"), ("_test_wrong_count", "returned 2 gradient"),
-     ("_test_wrong_shape", "has shape")],
+    [
+        ("_test_raises", "ZeroDivisionError: boom"),
+        ("_test_wrong_count", "returned 2 gradient"),
+        ("_test_wrong_shape", "has shape"),
+    ],
 )
 def test_failing_rules_raise_rule_error_and_leave_model_unchanged(rule, message):
     model = FIXTURES["chain"]()
@@ -172,7 +177,7 @@ def test_weight_gradients_through_wrapped_nodes_equal_tape():
 def test_plan_change_back_reuses_trace(concat):
     _, engine, x = concat
     p1, p2 = Plan().with_entry("a:act", "zero"), Plan().with_entry("a:act", "sign")
-    engine.backward(x, plan=p1)
-    engine.backward(x, plan=p2)
-    again = engine.backward(x, Target(index=3), plan=Plan.from_json(p1.to_json()))
+    engine.backward(x, plan=p1, mode="compiled")
+    engine.backward(x, plan=p2, mode="compiled")
+    again = engine.backward(x, Target(index=3), plan=Plan.from_json(p1.to_json()), mode="compiled")
     assert again.meta["retraced"] is False

@@ -10,10 +10,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from gradscope.backend import keras, tf
 from gradscope.core.targets import Target
 from gradscope.engine.diagnose import diagnose_model
 from gradscope.engine.runner import Engine
-from gradscope.engine.tf import keras, tf
 from tests.engine.fixtures import FIXTURES
 
 HYPERNET = Path(__file__).resolve().parents[2] / "resources" / "hypernet"

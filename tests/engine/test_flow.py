@@ -8,11 +8,11 @@ import math
 import numpy as np
 import pytest
 
+from gradscope.backend import keras
 from gradscope.core.errors import GraphError, TargetError
 from gradscope.core.targets import Target
 from gradscope.engine.diagnose import FLOW_COLUMNS, FlowThresholds, dead_unit_fraction, gradient_flow
 from gradscope.engine.runner import Engine
-from gradscope.engine.tf import keras
 from tests.engine.test_diagnose import _cut_model, hypernet_examples
 
 N, D, CLASSES = 6, 5, 3

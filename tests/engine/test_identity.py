@@ -5,9 +5,9 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from gradscope.backend import tf
 from gradscope.core.targets import Target
 from gradscope.engine.runner import Engine
-from gradscope.engine.tf import tf
 from gradscope.rules.plan import Plan
 from tests.engine.fixtures import FIXTURES, logits_model, sample_input
 
@@ -28,8 +28,11 @@ def case(request):
 
 
 @pytest.mark.parametrize("batch", [1, 4])
-@pytest.mark.parametrize("plan", [Plan(), Plan().with_entry("*", "identity"), Plan().with_entry("*", "true_gradient")],
-                         ids=["no-plan", "identity", "wrapped-true-gradient"])
+@pytest.mark.parametrize(
+    "plan",
+    [Plan(), Plan().with_entry("*", "identity"), Plan().with_entry("*", "true_gradient")],
+    ids=["no-plan", "identity", "wrapped-true-gradient"],
+)
 def test_identity_plan_equals_tape_gradient(case, batch, plan):
     model, engine = case
     x = sample_input(model, batch, seed=batch)

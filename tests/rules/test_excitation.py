@@ -10,10 +10,10 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from gradscope.backend import keras
 from gradscope.core.errors import PlanError
 from gradscope.core.targets import Target
 from gradscope.engine.runner import Engine
-from gradscope.engine.tf import keras
 from gradscope.rules.methods import available_methods, build_method
 from gradscope.rules.plan import Plan
 from tests.rules import reference_lrp as ref_lrp

@@ -9,10 +9,10 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from gradscope.backend import keras, tf
 from gradscope.core.errors import PlanError
 from gradscope.core.targets import Target
 from gradscope.engine.runner import Engine
-from gradscope.engine.tf import keras, tf
 from gradscope.rules.plan import Plan
 
 K = 2  # the class explained

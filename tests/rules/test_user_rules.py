@@ -7,10 +7,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from gradscope.backend import keras, tf
 from gradscope.core.errors import RuleError, RuleFileError
 from gradscope.core.targets import Target
 from gradscope.engine.runner import Engine
-from gradscope.engine.tf import keras, tf
 from gradscope.rules.base import Rule, available_rules, load_rule_file, register_rule, rule_source
 from gradscope.rules.plan import Plan
 

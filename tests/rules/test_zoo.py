@@ -19,9 +19,9 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from gradscope.backend import keras
 from gradscope.core.targets import Target
 from gradscope.engine.runner import Engine
-from gradscope.engine.tf import keras
 from gradscope.render import degeneracy, reduce_channels
 from gradscope.rules.builtin.linear_ops import gate_nodes, node_kind
 from gradscope.rules.methods import available_methods, build_method

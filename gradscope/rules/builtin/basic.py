@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from gradscope.backend import keras, tf
 from gradscope.core.errors import PlanError
 from gradscope.core.graph import NodeSpec
-from gradscope.engine.tf import keras, tf
 from gradscope.rules.base import Rule, register_rule
 
 

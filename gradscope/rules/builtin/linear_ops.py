@@ -20,9 +20,9 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from gradscope.backend import keras, tf
 from gradscope.core.errors import RuleError
 from gradscope.core.graph import NodeSpec
-from gradscope.engine.tf import keras, tf
 
 #: Layers linear in their input, with the weights a rule clamps (RULES_SPEC §3).
 LINEAR_TYPES = frozenset(

@@ -7,8 +7,8 @@ standalone ``ReLU``/``LeakyReLU`` layers, ``Activation("relu")``, fused ``activa
 
 from __future__ import annotations
 
+from gradscope.backend import tf
 from gradscope.core.graph import NodeSpec
-from gradscope.engine.tf import tf
 from gradscope.rules.base import Rule, register_rule
 
 #: ``NodeSpec.activation`` names of ReLU-like nodes (``relu_custom``: ReLU with a threshold or another cap).

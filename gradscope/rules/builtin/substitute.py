@@ -10,8 +10,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from gradscope.backend import tf
 from gradscope.core.graph import NodeSpec
-from gradscope.engine.tf import tf
 from gradscope.rules.base import Rule, register_rule
 from gradscope.rules.builtin.basic import activation_fn
 

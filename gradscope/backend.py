@@ -1,4 +1,6 @@
-"""The one place TensorFlow and Keras are imported for the engine (quietly, with the TF backend forced)."""
+"""The one place TensorFlow and Keras are imported (quietly, with the TF backend forced).
+
+It sits below rules, io and engine (which use TensorFlow) and above core (which never does)."""
 
 from __future__ import annotations
 
@@ -6,7 +8,6 @@ import os
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 os.environ.setdefault("KERAS_BACKEND", "tensorflow")
-
 
 
 def _import_quietly():

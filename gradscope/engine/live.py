@@ -1,0 +1,354 @@
+"""Live backward passes: answer a never-seen plan without tracing the whole model.
+
+Measured on ResNet50 224x224 batch 1 (2-core CPU; a compiled plain gradient takes 0.165 s): tracing a whole
+plan costs 3-8 s, and running the engine eagerly 2 s. An edit changes one node, so this module
+
+1. keeps the forward values of the current input (one plain forward per input: nothing to trace);
+2. runs the backward pass node by node, in reverse, each node turning the signal at its outputs into
+   contributions to its inputs (its rule, or its true VJP);
+3. keeps every node's contributions of the last sweep and recomputes a node only when its rule changed or
+   the signal arriving at it did: an edit recomputes the edited node and the nodes below it, nothing above;
+4. runs each node through a small compiled *kernel*, shared by every node with the same layer config,
+   shapes and rule (ResNet50's 176 nodes need about 100), or eagerly while that kernel is not compiled yet.
+   ``LiveBackward.warm`` compiles the missing kernels of a plan; the Session does it in the background and a
+   newer edit cancels it.
+
+The sweep gives what one ``tape.gradient`` of the rule-wrapped model gives (tests check 1e-6 for every
+built-in rule), for plans whose rules do not change the forward values (``forward_override``); those, loss
+targets and weight gradients go through the whole-plan path (``Engine.backward(mode="compiled")``).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import threading
+from collections import OrderedDict
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from gradscope.backend import tf
+from gradscope.core.errors import Cancelled
+from gradscope.core.targets import Target
+from gradscope.engine.context import RuleContext
+from gradscope.engine.keras_graph import Step
+from gradscope.engine.node_call import NodeCall, call_arguments, plain_call
+from gradscope.rules.base import params_to_dict
+
+_KERNEL_CACHE_SIZE = 1024
+
+
+def rule_key(rule: Any) -> tuple | None:
+    """What decides a node's backward: the rule's class (its identity: a reloaded rule file is new code) and
+    its parameters. None for the true gradient."""
+    if rule is None:
+        return None
+    params = json.dumps(params_to_dict(rule.params), sort_keys=True, default=str)
+    return (type(rule).__module__, type(rule).__qualname__, id(type(rule)), params)
+
+
+def _layer_signature(step: Step) -> Any:
+    """Nodes with equal signatures can share a kernel: same Keras class and config (built-in layers only; a
+    custom layer may depend on more than its config, so it gets a kernel of its own)."""
+    op = step.operation
+    if not type(op).__module__.startswith("keras."):
+        return ("layer", id(op))
+    try:
+        cfg = {k: v for k, v in op.get_config().items() if k != "name"}
+        text = json.dumps(cfg, sort_keys=True, default=repr)
+    except Exception:  # noqa: BLE001 - a config we cannot read: no sharing
+        return ("layer", id(op))
+    if step.kind == "activation":
+        return ("activation", text)
+    return (type(op).__module__, type(op).__qualname__, text, step.linear_call)
+
+
+def _spec_of(x: Any) -> tuple:
+    return (tuple(x.shape), x.dtype.name) if tf.is_tensor(x) else ("py", repr(x))
+
+
+@dataclass
+class _Forward:
+    """The plain forward values of one input batch."""
+
+    key: str
+    xs: list[Any]
+    values: dict[Any, Any]
+    calls: dict[str, NodeCall] = field(default_factory=dict)
+
+
+@dataclass
+class _Memo:
+    """The last sweep: each node's rule key, its contributions to its input keys and its statistics row."""
+
+    forward_key: str
+    target_key: tuple
+    rule_keys: dict[str, Any]
+    contributions: dict[str, list[tuple[Any, Any]]]
+    stats: dict[str, Any]
+
+
+@dataclass
+class SweepResult:
+    input_grads: list[Any]  # signal at each model input (None: not connected)
+    arrived: dict[str, list[Any]]  # node id -> signal at each of its outputs (absent: none arrives)
+    stats: dict[str, np.ndarray | None]  # node id -> stats row (None: no signal reaches the node)
+    recomputed: int
+    compiled: int  # nodes that ran through a compiled kernel
+    eager: int
+    idx: Any
+
+
+class LiveBackward:
+    """The per-engine state of live sweeps (forward values, last sweep, kernels). Not thread-safe: the
+    Session drives one engine from one worker thread."""
+
+    def __init__(self, engine: Any) -> None:
+        self.engine = engine
+        self._forward: _Forward | None = None
+        self._memo: _Memo | None = None
+        self._kernels: OrderedDict[tuple, Any] = OrderedDict()
+        self._ready: set[tuple] = set()
+        self._lock = threading.RLock()
+        self.kernel_traces = 0
+
+    # ------------------------------------------------------------------------------------------- forward
+    def forward(self, xs: Sequence[Any]) -> _Forward:
+        digest = hashlib.sha1()
+        for x in xs:
+            a = x.numpy()
+            digest.update(repr((a.shape, a.dtype.str)).encode())
+            digest.update(a.tobytes())
+        key = digest.hexdigest()
+        if self._forward is not None and self._forward.key == key:
+            return self._forward
+        self._memo = None
+        values: dict[Any, Any] = dict(zip(self.engine.exec.input_keys, xs))
+        calls: dict[str, NodeCall] = {}
+        for step in self.engine.exec.steps:
+            if step.kind == "alias":
+                for src, dst in zip(step.in_keys, step.out_keys):
+                    values[dst] = values[src]
+                continue
+            args, kwargs = call_arguments(step, values)
+            calls[step.node_id] = NodeCall.of(step, args, kwargs)
+            for k, y in zip(step.out_keys, plain_call(step, args, kwargs)):
+                values[k] = y
+        self._forward = _Forward(key, list(xs), values, calls)
+        return self._forward
+
+    # ------------------------------------------------------------------------------------------- kernels
+    def _kernel_key(self, call: NodeCall, rule: Any) -> tuple:
+        # A user's rule may read ctx.node.id: only the true gradient and built-in rules share kernels.
+        shared = rule is None or type(rule).__module__.startswith("gradscope.rules.builtin")
+        return (
+            _layer_signature(call.step) if shared else ("node", call.step.node_id, id(call.step.operation)),
+            call.step.kind,
+            tuple(_spec_of(x) for x in call.leaves),
+            tuple((tuple(v.shape), str(v.dtype)) for v in call.variables),
+            rule_key(rule),
+        )
+
+    def _node_backward(self, call: NodeCall, rule: Any) -> Callable[..., Any]:
+        """``fn(xs, ys, ws, dys) -> (grads per x, stats row of dys[0])`` for ``call``'s node under ``rule``.
+        The function closes over ``call`` (the representative node): another node with the same kernel key
+        passes its own tensors and weights, mapped onto the representative's variables."""
+        engine = self.engine
+        call = call.template()
+        spec = engine.graph.node(call.step.node_id)
+        op = call.step.operation
+        names = call.weight_names
+        from gradscope.engine.runner import stats_rows  # the runner imports this module
+
+        def forward(xs_: Sequence[Any], ws_: Sequence[Any]) -> list[Any]:
+            return call.forward(xs_, ws_)
+
+        def fn(xs: list, ys: list, ws: list, dys: list) -> Any:
+            xs, ys, ws, dys = list(xs), list(ys), list(ws), list(dys)
+            if rule is None:
+                float_xs = [x for x in xs if x.dtype.is_floating]
+                with tf.GradientTape(watch_accessed_variables=False) as tape:
+                    for x in float_xs:
+                        tape.watch(x)
+                    outs = forward(xs, ws)
+                got = iter(tape.gradient(outs, float_xs, output_gradients=dys))
+                gx = [next(got) if x.dtype.is_floating else None for x in xs]
+            else:
+                ctx = RuleContext(spec, op, xs, ys, ws, names, forward)
+                gx = engine._guard(rule, spec, "backward", ctx, dys)
+                gx = engine._check_grads(rule, spec, gx, xs)
+            present = tf.constant([g is not None for g in gx], tf.bool)
+            return [tf.zeros_like(x) if g is None else g for g, x in zip(gx, xs)], present, stats_rows(dys[:1])[0]
+
+        return fn
+
+    def _kernel(self, call: NodeCall, rule: Any) -> tuple[tuple, Callable[..., Any], bool]:
+        key = self._kernel_key(call, rule)
+        with self._lock:
+            entry = self._kernels.get(key)
+            if entry is None:
+                eager = self._node_backward(call, rule)
+                entry = (eager, tf.function(eager, autograph=False))
+                self._kernels[key] = entry
+                while len(self._kernels) > _KERNEL_CACHE_SIZE:
+                    old, _ = self._kernels.popitem(last=False)
+                    self._ready.discard(old)
+            self._kernels.move_to_end(key)
+            return key, entry, key in self._ready
+
+    def _run_node(self, call: NodeCall, rule: Any, dys: list, *, compile_now: bool) -> tuple[list, list, Any, bool]:
+        key, (eager, compiled), ready = self._kernel(call, rule)
+        values = self._forward.values  # type: ignore[union-attr]
+        ys = [values[k] for k in call.step.out_keys]
+        args = (call.xs, ys, call.weights(), dys)
+        if ready or compile_now:
+            if not ready:
+                self.kernel_traces += 1
+            gx, present, row = compiled(*args)
+            self._ready.add(key)
+            return gx, present, row, True
+        gx, present, row = eager(*args)
+        return gx, present, row, False
+
+    # ------------------------------------------------------------------------------------------- sweep
+    def sweep(
+        self,
+        xs: Sequence[Any],
+        target: Target,
+        class_idx: Any,
+        rules: dict[str, Any],
+        *,
+        compile_kernels: bool = False,
+        should_stop: Callable[[], bool] | None = None,
+    ) -> SweepResult:
+        """One backward pass under ``rules`` (node id -> Rule), reusing the last sweep where nothing changed.
+        ``compile_kernels``: compile kernels not compiled yet (else those nodes run eagerly)."""
+        engine = self.engine
+        fwd = self.forward(xs)
+        values = fwd.values
+        seeds, idx = self._seeds(target, values, class_idx)
+        target_key = (target.trace_key(), tuple(np.asarray(idx).ravel().tolist()))
+        memo = self._memo if self._memo and self._memo.target_key == target_key else None
+        grads: dict[Any, Any] = dict(seeds)
+        dirty: set[Any] = set()
+        contributions: dict[str, list[tuple[Any, Any]]] = {}
+        arrived: dict[str, list[Any]] = {}  # node id -> signal at each of its outputs
+        stats: dict[str, Any] = {}
+        recomputed = compiled = eager = 0
+        for step in reversed(engine.exec.steps):
+            if step.kind == "alias":
+                for src, dst in zip(step.in_keys, step.out_keys):
+                    g = grads.pop(dst, None)
+                    if g is not None:
+                        grads[src] = g if src not in grads else grads[src] + g
+                        if dst in dirty:
+                            dirty.add(src)
+                continue
+            node_id = step.node_id
+            rule = rules.get(node_id)
+            rk = rule_key(rule)
+            dys = [grads.get(k) for k in step.out_keys]
+            if all(d is None for d in dys):
+                stats[node_id] = None
+                contributions[node_id] = []
+                continue
+            outs = [values[k] for k in step.out_keys]
+            dys = [tf.zeros_like(y) if d is None else d for d, y in zip(dys, outs)]
+            arrived[node_id] = dys
+            reuse = (
+                memo is not None
+                and memo.rule_keys.get(node_id, "missing") == rk
+                and node_id in memo.contributions
+                and not any(k in dirty for k in step.out_keys)
+            )
+            if reuse:
+                contrib, row = memo.contributions[node_id], memo.stats[node_id]  # type: ignore[union-attr]
+            else:
+                if should_stop is not None and should_stop():
+                    raise Cancelled("Cancelled.")
+                gx, present, row, was_compiled = self._run_node(
+                    fwd.calls[node_id], rule, dys, compile_now=compile_kernels
+                )
+                contrib = [(k, g) for k, g, p in zip(step.in_keys, gx, present) if bool(p)]
+                recomputed += 1
+                compiled += was_compiled
+                eager += not was_compiled
+                dirty.update(k for k, _ in contrib)
+            contributions[node_id] = contrib
+            stats[node_id] = row
+            for k, g in contrib:
+                grads[k] = g if k not in grads else grads[k] + g
+        self._memo = _Memo(
+            fwd.key,
+            target_key,
+            {st.node_id: rule_key(rules.get(st.node_id)) for st in engine.exec.steps if st.node_id},
+            contributions,
+            stats,
+        )
+        inputs = [grads.get(k) for k in engine.exec.input_keys]
+        return SweepResult(inputs, arrived, stats, recomputed, compiled, eager, idx)
+
+    def _seeds(self, target: Target, values: dict, class_idx: Any) -> tuple[dict[Any, Any], Any]:
+        """The target's gradient with respect to the tensors it reads (the start of the backward pass)."""
+        engine = self.engine
+        candidates: dict[int, tuple[Any, Any]] = {}
+        keys = [engine.logits_key, *engine.exec.output_keys]
+        if target.kind in ("neuron", "channel"):
+            node_id = target.node or engine.graph.output_ids[0]
+            keys += list(engine.exec.node_out_keys.get(node_id, []))
+        for k in keys:
+            v = values[k]
+            candidates.setdefault(id(v), (k, v))
+        watched = [v for _, v in candidates.values()]
+        node_values = {
+            n: [values[k] for k in ks] for n, ks in engine.exec.node_out_keys.items() if all(k in values for k in ks)
+        }
+        with tf.GradientTape(watch_accessed_variables=False) as tape:
+            for v in watched:
+                tape.watch(v)
+            scalar, idx = engine._target_scalar(target, values, node_values, class_idx)
+        got = tape.gradient(scalar, watched)
+        seeds = {k: g for (k, _), g in zip(candidates.values(), got) if g is not None}
+        return seeds, idx.numpy()
+
+    # ------------------------------------------------------------------------------------------- warm-up
+    def warm(self, rules: dict[str, Any], should_stop: Callable[[], bool] | None = None) -> int:
+        """Compile the kernels the last input needs under ``rules`` (zeros as the signal: tracing needs shapes,
+        not values). Returns how many were compiled; stops between kernels when ``should_stop()``."""
+        if self._forward is None:
+            return 0
+        n = 0
+        for step in reversed(self.engine.exec.steps):
+            if step.kind == "alias":
+                continue
+            call = self._forward.calls[step.node_id]
+            key, (_, compiled), ready = self._kernel(call, rules.get(step.node_id))
+            if ready:
+                continue
+            if should_stop is not None and should_stop():
+                raise Cancelled("Cancelled.")
+            ys = [self._forward.values[k] for k in step.out_keys]
+            compiled(call.xs, ys, call.weights(), [tf.zeros_like(y) for y in ys])
+            self._ready.add(key)
+            self.kernel_traces += 1
+            n += 1
+        return n
+
+    def pending_kernels(self, rules: dict[str, Any]) -> int:
+        """How many of the last input's nodes still run eagerly under ``rules``."""
+        if self._forward is None:
+            return 0
+        return sum(
+            self._kernel_key(self._forward.calls[s.node_id], rules.get(s.node_id)) not in self._ready
+            for s in self.engine.exec.steps
+            if s.kind != "alias"
+        )
+
+    def clear(self) -> None:
+        self._forward = None
+        self._memo = None
+        self._kernels.clear()
+        self._ready.clear()

@@ -1,0 +1,104 @@
+"""One node's call as a function of its tensors and weights: what rules, kernels and the runner all wrap.
+
+A node's Keras call takes a structure of arguments (tensors, flags, masks). ``NodeCall`` splits it into the
+float tensors (``xs``, in ``Step.in_keys`` order), the layer's variables and everything else (kept as is),
+and rebuilds the call as ``forward(xs, weights)``: weights are mapped in with a ``StatelessScope`` so no
+variable is read inside a wrapped or traced function (DESIGN.md pitfalls).
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from gradscope.backend import keras, tf
+from gradscope.engine.keras_graph import Step, linear_activation
+
+
+def call_arguments(step: Step, values: dict, training: bool = False) -> tuple[tuple, dict]:
+    """The ``(args, kwargs)`` a step's operation is called with, filled from ``values``."""
+    op = step.operation
+    if step.kind == "activation":
+        return (values[step.in_keys[0]],), {}
+    if step.kind == "model":
+        ins = [values[k] for k in step.in_keys]
+        return (ins if len(ins) > 1 else ins[0],), {}
+    args, kwargs = step.arguments.fill_in(values)
+    # Like Keras' Functional: training=True at run time overrides the flag recorded when building.
+    if getattr(op, "_call_has_training_arg", False) and (training or "training" not in kwargs):
+        kwargs = {**kwargs, "training": training}
+    return args, kwargs
+
+
+def weight_name(v: Any) -> str:
+    return (getattr(v, "path", None) or v.name).split("/")[-1].split(":")[0]
+
+
+def node_variables(step: Step) -> list[Any]:
+    return [] if step.kind == "activation" else list(getattr(step.operation, "variables", []) or [])
+
+
+@dataclass
+class NodeCall:
+    """A step's call split into tensors, weights and the rest; ``forward(xs, ws)`` re-runs it."""
+
+    step: Step
+    structure: tuple
+    leaves: list[Any]
+    positions: list[int]  # where the tensors sit among the flattened leaves
+    variables: list[Any]
+
+    @classmethod
+    def of(cls, step: Step, args: tuple, kwargs: dict) -> NodeCall:
+        structure = (args, kwargs)
+        leaves = keras.tree.flatten(structure)
+        positions = [i for i, leaf in enumerate(leaves) if tf.is_tensor(leaf)]
+        return cls(step, structure, leaves, positions, node_variables(step))
+
+    def template(self) -> NodeCall:
+        """The same call without its tensors (what a cached kernel may keep alive)."""
+        holes = set(self.positions)
+        leaves = [0 if i in holes else leaf for i, leaf in enumerate(self.leaves)]  # 0: a leaf to every tree
+        return NodeCall(
+            self.step, keras.tree.pack_sequence_as(self.structure, leaves), leaves, self.positions, self.variables
+        )
+
+    @property
+    def xs(self) -> list[Any]:
+        return [self.leaves[i] for i in self.positions]
+
+    @property
+    def weight_names(self) -> list[str]:
+        return [weight_name(v) for v in self.variables]
+
+    def weights(self) -> list[Any]:
+        return [v.value for v in self.variables]
+
+    def forward(self, xs: Sequence[Any], ws: Sequence[Any], variables: Sequence[Any] | None = None) -> list[Any]:
+        """The node's outputs at inputs ``xs`` and weights ``ws`` (``variables``: whose values ``ws`` replace;
+        another layer's variables when a kernel traced on one node runs for a node of the same config)."""
+        step, op = self.step, self.step.operation
+        if step.kind == "activation":
+            return [op.activation(xs[0])]
+        new_leaves = list(self.leaves)
+        for i, x in zip(self.positions, xs):
+            new_leaves[i] = x
+        a, k = keras.tree.pack_sequence_as(self.structure, new_leaves)
+        variables = self.variables if variables is None else list(variables)
+        with contextlib.ExitStack() as stack:
+            if step.linear_call:
+                stack.enter_context(linear_activation(op))
+            if variables:
+                stack.enter_context(keras.StatelessScope(state_mapping=list(zip(variables, ws))))
+            return keras.tree.flatten(op(*a, **k))
+
+
+def plain_call(step: Step, args: tuple, kwargs: dict) -> list[Any]:
+    """Run a step as the model would (no wrapping)."""
+    op = step.operation
+    if step.kind == "activation":
+        return [op.activation(args[0])]
+    with linear_activation(op) if step.linear_call else contextlib.nullcontext():
+        return keras.tree.flatten(op(*args, **kwargs))

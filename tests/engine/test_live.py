@@ -1,0 +1,184 @@
+"""The live path (node-by-node sweep over cached forward values) gives what the compiled whole-plan path gives,
+recomputes only what an edit changes, compiles its kernels on request and runs reloaded rule code."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from gradscope.core.errors import Cancelled
+from gradscope.core.targets import Target
+from gradscope.engine.runner import Engine
+from gradscope.rules.base import load_rule_file
+from gradscope.rules.methods import build_method
+from gradscope.rules.plan import Plan
+from tests.engine.fixtures import FIXTURES, sample_input
+
+#: Every built-in rule that keeps the forward values, as (selector, rule, params) on the residual fixture.
+RULE_CASES = [
+    ("*", "true_gradient", {}),
+    ("branch_relu", "zero", {}),
+    ("branch_a", "scale", {"factor": -2.5}),
+    ("stem", "clip", {"low": -0.01, "high": 0.02}),
+    ("branch_b", "sign", {}),
+    ("activation:relu", "backward_as", {"activation": "sigmoid"}),
+    ("activation:relu", "guided_backprop", {}),
+    ("activation:relu", "deconvnet", {}),
+    ("post", "straight_through", {"backward": "tanh"}),
+]
+PRESETS = ["guided_backprop", "deconvnet", "mwp", "cmwp", "lrp_epsilon", "lrp_alpha_beta", "lrp_zplus"]
+
+
+def assert_same(live, compiled, nodes) -> None:
+    np.testing.assert_allclose(live.input_grad, compiled.input_grad, rtol=1e-5, atol=1e-6)
+    for n in nodes:
+        np.testing.assert_allclose(live.node_grads[n], compiled.node_grads[n], rtol=1e-5, atol=1e-6)
+        a, b = live.stats[n], compiled.stats[n]
+        assert a.status == b.status, n
+        if not a.is_none:
+            np.testing.assert_allclose([a.norm, a.max_abs], [b.norm, b.max_abs], rtol=1e-5, atol=1e-7)
+    np.testing.assert_array_equal(live.target_indices, compiled.target_indices)
+    assert live.meta["mode"] == "live" and compiled.meta["mode"] == "compiled"
+
+
+@pytest.fixture(scope="module")
+def residual_engine():
+    model = FIXTURES["residual"]()
+    return Engine(model), sample_input(model, 2, seed=3)
+
+
+@pytest.mark.parametrize("select,rule,params", RULE_CASES, ids=[c[1] for c in RULE_CASES])
+def test_live_equals_compiled_for_every_builtin_rule(residual_engine, select, rule, params):
+    engine, x = residual_engine
+    plan = Plan().with_entry(select, rule, params)
+    live = engine.backward(x, Target(index=1), plan, capture="all", mode="live")
+    compiled = engine.backward(x, Target(index=1), plan, capture="all", mode="compiled")
+    assert_same(live, compiled, engine.stat_nodes)
+
+
+@pytest.mark.parametrize("fixture", ["chain", "concat", "nested", "shared"])
+@pytest.mark.parametrize("preset", PRESETS)
+def test_live_equals_compiled_for_presets(fixture, preset):
+    engine = _engine(fixture)
+    x = np.abs(sample_input(engine.model, 2, seed=5))
+    plan = build_method(preset, engine.graph).plan
+    live = engine.backward(x, Target(), plan, capture="all", mode="live")
+    compiled = engine.backward(x, Target(), plan, capture="all", mode="compiled")
+    assert_same(live, compiled, engine.stat_nodes)
+
+
+_ENGINES: dict[str, Engine] = {}
+
+
+def _engine(name: str) -> Engine:
+    if name not in _ENGINES:
+        _ENGINES[name] = Engine(FIXTURES[name]())
+    return _ENGINES[name]
+
+
+def test_neuron_and_channel_targets_live(residual_engine):
+    engine, x = residual_engine
+    for target in (
+        Target(kind="neuron", node="branch_a", neuron=(2, 3, 1)),
+        Target(kind="channel", node="add", channel=2),
+    ):
+        plan = Plan().with_entry("activation:relu", "guided_backprop")
+        assert_same(
+            engine.backward(x, target, plan, capture=["stem"], mode="live"),
+            engine.backward(x, target, plan, capture=["stem"], mode="compiled"),
+            ["stem"],
+        )
+
+
+def test_a_one_node_edit_recomputes_only_that_node_and_the_nodes_below():
+    model = FIXTURES["residual"]()
+    engine, x = Engine(model), sample_input(model, 2, seed=3)
+    target = Target(index=0)
+    first = engine.backward(x, target, Plan(), mode="live")
+    assert first.meta["recomputed_nodes"] == len(engine.stat_nodes)  # fresh input: every node
+    edit = Plan().with_entry("branch_relu", "scale", {"factor": 3.0})
+    again = engine.backward(x, target, edit, mode="live")
+    # branch_relu and what feeds it (branch_a, stem:act, stem); not logits, gap, post, add, branch_b above it
+    assert again.meta["recomputed_nodes"] == 4
+    expected = engine.backward(x, target, edit, mode="compiled")
+    np.testing.assert_allclose(again.input_grad, expected.input_grad, rtol=1e-5, atol=1e-6)
+    # the same plan again: nothing to recompute; a new target: everything
+    assert engine.backward(x, target, edit, mode="live").meta["recomputed_nodes"] == 0
+    assert engine.backward(x, Target(index=2), edit, mode="live").meta["recomputed_nodes"] == len(engine.stat_nodes)
+
+
+def test_warm_compiles_the_kernels_and_results_do_not_change(residual_engine):
+    engine, x = residual_engine
+    plan = Plan().with_entry("activation:relu", "guided_backprop").with_entry("branch_a", "scale", {"factor": 2.0})
+    target = Target(index=1)
+    eager = engine.backward(x, Target(index=2), plan, capture="all", mode="live")  # different target: full sweep
+    eager = engine.backward(x, target, plan, capture="all", mode="live")
+    rules = {n: r.rule for n, r in plan.resolve(engine.graph).rules.items()}
+    engine.live.warm(rules)
+    assert engine.live.pending_kernels(rules) == 0
+    engine.backward(x, Target(index=2), plan, mode="live")  # invalidate the memo
+    warm = engine.backward(x, target, plan, capture="all", mode="live")
+    assert warm.meta["compiled_nodes"] == warm.meta["recomputed_nodes"] == len(engine.stat_nodes)
+    assert warm.meta["eager_nodes"] == 0
+    assert_same(warm, engine.backward(x, target, plan, capture="all", mode="compiled"), engine.stat_nodes)
+    np.testing.assert_allclose(warm.input_grad, eager.input_grad, rtol=1e-5, atol=1e-7)
+
+
+def test_auto_answers_live_first_and_compiles_when_the_plan_comes_back(residual_engine):
+    engine, x = residual_engine
+    plan = Plan().with_entry("branch_b", "scale", {"factor": 0.25})
+    assert engine.backward(x, Target(index=0), plan).meta["mode"] == "live"
+    assert engine.backward(x, Target(index=0), plan).meta["mode"] == "compiled"
+    # forward-changing rules and loss targets always take the whole-plan path
+    sub = Plan().with_entry("post", "substitute_activation", {"activation": "softplus"})
+    assert engine.backward(x, Target(index=0), sub, mode="live").meta["mode"] == "compiled"
+
+
+def test_compile_can_be_cancelled_and_then_completes(residual_engine):
+    engine, x = residual_engine
+    plan = Plan().with_entry("add", "scale", {"factor": 7.0})
+    with pytest.raises(Cancelled):
+        engine.compile(x, Target(index=0), plan, should_stop=lambda: True)
+    assert not engine.is_compiled(plan, Target(index=0))
+    assert engine.compile(x, Target(index=0), plan) is True
+    assert engine.is_compiled(plan, Target(index=0))
+    traces = engine.trace_count
+    r = engine.backward(x, Target(index=0), plan, capture="all")
+    assert r.meta["mode"] == "compiled" and engine.trace_count == traces
+
+
+RULE_FILE = '''
+from gradscope import Rule, register_rule
+
+@register_rule("times_k")
+class TimesK(Rule):
+    """Multiply the upstream signal by a constant written in the file."""
+
+    def backward(self, ctx, grad_outputs):
+        return ctx.vjp([{k} * g for g in grad_outputs])
+'''
+
+
+def test_reloading_an_edited_rule_file_runs_the_new_code(residual_engine, tmp_path):
+    engine, x = residual_engine
+    path = tmp_path / "times_k.py"
+    plan = Plan().with_entry("branch_b", "times_k")
+    results = {}
+    for k in (2.0, 3.0):
+        path.write_text(RULE_FILE.format(k=k))
+        load_rule_file(path)
+        results[k] = {
+            m: engine.backward(x, Target(index=0), plan, capture=["stem"], mode=m) for m in ("live", "compiled")
+        }
+    base = engine.backward(x, Target(index=0), Plan().with_entry("branch_b", "zero"), capture=["stem"], mode="compiled")
+    unit = engine.backward(x, Target(index=0), Plan(), capture=["stem"], mode="compiled")
+    # the branch's share of the signal at stem is linear in k: (k=3 - base) == 1.5 * (k=2 - base)
+    for m in ("live", "compiled"):
+        d2 = results[2.0][m].node_grads["stem"] - base.node_grads["stem"]
+        d3 = results[3.0][m].node_grads["stem"] - base.node_grads["stem"]
+        np.testing.assert_allclose(d3, 1.5 * d2, rtol=1e-4, atol=1e-7)
+        assert np.abs(d2).max() > 0
+    d1 = unit.node_grads["stem"] - base.node_grads["stem"]
+    np.testing.assert_allclose(
+        results[2.0]["live"].node_grads["stem"] - base.node_grads["stem"], 2 * d1, rtol=1e-4, atol=1e-7
+    )
