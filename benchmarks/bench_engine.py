@@ -2,6 +2,7 @@
 
     .venv/bin/python benchmarks/bench_engine.py                 # ResNet50 + MobileNetV2, batch 1 and 8, 224x224
     .venv/bin/python benchmarks/bench_engine.py --quick         # MobileNetV2 only, 96x96, batch 1 and 2 (a smoke run)
+    .venv/bin/python benchmarks/bench_engine.py --latency       # click -> result for never-seen plans, ResNet50 b1
 
 Prints a table of median seconds (after warm-up) and the ratio to the plain gradient of the same model and
 batch, and writes benchmarks/results/engine.{json,csv}. Targets (reported, not asserted): identity and guided
@@ -28,12 +29,14 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import numpy as np  # noqa: E402
 
+from gradscope.backend import keras, tf  # noqa: E402
 from gradscope.core.targets import Target  # noqa: E402
 from gradscope.engine.runner import Engine  # noqa: E402
-from gradscope.backend import keras, tf  # noqa: E402
 from gradscope.rules.methods import available_methods, build_method  # noqa: E402
+from gradscope.rules.plan import Plan  # noqa: E402
 
 RESULTS = Path(__file__).resolve().parent / "results"
+C = "compiled"  # steady-state rows: the whole plan traced once (the live path has its own rows)
 
 
 def median_time(fn: Callable[[], object], repeats: int, warmup: int = 1) -> float:
@@ -125,21 +128,79 @@ def bench_batch(name: str, model, engine: Engine, batch: int, size: int, methods
     cases: dict[str, Callable[[], object]] = {
         "model(x) (tf.function)": lambda: forward(x).numpy(),
         "plain GradientTape gradient": lambda: grad(x).numpy(),
-        "identity plan (input gradient only)": lambda: engine.backward(x, Target(index=3), stats=False),
-        "identity + all-node statistics": lambda: engine.backward(x, Target(index=3)),
-        "identity + all-node gradient capture": lambda: engine.backward(x, Target(index=3), capture="all"),
+        "identity plan (input gradient only)": lambda: engine.backward(x, Target(index=3), stats=False, mode=C),
+        "identity + all-node statistics": lambda: engine.backward(x, Target(index=3), mode=C),
+        "identity + all-node gradient capture": lambda: engine.backward(x, Target(index=3), capture="all", mode=C),
     }
     peer = tf_keras_vis_saliency(model)
     if peer is not None:
         cases["peer: tf-keras-vis vanilla Saliency"] = lambda: peer(x)
     for m in methods:
         plan = build_method(m, engine.graph).plan
-        cases[m] = lambda plan=plan: engine.backward(x, Target(index=3), plan, stats=False)
+        cases[m] = lambda plan=plan: engine.backward(x, Target(index=3), plan, stats=False, mode=C)
     rows = []
     for case, fn in cases.items():
         t = base if case == "plain GradientTape gradient" else median_time(fn, repeats)
         rows.append({"model": name, "batch": batch, "case": case, "seconds": t, "ratio": t / base})
         print(f"{name:<12} b{batch:<3} {case:<40} {t * 1000:9.1f} ms  {t / base:5.2f}x", flush=True)
+    return rows
+
+
+def bench_latency(name: str, ctor, size: int, repeats: int) -> list[dict]:
+    """Click -> result for plans the engine has never seen (issue 9), ResNet50-style, batch 1, as the Session
+    runs them (every node's signal to the host and statistics), against the compiled plain gradient measured
+    in the same run. Each edit is a never-seen plan; "warm" rows ran after the Session's background step
+    (``Engine.compile``: kernels + whole plan) for the previous plan."""
+    keras.utils.set_random_seed(0)
+    model = ctor(weights=None, input_shape=(size, size, 3))
+    x = np.random.default_rng(0).uniform(0, 1, (1, size, size, 3)).astype("float32")
+    grad = plain_gradient_fn(model, 3)
+    base = median_time(lambda: grad(tf.convert_to_tensor(x)).numpy(), repeats)
+    rows = []
+
+    def record(case: str, seconds: float, extra: str = "") -> None:
+        rows.append({"model": name, "batch": 1, "case": case, "seconds": seconds, "ratio": seconds / base})
+        print(f"{name:<12} b1   {case:<52} {seconds * 1000:9.1f} ms  {seconds / base:5.2f}x {extra}", flush=True)
+
+    def timed(plan, **kw) -> tuple[float, object]:
+        t0 = time.perf_counter()
+        r = engine.backward(x, Target(), plan, capture="all", **kw)
+        return time.perf_counter() - t0, r
+
+    record("plain GradientTape gradient (compiled)", base)
+    t0 = time.perf_counter()
+    engine = Engine(model)
+    t, r = timed(Plan())
+    record("first result after opening (engine + forward + sweep)", time.perf_counter() - t0, r.meta["mode"])
+    relus = [n.id for n in engine.graph.nodes if n.activation == "relu"]
+    picks = {"early": relus[len(relus) // 8], "middle": relus[len(relus) // 2], "late": relus[-2]}
+    for where, node in picks.items():
+        plan = Plan().with_entry(node, "backward_as", {"activation": "sigmoid"})
+        t, r = timed(plan)
+        record(f"one-node edit, cold kernels: backward_as on {where} ReLU", t, f"{r.meta['recomputed_nodes']} nodes")
+        timed(Plan())  # back to the base plan (the memo now holds it)
+    for preset in ("guided_backprop", "mwp"):
+        t, r = timed(build_method(preset, engine.graph).plan)
+        record(f"new preset, cold kernels: {preset}", t, r.meta["mode"])
+    t0 = time.perf_counter()
+    engine.compile(x, Target(), Plan())
+    record("background step: compile kernels + identity plan", time.perf_counter() - t0)
+    for where, node in picks.items():
+        timed(Plan(), mode="live")
+        plan = Plan().with_entry(node, "backward_as", {"activation": "sigmoid"})
+        t, r = timed(plan, mode="live")  # these plans were seen in the cold rows: force the live answer
+        record(f"one-node edit, warm kernels: backward_as on {where} ReLU", t, f"{r.meta['recomputed_nodes']} nodes")
+    timed(Plan(), mode="live")
+    node = picks["middle"]
+    for factor in (2.0, 3.0):
+        t, r = timed(Plan().with_entry(node, "scale", {"factor": factor}))
+        record(f"parameter change (scale={factor}) on the middle ReLU", t, r.meta["mode"])
+    t, r = timed(Plan(), mode="auto")
+    record("plan seen before (identity, compiled)", t, r.meta["mode"])
+    guided = build_method("guided_backprop", engine.graph).plan
+    engine.compile(x, Target(), guided)
+    t, r = timed(guided)
+    record("plan seen before (guided, compiled)", t, r.meta["mode"])
     return rows
 
 
@@ -173,7 +234,12 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--quick", action="store_true", help="MobileNetV2 only at 96x96, batch 1 and 2")
     parser.add_argument("--repeats", type=int, default=5)
+    parser.add_argument("--latency", action="store_true", help="only the click -> result rows (ResNet50 b1)")
     args = parser.parse_args()
+    if args.latency:
+        rows = bench_latency("ResNet50", keras.applications.ResNet50, 224, args.repeats)
+        write_rows(rows, "latency", {"repeats": args.repeats})
+        return
     if args.quick:
         specs = [("MobileNetV2", keras.applications.MobileNetV2, 96, [1, 2])]
         layouts = [200]
@@ -187,15 +253,19 @@ def main() -> None:
     for name, ctor, size, batches in specs:
         rows += bench_model(name, ctor, size, batches, args.repeats)
     rows += bench_layout(layouts)
+    write_rows(rows, "engine", {"repeats": args.repeats, "quick": args.quick})
+
+
+def write_rows(rows: list[dict], stem: str, extra: dict) -> None:
     RESULTS.mkdir(exist_ok=True)
     meta = {"python": platform.python_version(), "tensorflow": tf.__version__, "keras": keras.__version__,
-            "cpu_count": os.cpu_count(), "repeats": args.repeats, "quick": args.quick}
-    (RESULTS / "engine.json").write_text(json.dumps({"meta": meta, "rows": rows}, indent=2))
-    with open(RESULTS / "engine.csv", "w", newline="") as f:
+            "cpu_count": os.cpu_count(), **extra}
+    (RESULTS / f"{stem}.json").write_text(json.dumps({"meta": meta, "rows": rows}, indent=2))
+    with open(RESULTS / f"{stem}.csv", "w", newline="") as f:
         w = csv.DictWriter(f, fieldnames=["model", "batch", "case", "seconds", "ratio"])
         w.writeheader()
         w.writerows(rows)
-    print(f"wrote {RESULTS / 'engine.json'} and engine.csv")
+    print(f"wrote {RESULTS / stem}.json and {stem}.csv")
 
 
 if __name__ == "__main__":

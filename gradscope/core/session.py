@@ -87,6 +87,8 @@ class RunOutput:
     baseline_key: tuple
     seconds: float
     retraced: bool
+    plan: Plan
+    method: str
 
 
 @dataclass
@@ -122,6 +124,8 @@ class Session:
     def __init__(self, executor: Any = None, *, auto_run: bool = True) -> None:
         self.executor = executor if executor is not None else InlineExecutor()
         self.auto_run = auto_run
+        self.background_compile = True  # compile a live-answered plan after it is shown (see _on_run)
+        self.busy_since = time.monotonic()  # when the current busy work started (the GUI shows elapsed time)
         # state
         self.model_path: str | None = None
         self.image_path: str | None = None
@@ -138,6 +142,10 @@ class Session:
         self.selected: str | None = None
         self.result: BackwardResult | None = None
         self.baseline: BackwardResult | None = None
+        #: The plan and method the shown ``result`` was computed with: while a newer plan computes, the views
+        #: label the result with these (never the old pixels under the new plan's name) and exports use them.
+        self.result_plan: Plan | None = None
+        self.result_method: str | None = None
         self.last_run_seconds: float | None = None
         self.last_error: str | None = None
         self.collapsed: set[str] = set()
@@ -438,6 +446,7 @@ class Session:
         self.collapsed = set()
         self._history, self._history_index = [Plan()], 0
         self.result = self.baseline = None
+        self.result_plan = self.result_method = None
         self._baseline_key = None
         self.selected = None
         self.method_name = "gradient"
@@ -540,7 +549,8 @@ class Session:
         """Compute the baseline (no rules, only when model/input/target changed) and the current plan."""
         if self._engine is None or self.inputs is None:
             return False
-        engine, x, target, plan = self._engine, self.inputs, self.target, self.plan
+        engine, x, target, plan, method = self._engine, self.inputs, self.target, self.plan, self.method_name
+        self._cancel_kind("compile")  # a background compile of an older plan only competes with this one
         base_key = (id(engine), self._input_version, target)
         old_base = self.baseline if base_key == self._baseline_key else None
 
@@ -556,20 +566,51 @@ class Session:
             if plan.entries and not plan.is_identity:
                 token.report(f"Running the plan ({len(plan.entries)} entries)...")
                 result = _with_input_stats(engine.backward(x, target, plan, capture="all"))
-            return RunOutput(result, base, base_key, time.perf_counter() - t0, engine.trace_count != traces)
+            seconds = time.perf_counter() - t0
+            return RunOutput(result, base, base_key, seconds, engine.trace_count != traces, plan, method)
 
         self._submit("run", "Computing gradients...", job, self._on_run)
         return True
 
     def _on_run(self, out: RunOutput) -> None:
         self.result, self.baseline, self._baseline_key = out.result, out.baseline, out.baseline_key
+        self.result_plan, self.result_method = out.plan, out.method
         self.last_run_seconds = out.seconds
         self.last_error = None
         self.result_changed.emit(self.result, self.baseline)
-        traced = "traced" if out.retraced else "cached trace"
+        mode = out.result.meta.get("mode", "compiled")
+        how = {
+            "live": f"live, {out.result.meta.get('recomputed_nodes', 0)} node(s) recomputed",
+            "compiled": "traced" if out.retraced else "compiled",
+        }.get(mode, mode)
         self.status_changed.emit(
-            f"Gradients in {out.seconds:.2f} s ({traced}); {len(out.result.rules)} node(s) with rules"
+            f"Gradients in {out.seconds:.2f} s ({how}); {len(out.result.rules)} node(s) with rules"
         )
+        if mode == "live" and self.background_compile:
+            self._compile_in_background(out.plan)
+
+    def _compile_in_background(self, plan: Plan) -> None:
+        """After a live answer: compile the plan's kernels and the whole plan, so the next edit and the next
+        image are fast. A newer run cancels it (between nodes); it never changes what is shown."""
+        engine, x, target = self._engine, self.inputs, self.target
+
+        def job(token: Any) -> bool:
+            return engine.compile(x, target, plan, should_stop=lambda: token.cancelled)
+
+        self._submit("compile", "", job, lambda _done: None, quiet=True)
+
+    @property
+    def result_is_stale(self) -> bool:
+        """True while the shown result belongs to another plan than the current one (a newer one computes)."""
+        return self.result is not None and self.result_plan is not None and self.result_plan != self.plan
+
+    def result_caption(self) -> str:
+        """What the shown result is: its method and plan size, marked when a newer plan is computing."""
+        if self.result is None or self.result_plan is None:
+            return ""
+        n = len(self.result_plan.entries)
+        text = f"{self.result_method or 'custom'}, {n} plan {'entry' if n == 1 else 'entries'}"
+        return f"{text} (previous plan; the new one is computing)" if self.result_is_stale else text
 
     # ------------------------------------------------------------------------------------------- diagnostics
     def diagnose(self) -> bool:
@@ -612,13 +653,28 @@ class Session:
         return self.diagnosis.highlight() if self.diagnosis is not None else {}
 
     def cancel(self) -> None:
-        """Drop whatever is running or queued; the view keeps the last finished results."""
-        for kind in list(self._active):
+        """Drop whatever is running or queued. The view keeps the last finished result, and the plan goes back
+        to the one that result was computed with, so plan, map and labels describe the same result."""
+        was_running = "run" in self._active
+        for kind in list(self._active) + ["compile"]:
             self._latest[kind] = self._next_id()
         self.executor.cancel()
         self._active.clear()
         self.busy_changed.emit(None)
+        if was_running and self.result_is_stale and self.result_plan is not None:
+            self._history.append(self.result_plan)
+            del self._history[self._history_index + 1 : -1]
+            self._history_index = len(self._history) - 1
+            self.method_name = self.result_method or self.method_name
+            self.plan_changed.emit(self.plan)
+            self.status_changed.emit("Cancelled: back to the plan of the result shown (Ctrl+Z undoes this).")
+            return
         self.status_changed.emit("Cancelled.")
+
+    def _cancel_kind(self, kind: str) -> None:
+        if kind in self._latest:
+            self._latest[kind] = self._next_id()
+        self.executor.cancel(kind)
 
     @property
     def busy(self) -> str | None:
@@ -629,11 +685,13 @@ class Session:
             self._request += 1
             return self._request
 
-    def _submit(self, kind: str, label: str, fn: Any, on_done: Any) -> int:
+    def _submit(self, kind: str, label: str, fn: Any, on_done: Any, *, quiet: bool = False) -> int:
+        """Run ``fn(token)`` on the worker; ``quiet``: background work that shows no busy bar and whose
+        failure is only a status message (a cancelled background compile is normal)."""
         rid = self._next_id()
         self._latest[kind] = rid
         if kind == "load":  # a new model makes every pending pass on the old one pointless
-            for other in ("run", "layout", "diagnose"):
+            for other in ("run", "layout", "diagnose", "compile"):
                 self._latest[other] = self._next_id()
                 self._active.pop(other, None)
 
@@ -652,6 +710,9 @@ class Session:
             self._finish(kind)
             if isinstance(exc, Cancelled):
                 return
+            if quiet:
+                self.status_changed.emit(f"Background {kind} stopped: {exc}")
+                return
             self._job_failed(kind, exc)
 
         def progress(message: str) -> None:
@@ -659,8 +720,10 @@ class Session:
                 self._active[kind] = message
                 self.busy_changed.emit(self.busy)
 
-        self._active[kind] = label
-        self.busy_changed.emit(self.busy)
+        if not quiet:
+            self._active[kind] = label
+            self.busy_changed.emit(self.busy)
+            self.busy_since = time.monotonic()
         self.executor.submit(Job(kind, rid, fn, done, failed, label, current, progress))
         return rid
 
@@ -789,8 +852,9 @@ class Session:
             "predicted_class": int(self.result.target_indices[0])
             if self.result and self.result.target_indices.size
             else None,
-            "method": self.method_name,
-            "plan": self.plan.to_dict(),
+            # the result shown (and exported) may belong to the previous plan while a newer one computes
+            "method": self.result_method or self.method_name,
+            "plan": (self.plan if self.result_plan is None else self.result_plan).to_dict(),
             "readout_node": images.node,
             "view": self.view.to_dict(),
             "changed_nodes": sorted(self.result.rules) if self.result else [],

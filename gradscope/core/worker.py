@@ -176,9 +176,15 @@ class ThreadExecutor:
             return self._pending > 0
 
     def shutdown(self, timeout: float = 2.0) -> None:
+        """Cancel everything and stop the worker; a job inside a TensorFlow call may outlive ``timeout``
+        (``alive`` then stays True and the process should exit without finalising: see qt.app.main)."""
         self.cancel()
         self._queue.put(None)
         self._thread.join(timeout)
+
+    @property
+    def alive(self) -> bool:
+        return self._thread.is_alive()
 
     # ------------------------------------------------------------------------------------------- worker side
     def _loop(self) -> None:

@@ -71,7 +71,13 @@ def main(argv: list[str] | None = None) -> int:
             app.quit()
 
         window.when_idle(shoot)
-    return app.exec()
+    code = app.exec()
+    executor = window.session.executor
+    if getattr(executor, "alive", False):  # closed during a TensorFlow call: exit without finalising under it
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(code)
+    return code
 
 
 def _demo_paths(image: str | None) -> tuple[str | None, str | None, str]:

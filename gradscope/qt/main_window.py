@@ -7,6 +7,7 @@ never imports TensorFlow.
 
 from __future__ import annotations
 
+import time
 from pathlib import Path
 from typing import Any
 
@@ -248,6 +249,8 @@ class MainWindow(QMainWindow):
         s.result_changed.connect(lambda *_: self._update_graph_state())
         s.plan_changed.connect(self._on_plan_changed)
         s.busy_changed.connect(self._on_busy)
+        self._elapsed_timer = QTimer(self)  # elapsed time of long work, in the status bar
+        self._elapsed_timer.timeout.connect(self._show_elapsed)
         s.status_changed.connect(self._on_status)
         s.error_raised.connect(self._on_error)
         s.image_changed.connect(lambda *_: self._update_title())
@@ -327,6 +330,14 @@ class MainWindow(QMainWindow):
         self.cancel_button.setVisible(label is not None)
         if label is not None:
             self.status_label.setText(label)
+            self._elapsed_timer.start(250)
+        else:
+            self._elapsed_timer.stop()
+
+    def _show_elapsed(self) -> None:
+        label = self.session.busy
+        if label is not None:
+            self.status_label.setText(f"{label}  {time.monotonic() - self.session.busy_since:.1f} s")
 
     def _on_status(self, message: str) -> None:
         self.status_label.setText(message)
@@ -565,9 +576,11 @@ class MainWindow(QMainWindow):
         QMessageBox.about(self, "About gradscope", "gradscope: a visual debugger for gradients of Keras 3 models.")
 
     def closeEvent(self, event) -> None:  # noqa: N802
+        # A TensorFlow call cannot be interrupted: cancel, wait briefly, and let main() leave without
+        # finalising the interpreter under a running worker (that aborted with SIGABRT).
         executor = self.session.executor
         if hasattr(executor, "shutdown"):
-            executor.shutdown()
+            executor.shutdown(timeout=2.0)
         super().closeEvent(event)
 
     def when_idle(self, callback: Any, timeout_ms: int = 600_000) -> None:

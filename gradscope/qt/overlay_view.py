@@ -167,6 +167,7 @@ class OverlayView(QWidget):
         lay.addWidget(self.note)
 
         session.result_changed.connect(lambda *_: self._on_result())
+        session.plan_changed.connect(lambda *_: self.refresh())  # the caption marks a result of an older plan
         session.view_changed.connect(lambda *_: self._sync_controls() or self.refresh())
         session.selection_changed.connect(lambda *_: self.refresh())
         session.image_changed.connect(lambda *_: self.refresh())
@@ -256,9 +257,7 @@ class OverlayView(QWidget):
         self.map_panel.set_array(images.heat, smooth=images.spatial)
         self.blend_panel.set_array(images.blend, "(no spatial map to blend)" if not images.spatial else "")
         lo, hi = float(np.nanmin(images.saliency)), float(np.nanmax(images.saliency))
-        method = (
-            "baseline (no rules)" if which == "baseline" else f"{s.method_name}, {len(s.plan.entries)} plan entries"
-        )
+        method = "baseline (no rules)" if which == "baseline" else s.result_caption()
         parts = [f"{method}; map {images.saliency.shape[0]}×{images.saliency.shape[1]}, range [{lo:.3g}, {hi:.3g}]"]
         if images.note:
             parts.append(images.note)
