@@ -180,40 +180,22 @@ def _delegate(module: str, function: str) -> Callable[[argparse.Namespace], int]
 
 # ------------------------------------------------------------------------------------------------- parser
 def _model_options(p: argparse.ArgumentParser) -> None:
-    p.add_argument(
-        "--unsafe",
-        action="store_true",
-        help="allow unsafe deserialization (Lambda layers run code from the file): only for files you trust",
-    )
-    p.add_argument(
-        "--custom-objects",
-        action="append",
-        metavar="FILE",
-        help="Python file registering the model's custom layers (repeatable)",
-    )
+    p.add_argument("--unsafe", action="store_true",
+                   help="allow unsafe deserialization (Lambda layers run code from the file): only for files you trust")
+    p.add_argument("--custom-objects", action="append", metavar="FILE",
+                   help="Python file registering the model's custom layers (repeatable)")
     p.add_argument("--rules", action="append", metavar="FILE", help="Python file of user rules to load (repeatable)")
 
 
 def _diagnostic_options(p: argparse.ArgumentParser) -> None:
-    p.add_argument(
-        "--input",
-        action="append",
-        metavar="FILE",
-        help="input: image, .npy, or .npz with one array per model input (repeatable; default: random)",
-    )
+    p.add_argument("--input", action="append", metavar="FILE",
+                   help="input: image, .npy, or .npz with one array per model input (repeatable; default: random)")
     p.add_argument("--label", help="labels for the loss: class indices (3 or 0,2,1) or a .npy file")
-    p.add_argument(
-        "--loss",
-        choices=["auto", "compiled", "crossentropy", "mse"],
-        help="loss for --label (default auto: compiled if any, else crossentropy for classifiers, else mse)",
-    )
+    p.add_argument("--loss", choices=["auto", "compiled", "crossentropy", "mse"],
+                   help="loss for --label (default auto: compiled if any, else crossentropy for classifiers, else mse)")
     p.add_argument("--target", help="without --label: class index, 'top', 'neuron:NODE:i,j,c' or 'channel:NODE:c'")
-    p.add_argument(
-        "--preprocessing",
-        default="unit",
-        choices=["unit", "raw", "caffe", "minus_one_one"],
-        help="how image pixels are scaled (default unit: /255)",
-    )
+    p.add_argument("--preprocessing", default="unit", choices=["unit", "raw", "caffe", "minus_one_one"],
+                   help="how image pixels are scaled (default unit: /255)")
     p.add_argument("--json", action="store_true", help="print the report as JSON")
     _model_options(p)
 
@@ -241,25 +223,14 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--layer", help="read the map at this node id (default: the method's, else the input)")
     p.add_argument("--out", default="overlay.png", help="output PNG, or a folder for a folder of images")
     p.add_argument("--cmap", default="jet", help="colormap (jet, viridis, inferno, gray, coolwarm, ...)")
-    p.add_argument(
-        "--style",
-        default="caffe",
-        choices=["caffe", "alpha"],
-        help="caffe (default): the map's strength sets its opacity; alpha: a plain blend",
-    )
+    p.add_argument("--style", default="caffe", choices=["caffe", "alpha"],
+                   help="caffe (default): the map's strength sets its opacity; alpha: a plain blend")
     p.add_argument("--alpha", type=float, default=0.5, help="overlay opacity 0..1 for --style alpha (default 0.5)")
     p.add_argument("--normalization", default="minmax", choices=["minmax", "percentile", "abs", "signed"])
-    p.add_argument(
-        "--reduction",
-        choices=["max_abs", "sum", "sum_clamped", "l2", "abs_sum"],
-        help="channel reduction (default: the method's)",
-    )
-    p.add_argument(
-        "--preprocessing",
-        default="unit",
-        choices=["unit", "raw", "caffe", "minus_one_one"],
-        help="how pixels are scaled for the model (default unit: /255)",
-    )
+    p.add_argument("--reduction", choices=["max_abs", "sum", "sum_clamped", "l2", "abs_sum"],
+                   help="channel reduction (default: the method's)")
+    p.add_argument("--preprocessing", default="unit", choices=["unit", "raw", "caffe", "minus_one_one"],
+                   help="how pixels are scaled for the model (default unit: /255)")
     _model_options(p)
     p.set_defaults(func=cmd_explain)
 
@@ -278,10 +249,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--png", metavar="FILE", help="write a chart of the flow to FILE")
     p.set_defaults(func=_delegate("gradscope.engine.diagnose", "cmd_flow"))
 
-    p = sub.add_parser(
-        "diagnose",
-        help="find trainable variables that get no gradient and the op that cuts the path (exit code 1 if any)",
-    )
+    p = sub.add_parser("diagnose", help="find trainable variables that get no gradient and the op that cuts the path "
+                       "(exit code 1 if any)")
     p.add_argument("model", nargs="?", help=".keras or .h5 file (default: the bundled demo model)")
     _diagnostic_options(p)
     p.set_defaults(func=_delegate("gradscope.engine.diagnose", "cmd_diagnose"))

@@ -59,25 +59,11 @@ def test_explain_writes_overlay_and_sidecar(model_file, image_dir, tmp_path, cap
 
 def test_explain_with_plan_file_and_layer(model_file, image_dir, tmp_path, capsys):
     plan = tmp_path / "plan.json"
-    plan.write_text(
-        json.dumps(
-            {"entries": [{"select": "activation:relu", "rule": "backward_as", "params": {"activation": "sigmoid"}}]}
-        )
-    )
+    plan.write_text(json.dumps({"entries": [{"select": "activation:relu", "rule": "backward_as",
+                                              "params": {"activation": "sigmoid"}}]}))
     out = tmp_path / "o.png"
-    code = main(
-        [
-            "explain",
-            str(model_file),
-            str(image_dir / "coffee.jpg"),
-            "--plan",
-            str(plan),
-            "--layer",
-            "conv",
-            "--out",
-            str(out),
-        ]
-    )
+    code = main(["explain", str(model_file), str(image_dir / "coffee.jpg"), "--plan", str(plan), "--layer", "conv",
+                 "--out", str(out)])
     assert code == 0, capsys.readouterr().err
     sidecar = json.loads(out.with_suffix(".json").read_text())
     assert sidecar["readout_node"] == "conv"

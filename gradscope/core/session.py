@@ -214,8 +214,9 @@ class Session:
     def can_redo(self) -> bool:
         return self._history_index < len(self._history) - 1
 
-    def set_plan(self, plan: Plan, *, record: bool = True) -> bool:
-        """Make ``plan`` current (undoable). Returns False, and reports why, if it does not fit the model."""
+    def set_plan(self, plan: Plan, *, record: bool = True, run: bool = True) -> bool:
+        """Make ``plan`` current (undoable). Returns False, and reports why, if it does not fit the model.
+        ``run=False``: do not compute it (the caller already shows its result)."""
         if not self._validate(plan):
             return False
         if record:
@@ -226,7 +227,7 @@ class Session:
             self._history_index += 1
         else:
             self._history[self._history_index] = plan
-        self._plan_updated()
+        self._plan_updated(run)
         return True
 
     def add_rule(self, select: str, rule: str, params: dict[str, Any] | None = None) -> bool:
@@ -326,9 +327,10 @@ class Session:
             return False
         return True
 
-    def _plan_updated(self) -> None:
+    def _plan_updated(self, run: bool = True) -> None:
         self.plan_changed.emit(self.plan)
-        self._maybe_run()
+        if run:
+            self._maybe_run()
 
     # ------------------------------------------------------------------------------------------- target, view
     def set_target(self, target: Target) -> None:
@@ -662,18 +664,16 @@ class Session:
         self._active.clear()
         self.busy_changed.emit(None)
         if was_running and self.result_is_stale and self.result_plan is not None:
-            self._history.append(self.result_plan)
-            del self._history[self._history_index + 1 : -1]
-            self._history_index = len(self._history) - 1
             self.method_name = self.result_method or self.method_name
-            self.plan_changed.emit(self.plan)
+            self.set_plan(self.result_plan, run=False)  # its result is the one on screen
             self.status_changed.emit("Cancelled: back to the plan of the result shown (Ctrl+Z undoes this).")
             return
         self.status_changed.emit("Cancelled.")
 
     def _cancel_kind(self, kind: str) -> None:
-        if kind in self._latest:
-            self._latest[kind] = self._next_id()
+        """Make jobs of ``kind`` stale and stop the running one at its next check (a background compile
+        stops between two nodes)."""
+        self._latest[kind] = self._next_id()
         self.executor.cancel(kind)
 
     @property
@@ -692,7 +692,7 @@ class Session:
         self._latest[kind] = rid
         if kind == "load":  # a new model makes every pending pass on the old one pointless
             for other in ("run", "layout", "diagnose", "compile"):
-                self._latest[other] = self._next_id()
+                self._cancel_kind(other)
                 self._active.pop(other, None)
 
         def current() -> bool:

@@ -49,7 +49,9 @@ class RuleContext:
         if unknown:
             from gradscope.core.errors import RuleError
 
-            raise RuleError(f"Node {self.node.id!r} has no weight(s) {sorted(unknown)}; it has {self.weight_names}.")
+            raise RuleError(
+                f"Node {self.node.id!r} has no weight(s) {sorted(unknown)}; it has {self.weight_names}."
+            )
         return [overrides.get(n, w) for n, w in zip(self.weight_names, self.weight_list)]
 
     def forward(self, inputs: Sequence[Any] | None = None, weights: dict[str, Any] | None = None) -> list[Any]:
@@ -70,7 +72,9 @@ class RuleContext:
             for x in xs:
                 tape.watch(x)
             ys = self._forward(xs, ws)
-        return list(tape.gradient(ys, xs, output_gradients=list(grad_outputs), unconnected_gradients="zero"))
+        return list(
+            tape.gradient(ys, xs, output_gradients=list(grad_outputs), unconnected_gradients="zero")
+        )
 
     def weight_vjp(self, grad_outputs: Sequence[Any]) -> list[Any]:
         """True VJP w.r.t. the weights (what ``weight_gradients`` defaults to)."""

@@ -119,7 +119,9 @@ def _functional_of(model: Any) -> Any:
     if type(model).__name__ == "Sequential" or hasattr(model, "_functional"):
         functional = getattr(model, "_functional", None)
         if functional is None:
-            raise GraphError(f"Sequential model {model.name!r} is not built: give it an Input or call it on data once.")
+            raise GraphError(
+                f"Sequential model {model.name!r} is not built: give it an Input or call it on data once."
+            )
         return functional
     if hasattr(model, "_nodes_by_depth") and hasattr(model, "_inputs") and model._inputs:
         return model
@@ -321,7 +323,9 @@ def build_exec_graph(model: Any) -> ExecGraph:
     if missing:
         raise GraphError(f"Model {model.name!r}: {len(missing)} output(s) are not connected to its inputs.")
     output_ids = tuple(dict.fromkeys(b.producer[k] for k in output_keys))
-    nodes = tuple(NodeSpec(**{**n.__dict__, "is_output": True}) if n.id in output_ids else n for n in b.nodes)
+    nodes = tuple(
+        NodeSpec(**{**n.__dict__, "is_output": True}) if n.id in output_ids else n for n in b.nodes
+    )
     graph = LayerGraph(
         nodes=nodes,
         input_ids=tuple(b.producer[k] for k in input_keys),

@@ -22,10 +22,9 @@ from __future__ import annotations
 
 import hashlib
 import json
-import threading
 from collections import OrderedDict
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -36,6 +35,7 @@ from gradscope.core.targets import Target
 from gradscope.engine.context import RuleContext
 from gradscope.engine.keras_graph import Step
 from gradscope.engine.node_call import NodeCall, call_arguments, plain_call
+from gradscope.engine.stats import stats_rows
 from gradscope.rules.base import params_to_dict
 
 _KERNEL_CACHE_SIZE = 1024
@@ -72,19 +72,18 @@ def _spec_of(x: Any) -> tuple:
 
 @dataclass
 class _Forward:
-    """The plain forward values of one input batch."""
+    """The plain forward values of one input batch, and each node's call on them."""
 
     key: str
-    xs: list[Any]
     values: dict[Any, Any]
-    calls: dict[str, NodeCall] = field(default_factory=dict)
+    calls: dict[str, NodeCall]
 
 
 @dataclass
 class _Memo:
-    """The last sweep: each node's rule key, its contributions to its input keys and its statistics row."""
+    """The last sweep on the current forward values (a new input drops it): each node's rule key, its
+    contributions to its input keys and its statistics row."""
 
-    forward_key: str
     target_key: tuple
     rule_keys: dict[str, Any]
     contributions: dict[str, list[tuple[Any, Any]]]
@@ -110,10 +109,9 @@ class LiveBackward:
         self.engine = engine
         self._forward: _Forward | None = None
         self._memo: _Memo | None = None
-        self._kernels: OrderedDict[tuple, Any] = OrderedDict()
-        self._ready: set[tuple] = set()
-        self._lock = threading.RLock()
-        self.kernel_traces = 0
+        self._kernels: OrderedDict[tuple, Any] = OrderedDict()  # kernel key -> (eager fn, tf.function)
+        self._ready: set[tuple] = set()  # kernel keys whose tf.function has been traced
+        self._signatures: dict[str, Any] = {}  # node id -> _layer_signature (a config never changes)
 
     # ------------------------------------------------------------------------------------------- forward
     def forward(self, xs: Sequence[Any]) -> _Forward:
@@ -137,15 +135,18 @@ class LiveBackward:
             calls[step.node_id] = NodeCall.of(step, args, kwargs)
             for k, y in zip(step.out_keys, plain_call(step, args, kwargs)):
                 values[k] = y
-        self._forward = _Forward(key, list(xs), values, calls)
+        self._forward = _Forward(key, values, calls)
         return self._forward
 
     # ------------------------------------------------------------------------------------------- kernels
     def _kernel_key(self, call: NodeCall, rule: Any) -> tuple:
         # A user's rule may read ctx.node.id: only the true gradient and built-in rules share kernels.
+        node_id = call.step.node_id
         shared = rule is None or type(rule).__module__.startswith("gradscope.rules.builtin")
+        if shared and node_id not in self._signatures:
+            self._signatures[node_id] = _layer_signature(call.step)
         return (
-            _layer_signature(call.step) if shared else ("node", call.step.node_id, id(call.step.operation)),
+            self._signatures[node_id] if shared else ("node", node_id, id(call.step.operation)),
             call.step.kind,
             tuple(_spec_of(x) for x in call.leaves),
             tuple((tuple(v.shape), str(v.dtype)) for v in call.variables),
@@ -161,7 +162,6 @@ class LiveBackward:
         spec = engine.graph.node(call.step.node_id)
         op = call.step.operation
         names = call.weight_names
-        from gradscope.engine.runner import stats_rows  # the runner imports this module
 
         def forward(xs_: Sequence[Any], ws_: Sequence[Any]) -> list[Any]:
             return call.forward(xs_, ws_)
@@ -187,31 +187,23 @@ class LiveBackward:
 
     def _kernel(self, call: NodeCall, rule: Any) -> tuple[tuple, Callable[..., Any], bool]:
         key = self._kernel_key(call, rule)
-        with self._lock:
-            entry = self._kernels.get(key)
-            if entry is None:
-                eager = self._node_backward(call, rule)
-                entry = (eager, tf.function(eager, autograph=False))
-                self._kernels[key] = entry
-                while len(self._kernels) > _KERNEL_CACHE_SIZE:
-                    old, _ = self._kernels.popitem(last=False)
-                    self._ready.discard(old)
-            self._kernels.move_to_end(key)
-            return key, entry, key in self._ready
+        entry = self._kernels.get(key)
+        if entry is None:
+            eager = self._node_backward(call, rule)
+            entry = (eager, tf.function(eager, autograph=False))
+            self._kernels[key] = entry
+            while len(self._kernels) > _KERNEL_CACHE_SIZE:
+                old, _ = self._kernels.popitem(last=False)
+                self._ready.discard(old)
+        self._kernels.move_to_end(key)
+        return key, entry, key in self._ready
 
-    def _run_node(self, call: NodeCall, rule: Any, dys: list, *, compile_now: bool) -> tuple[list, list, Any, bool]:
-        key, (eager, compiled), ready = self._kernel(call, rule)
-        values = self._forward.values  # type: ignore[union-attr]
-        ys = [values[k] for k in call.step.out_keys]
-        args = (call.xs, ys, call.weights(), dys)
-        if ready or compile_now:
-            if not ready:
-                self.kernel_traces += 1
-            gx, present, row = compiled(*args)
-            self._ready.add(key)
-            return gx, present, row, True
-        gx, present, row = eager(*args)
-        return gx, present, row, False
+    def _run_node(self, call: NodeCall, rule: Any, dys: list) -> tuple[list, Any, Any, bool]:
+        """The node's contributions, through its compiled kernel if it is ready, else eagerly."""
+        _, (eager, compiled), ready = self._kernel(call, rule)
+        ys = [self._forward.values[k] for k in call.step.out_keys]  # type: ignore[union-attr]
+        gx, present, row = (compiled if ready else eager)(call.xs, ys, call.weights(), dys)
+        return gx, present, row, ready
 
     # ------------------------------------------------------------------------------------------- sweep
     def sweep(
@@ -221,11 +213,10 @@ class LiveBackward:
         class_idx: Any,
         rules: dict[str, Any],
         *,
-        compile_kernels: bool = False,
         should_stop: Callable[[], bool] | None = None,
     ) -> SweepResult:
         """One backward pass under ``rules`` (node id -> Rule), reusing the last sweep where nothing changed.
-        ``compile_kernels``: compile kernels not compiled yet (else those nodes run eagerly)."""
+        Nodes whose kernel is not compiled yet run eagerly (``warm`` compiles them)."""
         engine = self.engine
         fwd = self.forward(xs)
         values = fwd.values
@@ -236,6 +227,7 @@ class LiveBackward:
         dirty: set[Any] = set()
         contributions: dict[str, list[tuple[Any, Any]]] = {}
         arrived: dict[str, list[Any]] = {}  # node id -> signal at each of its outputs
+        rule_keys: dict[str, Any] = {}
         stats: dict[str, Any] = {}
         recomputed = compiled = eager = 0
         for step in reversed(engine.exec.steps):
@@ -249,7 +241,7 @@ class LiveBackward:
                 continue
             node_id = step.node_id
             rule = rules.get(node_id)
-            rk = rule_key(rule)
+            rk = rule_keys[node_id] = rule_key(rule)
             dys = [grads.get(k) for k in step.out_keys]
             if all(d is None for d in dys):
                 stats[node_id] = None
@@ -269,9 +261,7 @@ class LiveBackward:
             else:
                 if should_stop is not None and should_stop():
                     raise Cancelled("Cancelled.")
-                gx, present, row, was_compiled = self._run_node(
-                    fwd.calls[node_id], rule, dys, compile_now=compile_kernels
-                )
+                gx, present, row, was_compiled = self._run_node(fwd.calls[node_id], rule, dys)
                 contrib = [(k, g) for k, g, p in zip(step.in_keys, gx, present) if bool(p)]
                 recomputed += 1
                 compiled += was_compiled
@@ -281,13 +271,7 @@ class LiveBackward:
             stats[node_id] = row
             for k, g in contrib:
                 grads[k] = g if k not in grads else grads[k] + g
-        self._memo = _Memo(
-            fwd.key,
-            target_key,
-            {st.node_id: rule_key(rules.get(st.node_id)) for st in engine.exec.steps if st.node_id},
-            contributions,
-            stats,
-        )
+        self._memo = _Memo(target_key, rule_keys, contributions, stats)
         inputs = [grads.get(k) for k in engine.exec.input_keys]
         return SweepResult(inputs, arrived, stats, recomputed, compiled, eager, idx)
 
@@ -333,7 +317,6 @@ class LiveBackward:
             ys = [self._forward.values[k] for k in step.out_keys]
             compiled(call.xs, ys, call.weights(), [tf.zeros_like(y) for y in ys])
             self._ready.add(key)
-            self.kernel_traces += 1
             n += 1
         return n
 
@@ -346,9 +329,3 @@ class LiveBackward:
             for s in self.engine.exec.steps
             if s.kind != "alias"
         )
-
-    def clear(self) -> None:
-        self._forward = None
-        self._memo = None
-        self._kernels.clear()
-        self._ready.clear()

@@ -26,6 +26,7 @@ from gradscope.engine.context import RuleContext
 from gradscope.engine.keras_graph import ExecGraph, Step, build_exec_graph
 from gradscope.engine.live import LiveBackward, rule_key
 from gradscope.engine.node_call import NodeCall, call_arguments, plain_call
+from gradscope.engine.stats import stats_rows
 from gradscope.rules.plan import Plan, Resolution
 
 _CACHE_SIZE = 8  # whole-plan traces kept (each holds a full graph; live sweeps cover the rest)
@@ -56,6 +57,7 @@ class Engine:
         self.trace_count = 0
         self._trace_stop: Any = None  # set while a cancellable compile traces (see ``compile``)
         self.live = LiveBackward(self)
+        self._live_steps = all(s.kind in ("call", "activation", "alias") for s in self.exec.steps)  # no opaque model
         self._seen: OrderedDict[tuple, None] = OrderedDict()  # keys answered live once ("auto" compiles at 2nd)
 
     # ------------------------------------------------------------------------------------------- structure
@@ -430,7 +432,7 @@ class Engine:
             target.kind in ("class", "neuron", "channel")
             and not weight_grads
             and not any(type(r.rule).overrides_forward() for r in resolution.rules.values())
-            and all(s.kind in ("call", "activation", "alias") for s in self.exec.steps)
+            and self._live_steps
         )
 
     def _backward_live(
@@ -438,7 +440,6 @@ class Engine:
     ) -> BackwardResult:
         t0 = time.perf_counter()
         rules = {nid: r.rule for nid, r in resolution.rules.items()}
-        self._target_scalar_check(target)
         sweep = self.live.sweep(xs, target, class_idx, rules, should_stop=self._trace_stop)
         values = self.live.forward(xs).values
         node_stats: dict[str, NodeStats] = {}
@@ -449,17 +450,14 @@ class Engine:
 
         def signal(node_id: str) -> np.ndarray:
             got = sweep.arrived.get(node_id)
-            first = values[self.exec.node_out_keys[node_id][0]]
-            return np.zeros(first.shape, first.dtype.as_numpy_dtype) if got is None else got[0].numpy()
+            return _numpy_or_zeros(None if got is None else got[0], values[self.exec.node_out_keys[node_id][0]])
 
         result = self._result(
             xs,
             resolution,
             plan,
             target,
-            input_grads=[
-                np.zeros(x.shape, np.float32) if g is None else g.numpy() for g, x in zip(sweep.input_grads, xs)
-            ],
+            input_grads=[_numpy_or_zeros(g, x) for g, x in zip(sweep.input_grads, xs)],
             node_grads={n: signal(n) for n in capture},
             node_values={n: values[self.exec.node_out_keys[n][0]].numpy() for n in capture},
             stats=node_stats,
@@ -477,14 +475,6 @@ class Engine:
             },
         )
         return result
-
-    def _target_scalar_check(self, target: Target) -> None:
-        if target.kind == "class" and len(self.graph.node(self.graph.output_ids[0]).output_shape) != 2:
-            shape = self.graph.node(self.graph.output_ids[0]).output_shape
-            raise TargetError(
-                f"A class target needs a (batch, classes) output; the model outputs {shape}. "
-                "Use a neuron or channel target."
-            )
 
     def _result(
         self,
@@ -565,46 +555,6 @@ class Engine:
         xs = self._as_inputs(inputs)
         out = self.model(xs[0] if len(xs) == 1 else xs, training=False)
         return np.asarray(out[0] if isinstance(out, (list, tuple)) else out)
-
-
-def stats_rows(grads: Sequence[Any]) -> Any:
-    """(n, 6) statistics of each gradient: norm, mean|g|, max|g|, zero fraction, NaN count, Inf count
-    (the order of ``STAT_NAMES``).
-
-    Trace cost matters as much as run cost (every new plan traces this for every node): the first version
-    built ~25 ops and two ``tf.cond`` per node, which made a ResNet50 trace 4x longer than without statistics.
-    Now each node gets five reductions and nothing else; the arithmetic (norm, means, max|g|) runs once on the
-    stacked (n, 5) matrix, and NaN/Inf are counted for all nodes in ONE cond, taken only when a sum says some
-    value is not finite. max|g| = max(max g, -min g, 0), so an empty tensor gives 0.
-    """
-    if not grads:
-        return tf.zeros([0, 6])
-    grads = [tf.cast(g, tf.float32) for g in grads]
-    sums = tf.stack(
-        [
-            tf.stack(
-                [
-                    tf.reduce_sum(tf.square(g)),
-                    tf.reduce_sum(tf.abs(g)),
-                    tf.reduce_max(g),
-                    tf.reduce_min(g),
-                    tf.reduce_sum(tf.cast(tf.equal(g, 0.0), tf.float32)),
-                ]
-            )
-            for g in grads
-        ]
-    )
-    sizes = tf.maximum(tf.cast(tf.stack([tf.size(g) for g in grads]), tf.float32), 1.0)
-    max_abs = tf.maximum(tf.maximum(sums[:, 2], -sums[:, 3]), 0.0)
-    rows = tf.stack([tf.sqrt(sums[:, 0]), sums[:, 1] / sizes, max_abs, sums[:, 4] / sizes], axis=1)
-
-    def bad_counts() -> Any:
-        counts = [[tf.math.is_nan(g), tf.math.is_inf(g)] for g in grads]
-        return tf.stack([tf.stack([tf.reduce_sum(tf.cast(c, tf.float32)) for c in pair]) for pair in counts])
-
-    all_finite = tf.reduce_all(tf.math.is_finite(sums[:, 0] + sums[:, 1]))
-    bad = tf.cond(all_finite, lambda: tf.zeros([len(grads), 2]), bad_counts)
-    return tf.concat([rows, bad], axis=1)
 
 
 def _numpy_or_zeros(g: Any, like: Any) -> np.ndarray:

@@ -26,7 +26,9 @@ def demo_model_path() -> Path:
     """The bundled demo model (``shapes_cnn.keras``): 64x64 RGB in [0, 1] -> 4 shape classes."""
     path = demo_dir() / DEMO_MODEL
     if not path.is_file():
-        raise ModelLoadError(f"The demo model is missing ({path}). Recreate it with `python scripts/train_demo.py`.")
+        raise ModelLoadError(
+            f"The demo model is missing ({path}). Recreate it with `python scripts/train_demo.py`."
+        )
     return path
 
 
@@ -61,5 +63,6 @@ def demo_boxes() -> dict[str, dict[str, Any]]:
         return json.loads(path.read_text())["images"]
     except (OSError, ValueError, KeyError) as exc:
         raise ImageLoadError(
-            f"The demo boxes file {path} cannot be read ({exc}). Recreate it with `python scripts/train_demo.py`."
+            f"The demo boxes file {path} cannot be read ({exc}). Recreate it with "
+            "`python scripts/train_demo.py`."
         ) from exc

@@ -58,12 +58,18 @@ def list_images(folder: str | Path) -> list[Path]:
     if not p.is_dir():
         raise ImageLoadError(f"{p} is not a folder.")
     return sorted(
-        (f for f in p.iterdir() if f.is_file() and f.suffix.lower() in IMAGE_EXTENSIONS and not f.name.startswith(".")),
+        (
+            f
+            for f in p.iterdir()
+            if f.is_file() and f.suffix.lower() in IMAGE_EXTENSIONS and not f.name.startswith(".")
+        ),
         key=lambda f: f.name,
     )
 
 
-def prepare_input(image: np.ndarray, input_shape: Sequence[int | None], preprocessing: str = "unit") -> np.ndarray:
+def prepare_input(
+    image: np.ndarray, input_shape: Sequence[int | None], preprocessing: str = "unit"
+) -> np.ndarray:
     """A float32 batch ``(1, H, W, C)`` for a model whose input shape is ``(H, W, C)`` (batch dim optional).
 
     The image (uint8 (H, W), (H, W, 1), (H, W, 3) or (H, W, 4); float images in [0, 1] are accepted) is
@@ -78,7 +84,9 @@ def prepare_input(image: np.ndarray, input_shape: Sequence[int | None], preproce
     from PIL import Image
 
     if preprocessing not in PREPROCESSING:
-        raise ImageLoadError(f"Unknown preprocessing {preprocessing!r}; choose one of {', '.join(PREPROCESSING)}.")
+        raise ImageLoadError(
+            f"Unknown preprocessing {preprocessing!r}; choose one of {', '.join(PREPROCESSING)}."
+        )
     shape = tuple(input_shape)
     if len(shape) == 4:
         shape = shape[1:]

@@ -118,7 +118,9 @@ def load_custom_objects_file(path: str | Path) -> dict[str, object]:
         raise CustomObjectError(f"Custom objects file {p.name} has a syntax error{where}: {exc.msg}") from exc
     except (Exception, SystemExit) as exc:
         sys.modules.pop(module_name, None)
-        raise CustomObjectError(f"Custom objects file {p.name} failed to import: {type(exc).__name__}: {exc}") from exc
+        raise CustomObjectError(
+            f"Custom objects file {p.name} failed to import: {type(exc).__name__}: {exc}"
+        ) from exc
 
     objects: dict[str, object] = {}
     for name, obj in vars(module).items():
@@ -220,7 +222,9 @@ def _check_h5(p: Path, head: bytes) -> str:
     if head.startswith(_HDF5_SIGNATURE):
         return "h5"
     if head.startswith(_ZIP_SIGNATURES) and _zip_has_config(p):
-        raise ModelLoadError(f"{p} is a Keras 3 (.keras) archive with an .h5 extension; rename it to end in .keras.")
+        raise ModelLoadError(
+            f"{p} is a Keras 3 (.keras) archive with an .h5 extension; rename it to end in .keras."
+        )
     # HDF5 allows a user block before the signature: let h5py decide before calling it something else.
     try:
         import h5py
@@ -231,7 +235,8 @@ def _check_h5(p: Path, head: bytes) -> str:
         pass
     what = _image_kind(head) or ("a text file" if _looks_like_text(head) else "not an HDF5 file")
     raise ModelLoadError(
-        f"{p} is not a Keras .h5 model file: it is {what}. A legacy .h5 model is written by `model.save('name.h5')`."
+        f"{p} is not a Keras .h5 model file: it is {what}. A legacy .h5 model is written by "
+        "`model.save('name.h5')`."
     )
 
 
@@ -336,7 +341,9 @@ def _object_name(obj: dict) -> tuple[str, str, str] | None:
     return "class", class_name, registered
 
 
-def _unresolved_objects(config: Any, custom_objects: dict[str, Any] | None) -> list[tuple[str, str, str | None]]:
+def _unresolved_objects(
+    config: Any, custom_objects: dict[str, Any] | None
+) -> list[tuple[str, str, str | None]]:
     """Custom (non-Keras) objects in a config, neither registered nor supplied: (kind, name, layer)."""
     if config is None:
         return []
@@ -353,7 +360,8 @@ def _unresolved_objects(config: Any, custom_objects: dict[str, Any] | None) -> l
             if ">" not in registered:
                 continue  # a Keras built-in referred to by its plain name ("relu")
         elif ">" not in registered and (
-            (module and (module == "keras" or module.startswith("keras."))) or (not module and _is_builtin(name))
+            (module and (module == "keras" or module.startswith("keras.")))
+            or (not module and _is_builtin(name))
         ):
             continue
         if keras.saving.get_registered_object(registered, custom_objects=supplied) is not None:

@@ -62,9 +62,7 @@ CASES = {
     ),
     "sign": (Plan().with_entry("a:act", "sign"), {"a_rule": lambda g, z: np.sign(g * (1 - np.tanh(z) ** 2))}),
     "later_entry_wins": (
-        Plan()
-        .with_entry("*", "zero")
-        .with_entry("type:Dense,InputLayer,Concatenate,Multiply", "identity")
+        Plan().with_entry("*", "zero").with_entry("type:Dense,InputLayer,Concatenate,Multiply", "identity")
         .with_entry("a:act", "identity"),
         {"b_rule": lambda g, z: 0 * g},
     ),
@@ -128,11 +126,8 @@ class _WrongShape(Rule):
 
 @pytest.mark.parametrize(
     ("rule", "message"),
-    [
-        ("_test_raises", "ZeroDivisionError: boom"),
-        ("_test_wrong_count", "returned 2 gradient"),
-        ("_test_wrong_shape", "has shape"),
-    ],
+    [("_test_raises", "ZeroDivisionError: boom"), ("_test_wrong_count", "returned 2 gradient"),
+     ("_test_wrong_shape", "has shape")],
 )
 def test_failing_rules_raise_rule_error_and_leave_model_unchanged(rule, message):
     model = FIXTURES["chain"]()

@@ -214,12 +214,8 @@ def test_folded_model_has_the_same_gradients():
 def test_fold_batchnorm_inside_nested_and_sequential_models():
     keras.utils.set_random_seed(43)
     block = keras.Sequential(
-        [
-            keras.Input((6, 6, 3)),
-            keras.layers.Conv2D(4, 3, padding="same", name="bc"),
-            keras.layers.BatchNormalization(name="bbn"),
-            keras.layers.ReLU(name="br"),
-        ],
+        [keras.Input((6, 6, 3)), keras.layers.Conv2D(4, 3, padding="same", name="bc"),
+         keras.layers.BatchNormalization(name="bbn"), keras.layers.ReLU(name="br")],
         name="block",
     )
     inp = keras.Input((6, 6, 3))

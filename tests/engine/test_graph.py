@@ -17,19 +17,8 @@ def graph_of(name):
 
 def test_chain_graph_has_split_activations_and_edges():
     g = graph_of("chain")
-    assert g.ids() == [
-        "image",
-        "conv1",
-        "conv1:act",
-        "pool",
-        "conv2",
-        "bn",
-        "relu2",
-        "flat",
-        "drop",
-        "probs",
-        "probs:act",
-    ]
+    assert g.ids() == ["image", "conv1", "conv1:act", "pool", "conv2", "bn", "relu2", "flat", "drop", "probs",
+                       "probs:act"]
     assert g.node("conv1:act").activation == "relu"
     assert g.node("probs:act").activation == "softmax"
     assert g.node("relu2").activation == "relu"
@@ -64,10 +53,8 @@ def test_shared_layer_is_one_node_per_call():
     g = graph_of("shared")
     assert g.node("shared#1").inputs == ("shared:act",)
     assert g.node("shared").layer_name == g.node("shared#1").layer_name == "shared"
-    assert (
-        g.to_table()
-        .splitlines()[-1]
-        .endswith(f"{sum(int(np.prod(w.shape)) for w in FIXTURES['shared']().weights):,} parameters")
+    assert g.to_table().splitlines()[-1].endswith(
+        f"{sum(int(np.prod(w.shape)) for w in FIXTURES['shared']().weights):,} parameters"
     )
 
 

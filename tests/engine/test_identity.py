@@ -28,11 +28,8 @@ def case(request):
 
 
 @pytest.mark.parametrize("batch", [1, 4])
-@pytest.mark.parametrize(
-    "plan",
-    [Plan(), Plan().with_entry("*", "identity"), Plan().with_entry("*", "true_gradient")],
-    ids=["no-plan", "identity", "wrapped-true-gradient"],
-)
+@pytest.mark.parametrize("plan", [Plan(), Plan().with_entry("*", "identity"), Plan().with_entry("*", "true_gradient")],
+                         ids=["no-plan", "identity", "wrapped-true-gradient"])
 def test_identity_plan_equals_tape_gradient(case, batch, plan):
     model, engine = case
     x = sample_input(model, batch, seed=batch)
