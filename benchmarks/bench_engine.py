@@ -3,6 +3,7 @@
     .venv/bin/python benchmarks/bench_engine.py                 # ResNet50 + MobileNetV2, batch 1 and 8, 224x224
     .venv/bin/python benchmarks/bench_engine.py --quick         # MobileNetV2 only, 96x96, batch 1 and 2 (a smoke run)
     .venv/bin/python benchmarks/bench_engine.py --latency       # click -> result for never-seen plans, ResNet50 b1
+    .venv/bin/python benchmarks/bench_engine.py --memory 500    # RSS over 500 plan edits (live + background compile)
 
 Prints a table of median seconds (after warm-up) and the ratio to the plain gradient of the same model and
 batch, and writes benchmarks/results/engine.{json,csv}. Targets (reported, not asserted): identity and guided
@@ -204,6 +205,40 @@ def bench_latency(name: str, ctor, size: int, repeats: int) -> list[dict]:
     return rows
 
 
+def _rss_mb() -> float:
+    for line in Path("/proc/self/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1]) / 1024
+    return float("nan")
+
+
+def bench_memory(edits: int) -> list[dict]:
+    """Memory over many edits, as the GUI runs them: each edit is a never-seen plan (a new ``scale`` factor on
+    one of the ReLUs, in rotation), answered live, then compiled in the background (``Engine.compile``), on
+    the bundled demo model. Reports RSS and the sizes of the engine's caches (kernels, whole-plan traces)."""
+    from gradscope.io.demo import demo_model_path
+    from gradscope.io.models import load_model
+
+    engine = Engine(load_model(demo_model_path()))
+    shape = engine.graph.node(engine.graph.input_ids[0]).output_shape
+    x = np.random.default_rng(0).uniform(0, 1, (1, *shape[1:])).astype("float32")
+    relus = [n.id for n in engine.graph.nodes if n.activation == "relu"]
+    rows = []
+    start = None
+    for i in range(1, edits + 1):
+        plan = Plan().with_entry(relus[i % len(relus)], "scale", {"factor": 1.0 + i / 1000})
+        engine.backward(x, Target(), plan, capture="all")
+        engine.compile(x, Target(), plan)
+        if i == 1:
+            start = _rss_mb()
+        if i in (1, 50) or i % 100 == 0 or i == edits:
+            rss = _rss_mb()
+            case = f"RSS after {i} edits (kernels {len(engine.live._kernels)}, traces {len(engine._cache)})"
+            rows.append({"model": "demo", "batch": 1, "case": case, "seconds": None, "ratio": None, "rss_mb": rss})
+            print(f"demo b1   {case:<60} {rss:8.0f} MB  (+{rss - start:.0f} MB since edit 1)", flush=True)
+    return rows
+
+
 def bench_layout(sizes: list[int]) -> list[dict]:
     """Graph layout time for model-shaped DAGs (a chain with residual skips), if the GUI layout module exists."""
     try:
@@ -235,7 +270,11 @@ def main() -> None:
     parser.add_argument("--quick", action="store_true", help="MobileNetV2 only at 96x96, batch 1 and 2")
     parser.add_argument("--repeats", type=int, default=5)
     parser.add_argument("--latency", action="store_true", help="only the click -> result rows (ResNet50 b1)")
+    parser.add_argument("--memory", type=int, metavar="EDITS", help="only RSS over EDITS plan edits (demo model)")
     args = parser.parse_args()
+    if args.memory:
+        write_rows(bench_memory(args.memory), "memory", {"edits": args.memory})
+        return
     if args.latency:
         rows = bench_latency("ResNet50", keras.applications.ResNet50, 224, args.repeats)
         write_rows(rows, "latency", {"repeats": args.repeats})
@@ -262,7 +301,7 @@ def write_rows(rows: list[dict], stem: str, extra: dict) -> None:
             "cpu_count": os.cpu_count(), **extra}
     (RESULTS / f"{stem}.json").write_text(json.dumps({"meta": meta, "rows": rows}, indent=2))
     with open(RESULTS / f"{stem}.csv", "w", newline="") as f:
-        w = csv.DictWriter(f, fieldnames=["model", "batch", "case", "seconds", "ratio"])
+        w = csv.DictWriter(f, fieldnames=["model", "batch", "case", "seconds", "ratio", "rss_mb"], restval="")
         w.writeheader()
         w.writerows(rows)
     print(f"wrote {RESULTS / stem}.json and {stem}.csv")

@@ -4,6 +4,7 @@ It sits below rules, io and engine (which use TensorFlow) and above core (which 
 
 from __future__ import annotations
 
+import logging
 import os
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
@@ -40,6 +41,17 @@ def _import_quietly():
 
 
 keras, tf = _import_quietly()
+
+
+class _NoRetracingWarning(logging.Filter):
+    """Drop TF's "N out of the last N calls ... triggered tf.function retracing" warning: the live engine makes
+    one small tf.function per kernel on purpose, and the warning would tell the user to change their code."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return "triggered tf.function retracing" not in record.getMessage()
+
+
+tf.get_logger().addFilter(_NoRetracingWarning())
 
 if keras.backend.backend() != "tensorflow":  # pragma: no cover - depends on the user's environment
     from gradscope.core.errors import GradscopeError
