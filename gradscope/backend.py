@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import logging
 import os
+import threading
+from contextlib import contextmanager
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 os.environ.setdefault("KERAS_BACKEND", "tensorflow")
@@ -53,6 +55,33 @@ class _NoRetracingWarning(logging.Filter):
 
 tf.get_logger().addFilter(_NoRetracingWarning())
 
+_TRACE_LOCK = threading.RLock()
+
+
+@contextmanager
+def custom_gradients_released():
+    """Trace a function that differentiates its own ``tf.custom_gradient`` nodes without leaking them.
+
+    In graph mode TF registers each custom gradient's function under a fresh name in a process-wide registry
+    that is never cleared; the function closes over the traced tensors, so every whole-model trace stayed alive
+    after the engine dropped it (measured: +2.5 MB per evicted demo-model trace, without bound). The entries are
+    needed only while the trace builds its own backward pass, so the ones it added are removed when it ends.
+    Traces are serialised so that one trace never removes another's entries.
+    """
+    from tensorflow.python.framework import ops as tf_ops
+
+    registry = getattr(getattr(tf_ops, "_gradient_registry", None), "_registry", None)
+    with _TRACE_LOCK:
+        before = set(registry) if isinstance(registry, dict) else None
+        try:
+            yield
+        finally:
+            if before is not None:
+                for name in set(registry) - before:
+                    if name.startswith("CustomGradient-"):
+                        registry.pop(name, None)
+
+
 if keras.backend.backend() != "tensorflow":  # pragma: no cover - depends on the user's environment
     from gradscope.core.errors import GradscopeError
 
@@ -61,4 +90,4 @@ if keras.backend.backend() != "tensorflow":  # pragma: no cover - depends on the
         "Unset KERAS_BACKEND or set it to 'tensorflow'."
     )
 
-__all__ = ["keras", "tf"]
+__all__ = ["custom_gradients_released", "keras", "tf"]

@@ -30,11 +30,13 @@ def case(request):
 @pytest.mark.parametrize("batch", [1, 4])
 @pytest.mark.parametrize("plan", [Plan(), Plan().with_entry("*", "identity"), Plan().with_entry("*", "true_gradient")],
                          ids=["no-plan", "identity", "wrapped-true-gradient"])
-def test_identity_plan_equals_tape_gradient(case, batch, plan):
+@pytest.mark.parametrize("mode", ["live", "compiled"])
+def test_identity_plan_equals_tape_gradient(case, batch, plan, mode):
     model, engine = case
     x = sample_input(model, batch, seed=batch)
     expected = tape_gradient(model, x, class_index=1)
-    result = engine.backward(x, Target(index=1), plan)
+    result = engine.backward(x, Target(index=1), plan, mode=mode)
+    assert result.meta["mode"] == mode
     assert np.abs(expected).max() > 0  # the fixture really propagates a gradient
     np.testing.assert_allclose(result.input_grad, expected, rtol=1e-5, atol=1e-6)
 
