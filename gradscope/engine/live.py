@@ -38,7 +38,8 @@ from gradscope.engine.node_call import NodeCall, call_arguments, plain_call
 from gradscope.engine.stats import stats_rows
 from gradscope.rules.base import params_to_dict
 
-_KERNEL_CACHE_SIZE = 1024
+_KERNEL_CACHE_SIZE = 1024  # eager kernels (closures, cheap)
+_COMPILED_KERNELS = 128  # of which traced (about 1 MB each)
 
 
 def rule_key(rule: Any) -> tuple | None:
@@ -110,7 +111,7 @@ class LiveBackward:
         self._forward: _Forward | None = None
         self._memo: _Memo | None = None
         self._kernels: OrderedDict[tuple, Any] = OrderedDict()  # kernel key -> (eager fn, tf.function)
-        self._ready: set[tuple] = set()  # kernel keys whose tf.function has been traced
+        self._ready: OrderedDict[tuple, None] = OrderedDict()  # kernel keys whose tf.function is traced (LRU)
         self._signatures: dict[str, Any] = {}  # node id -> _layer_signature (a config never changes)
 
     # ------------------------------------------------------------------------------------------- forward
@@ -194,9 +195,24 @@ class LiveBackward:
             self._kernels[key] = entry
             while len(self._kernels) > _KERNEL_CACHE_SIZE:
                 old, _ = self._kernels.popitem(last=False)
-                self._ready.discard(old)
+                self._ready.pop(old, None)
         self._kernels.move_to_end(key)
-        return key, entry, key in self._ready
+        ready = key in self._ready
+        if ready:
+            self._ready.move_to_end(key)
+        return key, entry, ready
+
+    def _mark_ready(self, key: tuple) -> None:
+        """Keep at most ``_COMPILED_KERNELS`` traced kernels: a traced graph costs about 1 MB, and a parameter
+        sweep (a new ``scale`` factor per edit) makes a new kernel per edit that is rarely used again. The
+        least recently used one goes back to an untraced tf.function (its graph is freed; it runs eagerly
+        until it is compiled again)."""
+        self._ready[key] = None
+        while len(self._ready) > _COMPILED_KERNELS:
+            old, _ = self._ready.popitem(last=False)
+            if old in self._kernels:
+                eager, _compiled = self._kernels[old]
+                self._kernels[old] = (eager, tf.function(eager, autograph=False))
 
     def _run_node(self, call: NodeCall, rule: Any, dys: list) -> tuple[list, Any, Any, bool]:
         """The node's contributions, through its compiled kernel if it is ready, else eagerly."""
@@ -316,7 +332,7 @@ class LiveBackward:
                 raise Cancelled("Cancelled.")
             ys = [self._forward.values[k] for k in step.out_keys]
             compiled(call.xs, ys, call.weights(), [tf.zeros_like(y) for y in ys])
-            self._ready.add(key)
+            self._mark_ready(key)
             n += 1
         return n
 

@@ -1,0 +1,665 @@
+"""The GUI's state and its events, Qt-free: model, input, target, plan (with undo), view settings, results.
+
+Widgets never talk to each other or to TensorFlow: they call Session methods and subscribe to its ``Signal``s.
+Everything that touches TensorFlow (loading a model, building the engine, backward passes, reading weights)
+runs as a job on the executor's single worker thread; results come back as numpy and are delivered on the
+owner's thread. Every job has a request id: a result that a newer request made stale is dropped, so a slow
+pass never overwrites the view of a newer plan.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from gradscope.app import export
+from gradscope.app.jobs import JobsMixin
+from gradscope.app.loading import ModelLoadingMixin
+from gradscope.app.session_files import SESSION_SCHEMA, SESSION_SUFFIX, Restore, read_session_file
+from gradscope.app.summaries import WeightInfo, with_input_stats
+from gradscope.app.view import (
+    INPUT_KEY,
+    NORMALIZATIONS,
+    PREPROCESSINGS,
+    REDUCTIONS,
+    OverlayImages,
+    ViewSettings,
+    colormaps,
+    overlay_images,
+)
+from gradscope.app.worker import InlineExecutor
+from gradscope.core.errors import GradscopeError, GraphError, ImageLoadError
+from gradscope.core.events import Signal
+from gradscope.core.files import write_text_atomic
+from gradscope.core.graph import LayerGraph
+from gradscope.core.results import BackwardResult, NodeStats
+from gradscope.core.targets import Target
+from gradscope.rules.plan import Plan
+
+# Re-exported: the front ends take the view's choices and the session-file names from here.
+__all__ = [
+    "INPUT_KEY",
+    "NORMALIZATIONS",
+    "PREPROCESSINGS",
+    "REDUCTIONS",
+    "SESSION_SCHEMA",
+    "SESSION_SUFFIX",
+    "OverlayImages",
+    "Session",
+    "ViewSettings",
+    "WeightInfo",
+    "colormaps",
+]
+
+
+@dataclass
+class RunOutput:
+    result: BackwardResult
+    baseline: BackwardResult
+    baseline_key: tuple
+    seconds: float
+    retraced: bool
+    plan: Plan
+    method: str
+
+
+# ------------------------------------------------------------------------------------------------ session
+class Session(ModelLoadingMixin, JobsMixin):
+    """One open model and everything shown about it."""
+
+    def __init__(self, executor: Any = None, *, auto_run: bool = True) -> None:
+        self.executor = executor if executor is not None else InlineExecutor()
+        self.auto_run = auto_run
+        self.background_compile = True  # compile a live-answered plan after it is shown (see _on_run)
+        self.busy_since = time.monotonic()  # when the current busy work started (the GUI shows elapsed time)
+        # state
+        self.model_path: str | None = None
+        self.image_path: str | None = None
+        self.image: np.ndarray | None = None  # uint8 (H, W, 3)
+        self.inputs: np.ndarray | None = None  # the batch fed to the model
+        self.input_note = ""  # why the input is what it is (e.g. random for a non-image model)
+        self.preprocessing = "unit"
+        self.graph: LayerGraph | None = None
+        self.layout: Any = None
+        self.weight_info: dict[str, list[WeightInfo]] = {}
+        self.target = Target()
+        self.method_name = "gradient"
+        self.view = ViewSettings()
+        self.selected: str | None = None
+        self.result: BackwardResult | None = None
+        self.baseline: BackwardResult | None = None
+        #: The plan and method the shown ``result`` was computed with: while a newer plan computes, the views
+        #: label the result with these (never the old pixels under the new plan's name) and exports use them.
+        self.result_plan: Plan | None = None
+        self.result_method: str | None = None
+        self.last_run_seconds: float | None = None
+        self.last_error: str | None = None
+        self.collapsed: set[str] = set()
+        self.class_names: list[str] = []  # from a description file beside the model, if there is one
+        self.custom_objects_file: str | None = None  # the .py file the open model's custom layers came from
+        #: What the last ``open_model`` asked for (path, safe_mode, custom_objects_file): a front end retries it
+        #: with one thing changed when loading fails for want of a custom-objects file or of unsafe mode.
+        self.load_request: dict[str, Any] | None = None
+        self.diagnosis: Any = None  # the DiagnosisReport of the open model (None: not run since it opened)
+        self._engine: Any = None  # touched only inside jobs (the worker thread)
+        self._history: list[Plan] = [Plan()]
+        self._history_index = 0
+        self._baseline_key: tuple | None = None
+        self._input_version = 0
+        self._restore: Restore | None = None
+        self._init_jobs()
+        # events (all emitted on the owner's thread)
+        self.model_loading = Signal("model_loading")  # (path)
+        self.model_loaded = Signal("model_loaded")  # (graph)
+        self.layout_changed = Signal("layout_changed")  # (GraphLayout)
+        self.image_changed = Signal("image_changed")  # (image or None)
+        self.plan_changed = Signal("plan_changed")  # (plan)
+        self.target_changed = Signal("target_changed")  # (target)
+        self.view_changed = Signal("view_changed")  # (ViewSettings)
+        self.selection_changed = Signal("selection_changed")  # (node id or None)
+        self.result_changed = Signal("result_changed")  # (result, baseline)
+        self.busy_changed = Signal("busy_changed")  # (label or None)
+        self.status_changed = Signal("status_changed")  # (message)
+        self.error_raised = Signal("error_raised")  # (title, message, exception)
+        self.rules_changed = Signal("rules_changed")  # (names of newly loaded rules)
+        self.diagnosis_changed = Signal("diagnosis_changed")  # (DiagnosisReport or None)
+        self.rules_ready = False  # built-in rules imported (they import TensorFlow: done on the worker)
+
+    def start(self) -> None:
+        """Import TensorFlow and the built-in rules on the worker, so the window shows at once; the rule
+        lists fill in (``rules_changed``) when it is done. Jobs submitted meanwhile queue behind it."""
+        if self.rules_ready:
+            return
+
+        def warm_up(token: Any) -> list[str]:
+            token.report("Starting TensorFlow...")
+            import gradscope.engine.runner  # noqa: F401
+            from gradscope.rules.base import available_rules
+
+            return list(available_rules())
+
+        self._submit("warmup", "Starting TensorFlow...", warm_up, self._on_rules_ready)
+
+    def _on_rules_ready(self, names: list[str]) -> None:
+        self.rules_ready = True
+        self.rules_changed.emit([])
+
+    # ------------------------------------------------------------------------------------------- plan
+    @property
+    def plan(self) -> Plan:
+        return self._history[self._history_index]
+
+    @property
+    def can_undo(self) -> bool:
+        return self._history_index > 0
+
+    @property
+    def can_redo(self) -> bool:
+        return self._history_index < len(self._history) - 1
+
+    def set_plan(self, plan: Plan, *, record: bool = True, run: bool = True) -> bool:
+        """Make ``plan`` current (undoable). Returns False, and reports why, if it does not fit the model.
+        ``run=False``: do not compute it (the caller already shows its result)."""
+        if not self._validate(plan):
+            return False
+        if record:
+            if plan == self.plan:
+                return True
+            del self._history[self._history_index + 1 :]
+            self._history.append(plan)
+            self._history_index += 1
+        else:
+            self._history[self._history_index] = plan
+        self._plan_updated(run)
+        return True
+
+    def add_rule(self, select: str, rule: str, params: dict[str, Any] | None = None) -> bool:
+        """Append ``select -> rule(params)`` to the plan (later entries win). An entry with the same selector
+        is replaced, so re-choosing a rule for a node does not pile up entries."""
+        entries = [e for e in self.plan.entries if e.select.removeprefix("node:") != select.removeprefix("node:")]
+        new = Plan(tuple(entries), self.plan.name).with_entry(select, rule, params)
+        return self.set_plan(new)
+
+    def remove_entry(self, index: int) -> bool:
+        if not 0 <= index < len(self.plan.entries):
+            return False
+        return self.set_plan(self.plan.without(index))
+
+    def clear_plan(self) -> bool:
+        return self.set_plan(Plan())
+
+    def undo(self) -> bool:
+        if not self.can_undo:
+            return False
+        self._history_index -= 1
+        self._plan_updated()
+        return True
+
+    def redo(self) -> bool:
+        if not self.can_redo:
+            return False
+        self._history_index += 1
+        self._plan_updated()
+        return True
+
+    def rule_for(self, node_id: str) -> str | None:
+        """The rule the current plan puts on ``node_id`` (None: the true gradient)."""
+        entry = self.rule_entry_for(node_id)
+        return entry.rule if entry is not None else None
+
+    def rule_entry_for(self, node_id: str) -> Any:
+        """The plan entry that decides ``node_id``'s rule, whatever its selector (None: the true gradient)."""
+        if self.graph is None or not self.plan.entries:
+            return None
+        try:
+            res = self.plan.resolve(self.graph)
+        except GradscopeError:
+            return None
+        r = res.rules.get(node_id)
+        return r.entry if r else None
+
+    def ruled_nodes(self) -> dict[str, str]:
+        if self.graph is None or not self.plan.entries:
+            return {}
+        try:
+            return {k: v.entry.rule for k, v in self.plan.resolve(self.graph).rules.items()}
+        except GradscopeError:
+            return {}
+
+    def apply_method(self, name: str, **options: Any) -> bool:
+        """Fill the plan from a method preset and take its read-out defaults (reduction, x input, signed)."""
+        from gradscope.rules.methods import build_method
+
+        if self.graph is None:
+            self._error("No model", "Open a model first.", None)
+            return False
+        try:
+            method = build_method(name, self.graph, **options)
+        except GradscopeError as exc:
+            self._error("Method failed", str(exc), exc)
+            return False
+        self.method_name = name
+        changes: dict[str, Any] = {
+            "reduction": method.reduction,
+            "times_input": method.times_input,
+            "signed": method.signed,
+        }
+        if method.signed:
+            changes.update(colormap="bwr", normalization="signed")
+        elif self.view.signed:
+            changes.update(colormap="jet", normalization="minmax")
+        if method.readout_node:
+            changes["readout_node"] = method.readout_node
+        self._set_view_quiet(**changes)
+        plan = Plan(method.plan.entries, method.plan.name or name)
+        ok = self.set_plan(plan) if plan != self.plan else True
+        self.view_changed.emit(self.view)
+        for w in method.warnings:
+            self.status_changed.emit(w)
+        if ok and plan == self.plan and not method.warnings:
+            self.status_changed.emit(f"Method {name}: {len(method.changed)} node(s) with rules.")
+        return ok
+
+    def _validate(self, plan: Plan) -> bool:
+        if self.graph is None:
+            return True
+        try:
+            plan.resolve(self.graph)
+        except GradscopeError as exc:
+            self._error("The rule cannot be used here", str(exc), exc)
+            return False
+        return True
+
+    def _plan_updated(self, run: bool = True) -> None:
+        self.plan_changed.emit(self.plan)
+        if run:
+            self._maybe_run()
+
+    # ------------------------------------------------------------------------------------------- target, view
+    def set_target(self, target: Target) -> None:
+        if target == self.target:
+            return
+        self.target = target
+        self.target_changed.emit(target)
+        self._maybe_run()
+
+    def set_target_class(self, index: int | None) -> None:
+        self.set_target(Target(index=None if index is None else int(index)))
+
+    def set_view(self, **changes: Any) -> None:
+        if self._set_view_quiet(**changes):
+            self.view_changed.emit(self.view)
+
+    def _set_view_quiet(self, **changes: Any) -> bool:
+        for key in changes:
+            if not hasattr(self.view, key):
+                raise AttributeError(f"ViewSettings has no field {key!r}")
+        new = dataclasses.replace(self.view, **changes)
+        if new == self.view:
+            return False
+        self.view = new
+        return True
+
+    def select(self, node_id: str | None) -> None:
+        if node_id is not None and self.graph is not None and node_id not in self.graph:
+            node_id = None
+        if node_id == self.selected:
+            return
+        self.selected = node_id
+        self.selection_changed.emit(node_id)
+
+    def set_collapsed(self, group: str, collapsed: bool) -> None:
+        """Collapse or expand a nested model in the graph view (the layout is recomputed off this thread)."""
+        changed = (group in self.collapsed) != collapsed
+        (self.collapsed.add if collapsed else self.collapsed.discard)(group)
+        if changed and self.graph is not None:
+            self._submit_layout()
+
+    def set_preprocessing(self, mode: str) -> None:
+        if mode not in PREPROCESSINGS:
+            self._error("Unknown preprocessing", f"Choose one of {', '.join(PREPROCESSINGS)}.", None)
+            return
+        if mode == self.preprocessing:
+            return
+        self.preprocessing = mode
+        self._prepare_inputs()
+        self._maybe_run()
+
+    # ------------------------------------------------------------------------------------------- image
+    def open_image(self, path: str | Path, *, run: bool = True) -> bool:
+        from gradscope.io.images import load_image
+
+        try:
+            image = load_image(path)
+        except GradscopeError as exc:
+            self._error("Cannot open the image", str(exc), exc)
+            return False
+        self.set_image(image, str(path), run=run)
+        return True
+
+    def set_image(self, image: np.ndarray, path: str | None = None, *, run: bool = True) -> None:
+        image = np.asarray(image)
+        if image.dtype != np.uint8:
+            image = np.clip(image * (255.0 if image.max() <= 1.0 else 1.0), 0, 255).astype(np.uint8)
+        if image.ndim == 2:
+            image = np.repeat(image[..., None], 3, axis=-1)
+        self.image, self.image_path = image[..., :3], path
+        self.image_changed.emit(self.image)
+        self._prepare_inputs()
+        if run:
+            self._maybe_run()
+
+    def _prepare_inputs(self) -> None:
+        """The model's input batch from the image (numpy/Pillow only), or a seeded random batch for a model
+        whose input is not an image, so its gradient flow can still be inspected."""
+        if self.graph is None:
+            return
+        shapes = [self.graph.node(i).output_shape for i in self.graph.input_ids]
+        self.input_note = ""
+        self._input_version += 1
+        if self.image is not None and len(shapes) == 1:
+            from gradscope.io.images import prepare_input
+
+            try:
+                self.inputs = prepare_input(self.image, shapes[0], self.preprocessing)
+                return
+            except ImageLoadError as exc:
+                self.input_note = str(exc)
+        rng = np.random.default_rng(0)
+        batch = [rng.standard_normal([1] + [d or 8 for d in s[1:]]).astype(np.float32) for s in shapes]
+        self.inputs = batch[0] if len(batch) == 1 else batch  # type: ignore[assignment]
+        note = "random input (seed 0)"
+        self.input_note = f"{self.input_note} Using a {note}." if self.input_note else f"Using a {note}."
+
+    # ------------------------------------------------------------------------------------------- running
+    def _maybe_run(self) -> None:
+        if self.auto_run:
+            self.run()
+
+    def run(self) -> bool:
+        """Compute the baseline (no rules, only when model/input/target changed) and the current plan."""
+        if self._engine is None or self.inputs is None:
+            return False
+        engine, x, target, plan, method = self._engine, self.inputs, self.target, self.plan, self.method_name
+        self._cancel_kind("compile")  # a background compile of an older plan only competes with this one
+        base_key = (id(engine), self._input_version, target)
+        old_base = self.baseline if base_key == self._baseline_key else None
+
+        def job(token: Any) -> RunOutput:
+            t0 = time.perf_counter()
+            traces = engine.trace_count
+            base = old_base
+            if base is None:
+                token.report("Baseline (plain gradient)...")
+                base = with_input_stats(engine.backward(x, target, Plan(), capture="all"))
+                token.check()
+            result = base
+            if plan.entries and not plan.is_identity:
+                token.report(f"Running the plan ({len(plan.entries)} entries)...")
+                result = with_input_stats(engine.backward(x, target, plan, capture="all"))
+            seconds = time.perf_counter() - t0
+            return RunOutput(result, base, base_key, seconds, engine.trace_count != traces, plan, method)
+
+        self._submit("run", "Computing gradients...", job, self._on_run)
+        return True
+
+    def _on_run(self, out: RunOutput) -> None:
+        self.result, self.baseline, self._baseline_key = out.result, out.baseline, out.baseline_key
+        self.result_plan, self.result_method = out.plan, out.method
+        self.last_run_seconds = out.seconds
+        self.last_error = None
+        self.result_changed.emit(self.result, self.baseline)
+        mode = out.result.meta.get("mode", "compiled")
+        how = {
+            "live": f"live, {out.result.meta.get('recomputed_nodes', 0)} node(s) recomputed",
+            "compiled": "traced" if out.retraced else "compiled",
+        }.get(mode, mode)
+        self.status_changed.emit(
+            f"Gradients in {out.seconds:.2f} s ({how}); {len(out.result.rules)} node(s) with rules"
+        )
+        if mode == "live" and self.background_compile:
+            self._compile_in_background(out.plan)
+
+    def _compile_in_background(self, plan: Plan) -> None:
+        """After a live answer: compile the plan's kernels and the whole plan, so the next edit and the next
+        image are fast. A newer run cancels it (between nodes); it never changes what is shown."""
+        engine, x, target = self._engine, self.inputs, self.target
+
+        def job(token: Any) -> bool:
+            return engine.compile(x, target, plan, should_stop=lambda: token.cancelled)
+
+        self._submit("compile", "", job, lambda _done: None, quiet=True)
+
+    @property
+    def result_is_stale(self) -> bool:
+        """True while the shown result belongs to another plan than the current one (a newer one computes)."""
+        return self.result is not None and self.result_plan is not None and self.result_plan != self.plan
+
+    def result_caption(self) -> str:
+        """What the shown result is: its method and plan size, marked when a newer plan is computing."""
+        if self.result is None or self.result_plan is None:
+            return ""
+        n = len(self.result_plan.entries)
+        text = f"{self.result_method or 'custom'}, {n} plan {'entry' if n == 1 else 'entries'}"
+        return f"{text} (previous plan; the new one is computing)" if self.result_is_stale else text
+
+    # ------------------------------------------------------------------------------------------- diagnostics
+    def diagnose(self) -> bool:
+        """Path diagnostics of the open model for the current target, on the worker: which trainable
+        variables get a gradient and, for those that don't, the op that cuts the path (``diagnosis_changed``).
+        Only the input's shapes matter: the forward pass is traced, not run, so no variable changes."""
+        if self._engine is None:
+            self._error("No model", "Open a model first, then run the diagnostics.", None)
+            return False
+        engine, x, target = self._engine, self.inputs, self.target
+
+        def job(token: Any) -> Any:
+            from gradscope.engine.paths import diagnose_model
+
+            token.report("Diagnostics: tracing the forward pass and walking its ops...")
+            return diagnose_model(engine, x, target)
+
+        self._submit("diagnose", "Running diagnostics...", job, self._on_diagnosis)
+        return True
+
+    def _on_diagnosis(self, report: Any) -> None:
+        self.diagnosis = report
+        self.diagnosis_changed.emit(report)
+        n = len(report.variables)
+        if report.ok:
+            self.status_changed.emit(f"Diagnostics: all {n} trainable variable(s) receive a gradient.")
+            return
+        cuts = report.cuts()
+        where = f"; cut at {cuts[0][0].op_type} in {cuts[0][0].where()}" if cuts else ""
+        self.status_changed.emit(
+            f"Diagnostics: {len(report.problems)} of {n} trainable variable(s) get no gradient{where}."
+        )
+
+    @property
+    def diagnosing(self) -> bool:
+        return "diagnose" in self._active
+
+    def diagnosis_highlight(self) -> dict[str, str]:
+        """Node id -> role ("cut", "blocked", "path", "unused", "never_read") for the graph view."""
+        return self.diagnosis.highlight() if self.diagnosis is not None else {}
+
+    def cancel(self) -> None:
+        """Drop whatever is running or queued. The view keeps the last finished result, and the plan goes back
+        to the one that result was computed with, so plan, map and labels describe the same result."""
+        was_running = "run" in self._active
+        for kind in list(self._active) + ["compile"]:
+            self._latest[kind] = self._next_id()
+        self.executor.cancel()
+        self._active.clear()
+        self.busy_changed.emit(None)
+        if was_running and self.result_is_stale and self.result_plan is not None:
+            self.method_name = self.result_method or self.method_name
+            self.set_plan(self.result_plan, run=False)  # its result is the one on screen
+            self.status_changed.emit("Cancelled: back to the plan of the result shown (Ctrl+Z undoes this).")
+            return
+        self.status_changed.emit("Cancelled.")
+
+    # ------------------------------------------------------------------------------------------- rule files
+    def load_rule_file(self, path: str | Path) -> list[str]:
+        """Import a user's rule file (it is code: only files the user chose). Returns the new rule names."""
+        from gradscope.rules.base import load_rule_file
+
+        try:
+            names = load_rule_file(path)
+        except GradscopeError as exc:
+            self._error("Cannot load the rule file", str(exc), exc)
+            return []
+        self.rules_changed.emit(names)
+        self.status_changed.emit(f"Loaded rule(s) {', '.join(names)} from {Path(path).name}")
+        return names
+
+    # ------------------------------------------------------------------------------------------- derived views
+    @property
+    def readout(self) -> str | None:
+        """The node whose signal the overlay shows (None: the model input)."""
+        node = self.view.readout_node or self.selected
+        if (
+            node is None
+            or node == INPUT_KEY
+            or self.graph is None
+            or node not in self.graph
+            or self.graph.node(node).is_input
+        ):
+            return None
+        return node
+
+    def skipped_nodes(self) -> set[str]:
+        """Nodes the target does not reach by design: the final softmax when the logits are explained."""
+        res = self.result or self.baseline
+        if res is not None and self.graph is not None and res.meta.get("softmax_stripped"):
+            return {self.graph.output_ids[0]}
+        return set()
+
+    def stats(self, which: str = "current") -> dict[str, NodeStats]:
+        res = self.result if which == "current" else self.baseline
+        return {} if res is None else res.stats
+
+    def class_label(self, index: int) -> str:
+        return f"{index} {self.class_names[index]}" if 0 <= index < len(self.class_names) else str(index)
+
+    def top_k(self, k: int = 5) -> list[tuple[int, float]]:
+        """The model's top-k classes for the first sample: (index, probability or score)."""
+        res = self.result or self.baseline
+        if res is None or res.predictions.ndim != 2:
+            return []
+        p = res.predictions[0]
+        order = np.argsort(-p, kind="stable")[:k]
+        return [(int(i), float(p[i])) for i in order]
+
+    def signal(self, node: str | None = None, which: str = "current") -> np.ndarray:
+        """The first sample's backward signal at ``node`` (None: the input), times input if the view says so."""
+        res = self.result if which == "current" else self.baseline
+        if res is None:
+            raise GraphError("No result yet: open a model and wait for the gradients.")
+        if node is None:
+            sig, val = res.input_grads[0][0], res.inputs[0][0] if res.inputs else None
+        else:
+            if node not in res.node_grads:
+                raise GraphError(f"No signal was captured at {node!r}.")
+            sig, val = res.node_grads[node][0], res.node_values.get(node, [None])[0]
+        if self.view.times_input and val is not None and np.shape(val) == np.shape(sig):
+            sig = sig * val
+        return np.asarray(sig)
+
+    def overlay(self, node: str | None = ..., which: str = "current") -> OverlayImages:  # type: ignore[assignment]
+        """The saliency map at ``node`` (default: ``readout``) as heat map and blend over the image."""
+        node = self.readout if node is ... else node
+        return overlay_images(self.signal(node, which), self.image, self.view, node, blend=self.input_note == "")
+
+    def flow_rows(self, which: str = "current") -> list[dict[str, Any]]:
+        res = self.result if which == "current" else self.baseline
+        return [] if res is None else res.flow_table()
+
+    # ------------------------------------------------------------------------------------------- export
+    def export_overlay(self, path: str | Path) -> Path:
+        """The picture on screen as PNG, with the sidecar of the result it shows (``app.export``: the same
+        pipeline and schema as ``gradscope explain`` and ``Explanation.save``)."""
+        images = self.overlay()
+        result = self.result
+        predicted = int(result.target_indices[0]) if result is not None and result.target_indices.size else None
+        sidecar = export.overlay_sidecar(
+            model_name=self.graph.model_name if self.graph is not None else None,
+            model_file=self.model_path,
+            image=self.image_path,
+            preprocessing=self.preprocessing,
+            target=self.target,
+            predicted_class=predicted,
+            # the result shown (and exported) may belong to the previous plan while a newer one computes
+            method=self.result_method or self.method_name,
+            plan=self.plan if self.result_plan is None else self.result_plan,
+            readout_node=images.node,
+            changed_nodes=result.rules if result is not None else (),
+            view=self.view,
+        )
+        return export.write_overlay(path, images, sidecar, inputs=[self.model_path, self.image_path])
+
+    def export_flow_csv(self, path: str | Path) -> Path:
+        """Per-node statistics of baseline and current plan, one row per node in graph order."""
+        return export.write_flow_csv(path, self.flow_rows("current"), self.flow_rows("baseline"))
+
+    def export_plan(self, path: str | Path) -> Path:
+        path = Path(path)
+        self.plan.save(path)
+        return path
+
+    def import_plan(self, path: str | Path) -> bool:
+        try:
+            plan = Plan.load(path)
+        except GradscopeError as exc:
+            self._error("Cannot read the plan", str(exc), exc)
+            return False
+        return self.set_plan(plan)
+
+    # ------------------------------------------------------------------------------------------- session files
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "schema": SESSION_SCHEMA,
+            "model": self.model_path,
+            "custom_objects": self.custom_objects_file,
+            "image": self.image_path,
+            "preprocessing": self.preprocessing,
+            "target": self.target.to_dict(),
+            "method": self.method_name,
+            "plan": self.plan.to_dict(),
+            "view": self.view.to_dict(),
+            "selected": self.selected,
+        }
+
+    def save(self, path: str | Path) -> Path:
+        path = Path(path)
+        if not path.name.endswith(SESSION_SUFFIX):
+            path = path.with_name(path.name.removesuffix(".json") + SESSION_SUFFIX)
+        write_text_atomic(path, json.dumps(self.to_dict(), indent=2) + "\n")
+        return path
+
+    def load(self, path: str | Path) -> bool:
+        """Open a session file: its model loads on the worker, then plan, target, view and image apply."""
+        try:
+            data = read_session_file(path)
+        except GradscopeError as exc:
+            self._error("Cannot open the session", str(exc), exc)
+            return False
+        self._restore = Restore(
+            Plan.from_dict(data.get("plan") or {}),
+            Target.from_dict(data.get("target") or {}),
+            ViewSettings.from_dict(data.get("view") or {}),
+            data.get("image"),
+            data.get("selected"),
+            data.get("method"),
+            data.get("preprocessing") or "unit",
+        )
+        self.open_model(data["model"], custom_objects_file=data.get("custom_objects") or None)
+        return True
+
+

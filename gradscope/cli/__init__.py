@@ -1,0 +1,300 @@
+"""The headless front end: ``gradscope graph | explain | methods | rules | flow | diagnose | gui``.
+
+Every error a user can cause is a ``GradscopeError`` and is printed as one clear line (exit code 2); anything
+else is a bug and says so (exit code 3; ``--debug`` shows the traceback).
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from collections.abc import Callable, Iterable, Sequence
+from pathlib import Path
+from typing import Any
+
+from gradscope.core.errors import GradscopeError, ImageLoadError
+
+EXIT_USER_ERROR = 2
+EXIT_BUG = 3
+
+
+# ------------------------------------------------------------------------------------------------- helpers
+def _demo_model() -> str:
+    from gradscope.io.demo import demo_model_path
+
+    return str(demo_model_path())
+
+
+def _demo_image() -> str:
+    from gradscope.io.demo import demo_image_paths
+
+    return str(demo_image_paths()[0])
+
+
+def _custom_objects(args: argparse.Namespace) -> dict | None:
+    if not getattr(args, "custom_objects", None):
+        return None
+    from gradscope.io.models import load_custom_objects_file
+
+    objects: dict = {}
+    for path in args.custom_objects:
+        objects.update(load_custom_objects_file(path))
+    return objects
+
+
+def _engine(args: argparse.Namespace) -> Any:
+    from gradscope.api import open_engine
+
+    for path in getattr(args, "rules", None) or []:
+        from gradscope.rules.base import load_rule_file
+
+        names = load_rule_file(path)
+        _info(args, f"loaded rules from {path}: {', '.join(names)}")
+    model = args.model or _demo_model()
+    return open_engine(model, safe_mode=not args.unsafe, custom_objects=_custom_objects(args))
+
+
+def _info(args: argparse.Namespace, message: str) -> None:
+    if not getattr(args, "quiet", False):
+        print(message, file=sys.stderr)
+
+
+def progress(items: Sequence[Any], label: Callable[[Any], str], enabled: bool = True) -> Iterable[Any]:
+    """A plain-text progress bar on stderr (multi-image runs)."""
+    n = len(items)
+    start = time.perf_counter()
+    for i, item in enumerate(items):
+        yield item
+        if enabled:
+            done = int(30 * (i + 1) / n)
+            rate = (time.perf_counter() - start) / (i + 1)
+            eta = rate * (n - i - 1)
+            sys.stderr.write(f"\r[{'#' * done}{'.' * (30 - done)}] {i + 1}/{n} {label(item)[:40]:<40} ETA {eta:4.0f}s")
+            sys.stderr.flush()
+    if enabled and n:
+        sys.stderr.write("\n")
+
+
+# ------------------------------------------------------------------------------------------------- commands
+def cmd_graph(args: argparse.Namespace) -> int:
+    engine = _engine(args)
+    if args.json:
+        import json
+
+        print(json.dumps(engine.graph.to_dict(), indent=2))
+    else:
+        print(engine.graph.to_table())
+    return 0
+
+
+def cmd_methods(args: argparse.Namespace) -> int:
+    from gradscope.rules.methods import available_methods
+
+    for name, summary in available_methods().items():
+        print(f"{name:<20} {summary}")
+    return 0
+
+
+def cmd_rules(args: argparse.Namespace) -> int:
+    import dataclasses
+
+    from gradscope.rules.base import available_rules, load_rule_file
+
+    for path in args.rules or []:
+        load_rule_file(path)
+    for name, cls in available_rules().items():
+        if name.startswith("_"):
+            continue
+        params = ", ".join(f"{f.name}={f.default!r}" for f in dataclasses.fields(cls.Params))
+        print(f"{name:<24} {cls.describe()}" + (f"  [{params}]" if params else ""))
+    return 0
+
+
+def cmd_explain(args: argparse.Namespace) -> int:
+    from gradscope.api import explain
+    from gradscope.core.targets import Target
+    from gradscope.io.images import list_images
+    from gradscope.rules.plan import Plan
+
+    engine = _engine(args)
+    image_arg = Path(args.image) if args.image else Path(_demo_image())
+    images = list_images(image_arg) if image_arg.is_dir() else [image_arg]
+    if not images:
+        raise ImageLoadError(f"No images (png, jpg, bmp, webp, tif) in folder {image_arg}.")
+    out = Path(args.out)
+    many = image_arg.is_dir()
+    if many:
+        out.mkdir(parents=True, exist_ok=True)
+    elif out.suffix.lower() != ".png":
+        raise GradscopeError(f"--out must be a .png file (got {out}); for a folder of images give a folder.")
+    plan = Plan.load(args.plan) if args.plan else None
+    target = Target.parse(args.target)
+    method = None if (plan is not None and args.method is None) else (args.method or "gradient")
+    written = []
+    stems = [p.stem for p in images]
+    for path in progress(images, lambda p: p.name, enabled=many and not args.quiet):
+        e = explain(
+            engine,
+            path,
+            method=method,
+            plan=plan,
+            target=target,
+            layer=args.layer,
+            preprocessing=args.preprocessing,
+            reduction=args.reduction,
+        )
+        e.sidecar["model_file"] = args.model or _demo_model()
+        # cat.png and cat.jpg in one folder must not write one overlay twice
+        name = path.stem if stems.count(path.stem) == 1 else path.name.replace(".", "_")
+        dest = out / f"{name}_{e.method.name.replace(' ', '_')}.png" if many else out
+        e.save(
+            dest,
+            inputs=[args.plan, *(images if many else [])],
+            cmap=args.cmap,
+            alpha=args.alpha,
+            normalization=args.normalization,
+            style=args.style,
+        )
+        written.append(dest)
+        if not many:
+            for w in e.method.warnings:
+                _info(args, f"warning: {w}")
+            _info(
+                args,
+                f"{e.method.name}: target {e.target.describe()} (class {e.predicted_class}), "
+                f"{len(e.result.rules)} node(s) with rules, map at {e.node or 'input'} -> {dest}",
+            )
+    if many:
+        _info(args, f"wrote {len(written)} overlays to {out}")
+    return 0
+
+
+def cmd_gui(args: argparse.Namespace) -> int:
+    from gradscope.qt.app import main as gui_main
+
+    argv = [a for a in (args.model, args.image) if a]
+    return gui_main(argv)
+
+
+def _delegate(module: str, function: str) -> Callable[[argparse.Namespace], int]:
+    """Commands implemented in other modules (diagnostics), imported only when used."""
+
+    def run(args: argparse.Namespace) -> int:
+        import importlib
+
+        return importlib.import_module(module).__dict__[function](args)
+
+    return run
+
+
+# ------------------------------------------------------------------------------------------------- parser
+def _model_options(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--unsafe", action="store_true",
+                   help="allow unsafe deserialization (Lambda layers run code from the file): only for files you trust")
+    p.add_argument("--custom-objects", action="append", metavar="FILE",
+                   help="Python file registering the model's custom layers (repeatable)")
+    p.add_argument("--rules", action="append", metavar="FILE", help="Python file of user rules to load (repeatable)")
+
+
+def _diagnostic_options(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--input", action="append", metavar="FILE",
+                   help="input: image, .npy, or .npz with one array per model input (repeatable; default: random)")
+    p.add_argument("--label", help="labels for the loss: class indices (3 or 0,2,1) or a .npy file")
+    p.add_argument("--loss", choices=["auto", "compiled", "crossentropy", "mse"],
+                   help="loss for --label (default auto: compiled if any, else crossentropy for classifiers, else mse)")
+    p.add_argument("--target", help="without --label: class index, 'top', 'neuron:NODE:i,j,c' or 'channel:NODE:c'")
+    p.add_argument("--preprocessing", default="unit", choices=["unit", "raw", "caffe", "minus_one_one"],
+                   help="how image pixels are scaled (default unit: /255)")
+    p.add_argument("--json", action="store_true", help="print the report as JSON")
+    _model_options(p)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="gradscope", description="Visual debugger for gradients of Keras 3 models (TensorFlow backend)."
+    )
+    parser.add_argument("--debug", action="store_true", help="show tracebacks of internal errors")
+    parser.add_argument("-q", "--quiet", action="store_true", help="print only results")
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+
+    p = sub.add_parser("graph", help="print the model's layer graph as a table")
+    p.add_argument("model", nargs="?", help=".keras or .h5 file (default: the bundled demo model)")
+    p.add_argument("--json", action="store_true", help="print the graph as JSON")
+    _model_options(p)
+    p.set_defaults(func=cmd_graph)
+
+    p = sub.add_parser("explain", help="write a saliency overlay PNG (+ JSON sidecar) for an image or a folder")
+    p.add_argument("model", nargs="?", help=".keras or .h5 file (default: the bundled demo model)")
+    p.add_argument("image", nargs="?", help="image file or folder (default: a bundled demo image)")
+    p.add_argument("--target", help="class index, 'top' (default), 'neuron:NODE:i,j,c' or 'channel:NODE:c'")
+    p.add_argument("--method", help="method preset (see `gradscope methods`; default: gradient)")
+    p.add_argument("--plan", help="plan JSON file (selector -> rule + params); overrides --method's plan")
+    p.add_argument("--layer", help="read the map at this node id (default: the method's, else the input)")
+    p.add_argument("--out", default="overlay.png", help="output PNG, or a folder for a folder of images")
+    p.add_argument("--cmap", help="colormap (jet, viridis, inferno, gray, coolwarm, ...; default: jet, bwr for "
+                   "signed methods)")
+    p.add_argument("--style", default="caffe", choices=["caffe", "alpha"],
+                   help="caffe (default): the map's strength sets its opacity; alpha: a plain blend")
+    p.add_argument("--alpha", type=float, default=0.5, help="overlay opacity 0..1 for --style alpha (default 0.5)")
+    p.add_argument("--normalization", choices=["minmax", "percentile", "abs", "signed"],
+                   help="how the map is scaled (default: minmax, signed for signed methods)")
+    p.add_argument("--reduction", choices=["max_abs", "sum", "sum_clamped", "l2", "abs_sum"],
+                   help="channel reduction (default: the method's)")
+    p.add_argument("--preprocessing", default="unit", choices=["unit", "raw", "caffe", "minus_one_one"],
+                   help="how pixels are scaled for the model (default unit: /255)")
+    _model_options(p)
+    p.set_defaults(func=cmd_explain)
+
+    p = sub.add_parser("methods", help="list method presets")
+    p.set_defaults(func=cmd_methods)
+    p = sub.add_parser("rules", help="list backward rules and their parameters")
+    p.add_argument("--rules", action="append", metavar="FILE", help="also load user rules from FILE")
+    p.set_defaults(func=cmd_rules)
+
+    p = sub.add_parser("flow", help="per-layer gradient flow (of a training loss with --label) as a table, CSV, PNG")
+    p.add_argument("model", nargs="?", help=".keras or .h5 file (default: the bundled demo model)")
+    _diagnostic_options(p)
+    p.add_argument("--plan", help="plan JSON file: the flow under these rules (default: the plain gradient)")
+    p.add_argument("--no-weights", action="store_true", help="skip weight gradients (faster; no |grad W|/|W|)")
+    p.add_argument("--csv", metavar="FILE", help="write one row per node to FILE")
+    p.add_argument("--png", metavar="FILE", help="write a chart of the flow to FILE")
+    p.set_defaults(func=_delegate("gradscope.cli.diagnose", "cmd_flow"))
+
+    p = sub.add_parser("diagnose", help="find trainable variables that get no gradient and the op that cuts the path "
+                       "(exit code 1 if any)")
+    p.add_argument("model", nargs="?", help=".keras or .h5 file (default: the bundled demo model)")
+    _diagnostic_options(p)
+    p.set_defaults(func=_delegate("gradscope.cli.diagnose", "cmd_diagnose"))
+
+    p = sub.add_parser("gui", help="open the desktop GUI")
+    p.add_argument("model", nargs="?")
+    p.add_argument("image", nargs="?")
+    p.set_defaults(func=cmd_gui)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    try:
+        return int(args.func(args) or 0)
+    except GradscopeError as exc:
+        print(f"gradscope: error: {exc}", file=sys.stderr)
+        return EXIT_USER_ERROR
+    except KeyboardInterrupt:
+        print("gradscope: interrupted", file=sys.stderr)
+        return 130
+    except Exception as exc:  # a bug: say so plainly, traceback only on request
+        if args.debug:
+            raise
+        print(
+            f"gradscope: internal error: {type(exc).__name__}: {exc}\n"
+            "This is a bug in gradscope; rerun with --debug for the traceback and please report it.",
+            file=sys.stderr,
+        )
+        return EXIT_BUG
+
+
+if __name__ == "__main__":
+    sys.exit(main())
