@@ -20,11 +20,11 @@ import dataclasses
 import importlib.util
 import sys
 import threading
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 from typing import Any, ClassVar
 
-from gradscope.core.errors import PlanError, RuleError, RuleFileError
+from gradscope.core.errors import GradscopeError, PlanError, RuleError, RuleFileError
 from gradscope.core.graph import NodeSpec
 
 
@@ -95,8 +95,15 @@ def register_rule(name: str, *, replace: bool = False) -> Callable[[type[Rule]],
         with _LOCK:
             source = _current_source.get("value", "builtin")
             same_source = _SOURCES.get(name) == source and source != "builtin"  # re-loading a user file
+            existing = _SOURCES.get(name, "?")
+            if name in _REGISTRY and _REGISTRY[name] is not cls and source.startswith("plugin ") and (
+                existing == "builtin" or not existing.startswith("plugin ")
+            ):
+                raise RuleError(
+                    f"Rule {source} registers {name!r}, which is already the {existing} rule {name!r}; "
+                    "a plugin cannot replace it. Rename the plugin's rule."
+                )
             if name in _REGISTRY and _REGISTRY[name] is not cls and not (replace or same_source):
-                existing = _SOURCES.get(name, "?")
                 raise RuleError(f"A rule named {name!r} is already registered (from {existing}).")
             cls.name = name
             _REGISTRY[name] = cls
@@ -116,20 +123,54 @@ def _ensure_loaded() -> None:
     _BUILTINS_LOADED = True
     import gradscope.rules.builtin  # noqa: F401  (registers the built-in rules)
 
-    _load_entry_points()
+
+@dataclasses.dataclass(frozen=True)
+class RulePlugin:
+    """An installed package's ``gradscope.rules`` entry point, read from its metadata (nothing imported)."""
+
+    name: str
+    package: str
+    module: str
+
+    def describe(self) -> str:
+        return f"{self.name} (package {self.package}, module {self.module})"
 
 
-def _load_entry_points() -> None:
+def rule_plugins() -> list[RulePlugin]:
+    """The rule plugins installed packages offer. They are code: listing them imports nothing, and they are
+    loaded only by ``load_rule_plugins`` (``gradscope ... --rule-plugins``), never on first use."""
     from importlib.metadata import entry_points
 
+    found = []
     for ep in entry_points(group="gradscope.rules"):
-        _current_source["value"] = f"entry point {ep.name}"
+        dist = getattr(ep, "dist", None)
+        found.append(RulePlugin(ep.name, getattr(dist, "name", None) or "?", ep.value))
+    return sorted(found, key=lambda p: p.name)
+
+
+def load_rule_plugins(names: Iterable[str] | None = None) -> list[str]:
+    """Import the installed rule plugins (all, or those named): the caller's explicit choice. Returns the new
+    rule names. A plugin may not replace a built-in rule: the clash is a ``RuleError`` naming both."""
+    from importlib.metadata import entry_points
+
+    _ensure_loaded()
+    wanted = None if names is None else set(names)
+    before = set(_REGISTRY)
+    for ep in entry_points(group="gradscope.rules"):
+        if wanted is not None and ep.name not in wanted:
+            continue
+        dist = getattr(ep, "dist", None)
+        source = f"plugin {ep.name} (package {getattr(dist, 'name', None) or '?'})"
+        _current_source["value"] = source
         try:
             ep.load()
-        except Exception as exc:  # a broken plugin must not break the tool
-            print(f"gradscope: could not load rule plugin {ep.name!r}: {exc}", file=sys.stderr)
+        except GradscopeError:
+            raise
+        except Exception as exc:
+            raise RuleError(f"Cannot load rule {source}: {type(exc).__name__}: {exc}") from exc
         finally:
             _current_source.pop("value", None)
+    return sorted(set(_REGISTRY) - before)
 
 
 def available_rules() -> dict[str, type[Rule]]:
