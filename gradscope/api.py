@@ -5,6 +5,7 @@ Everything the CLI's ``explain`` does goes through here, and the GUI's worker us
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -66,39 +67,58 @@ class Explanation:
     def predicted_class(self) -> int:
         return int(self.result.target_indices[0]) if self.result.target_indices.size else -1
 
-    def render(
-        self, *, cmap: str | None = None, alpha: float = 0.5, normalization: str = "minmax", style: str = "caffe"
-    ) -> np.ndarray:
-        """The overlay as uint8 (H, W, 3). ``style="caffe"`` lets weak evidence show the image (RULES_SPEC §4);
-        ``"alpha"`` is a plain alpha blend."""
-        from gradscope.render import blend, normalize
-
-        signed = self.method.signed
-        m = normalize(self.saliency, mode="signed" if signed and normalization == "minmax" else normalization)
-        if signed:  # show where the signal is positive; the map itself stays signed in the sidecar
-            m = np.clip(m, 0.0, 1.0)
-        return blend(self.image, m, cmap=cmap or "jet", alpha=alpha, style=style)
-
-    def save(
+    def view(
         self,
-        path: str | Path,
         *,
         cmap: str | None = None,
         alpha: float = 0.5,
-        normalization: str = "minmax",
+        normalization: str | None = None,
         style: str = "caffe",
-    ) -> Path:
-        """Write the overlay PNG and a JSON sidecar (model, target, plan, normalisation) beside it."""
-        from gradscope.render import save_png
+    ) -> Any:
+        """The ``ViewSettings`` this explanation is drawn with: the method's read-out defaults (a signed method
+        gets a diverging colormap and signed normalisation), then the caller's choices."""
+        from gradscope.app.view import ViewSettings
 
-        path = Path(path)
-        overlay = self.render(cmap=cmap, alpha=alpha, normalization=normalization, style=style)
-        sidecar = {
-            **self.sidecar,
-            "view": {"cmap": cmap or "jet", "alpha": alpha, "normalization": normalization, "style": style},
-        }
-        save_png(path, overlay, sidecar)
-        return path
+        view = ViewSettings.for_method(
+            self.method, colormap=cmap, alpha=alpha, normalization=normalization, style=style
+        )
+        reduction = self.sidecar.get("reduction")
+        return dataclasses.replace(view, reduction=reduction or view.reduction, readout_node=self.node)
+
+    def images(self, **view_options: Any) -> Any:
+        """The ``OverlayImages`` (heat map, blend) through the same pipeline as the GUI and its exports."""
+        from gradscope.app.view import overlay_images
+
+        return overlay_images(self.signal, self.image, self.view(**view_options), self.node)
+
+    def render(self, **view_options: Any) -> np.ndarray:
+        """The overlay as uint8 (H, W, 3). ``style="caffe"`` (default) lets weak evidence show the image
+        (RULES_SPEC §4); ``"alpha"`` is a plain alpha blend. Options: ``cmap``, ``alpha``, ``normalization``,
+        ``style``."""
+        return self.images(**view_options).picture
+
+    def save(self, path: str | Path, *, inputs: Any = (), **view_options: Any) -> Path:
+        """Write the overlay PNG and its JSON sidecar (the schema every front end writes, ``app.export``).
+        ``inputs``: more files this result was computed from (e.g. a plan file), never overwritten."""
+        from gradscope.app.export import overlay_sidecar, write_overlay
+
+        view = self.view(**view_options)
+        images = self.images(**view_options)
+        sidecar = overlay_sidecar(
+            model_name=self.sidecar.get("model"),
+            model_file=self.sidecar.get("model_file"),
+            image=self.sidecar.get("image"),
+            preprocessing=self.sidecar.get("preprocessing", "unit"),
+            target=self.target,
+            predicted_class=self.sidecar.get("predicted_class"),
+            method=self.method.name,
+            plan=self.method.plan,
+            readout_node=self.node,
+            changed_nodes=self.result.rules,
+            view=view,
+        )
+        own = [self.sidecar.get("model_file"), self.sidecar.get("image")]
+        return write_overlay(path, images, sidecar, inputs=[*own, *inputs])
 
 
 def explain(
@@ -160,7 +180,5 @@ def explain(
         "plan": m.plan.to_dict(),
         "readout_node": node,
         "reduction": reduction or m.reduction,
-        "times_input": m.times_input,
-        "changed_nodes": list(result.rules),
     }
     return Explanation(img, signal, saliency, result, m, node, target, sidecar)

@@ -55,6 +55,16 @@ class _NoRetracingWarning(logging.Filter):
 
 tf.get_logger().addFilter(_NoRetracingWarning())
 
+def gradient_function(op):
+    """The gradient function TF registered for a graph op, or None (the registry has no public accessor)."""
+    from tensorflow.python.framework import ops as tf_ops
+
+    try:
+        return tf_ops.get_gradient_function(op)
+    except LookupError:
+        return None
+
+
 _TRACE_LOCK = threading.RLock()
 
 
@@ -90,4 +100,4 @@ if keras.backend.backend() != "tensorflow":  # pragma: no cover - depends on the
         "Unset KERAS_BACKEND or set it to 'tensorflow'."
     )
 
-__all__ = ["custom_gradients_released", "keras", "tf"]
+__all__ = ["custom_gradients_released", "gradient_function", "keras", "tf"]

@@ -51,7 +51,7 @@ def test_explain_writes_overlay_and_sidecar(model_file, image_dir, tmp_path, cap
     img = np.asarray(Image.open(out))
     assert img.shape == (32, 40, 3)  # the overlay has the original image's size
     sidecar = json.loads(out.with_suffix(".json").read_text())
-    assert sidecar["target"] == {"kind": "class", "index": 1}
+    assert sidecar["target"] == {"kind": "class", "index": 1, "class_index": 1}  # class_index: the one explained
     assert sidecar["method"] == "gradient"
     assert sidecar["model_file"] == str(model_file)
     assert sidecar["plan"]["entries"] == []

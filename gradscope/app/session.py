@@ -519,6 +519,19 @@ class Session(ModelLoadingMixin, JobsMixin):
         self.status_changed.emit(f"Loaded rule(s) {', '.join(names)} from {Path(path).name}")
         return names
 
+    def load_rule_plugins(self) -> list[str]:
+        """Import the rule plugins installed packages offer (the user's explicit choice). Returns new names."""
+        from gradscope.rules.base import load_rule_plugins
+
+        try:
+            names = load_rule_plugins()
+        except GradscopeError as exc:
+            self._error("Cannot load the rule plugins", str(exc), exc)
+            return []
+        self.rules_changed.emit(names)
+        self.status_changed.emit(f"Rule plugins: loaded {', '.join(names) or 'no new rules'}")
+        return names
+
     # ------------------------------------------------------------------------------------------- derived views
     @property
     def readout(self) -> str | None:
@@ -643,13 +656,24 @@ class Session(ModelLoadingMixin, JobsMixin):
         write_text_atomic(path, json.dumps(self.to_dict(), indent=2) + "\n")
         return path
 
-    def load(self, path: str | Path) -> bool:
-        """Open a session file: its model loads on the worker, then plan, target, view and image apply."""
+    def load(self, path: str | Path, *, allow_code: bool = False) -> bool:
+        """Open a session file: its model loads on the worker, then plan, target, view and image apply.
+
+        A session file is data, and may come from someone else: the custom-objects Python file it names is
+        imported only with ``allow_code=True`` (the GUI asks first, showing the path; ``session_code_files``
+        says what a file names). Without it the model loads without custom objects, and if it needs them the
+        error says so."""
         try:
             data = read_session_file(path)
         except GradscopeError as exc:
             self._error("Cannot open the session", str(exc), exc)
             return False
+        objects = data.get("custom_objects") or None
+        if objects and not allow_code:
+            self.status_changed.emit(
+                f"{Path(path).name} names the custom-objects file {objects}; it was not run (not allowed)."
+            )
+            objects = None
         self._restore = Restore(
             Plan.from_dict(data.get("plan") or {}),
             Target.from_dict(data.get("target") or {}),
@@ -659,7 +683,5 @@ class Session(ModelLoadingMixin, JobsMixin):
             data.get("method"),
             data.get("preprocessing") or "unit",
         )
-        self.open_model(data["model"], custom_objects_file=data.get("custom_objects") or None)
+        self.open_model(data["model"], custom_objects_file=objects)
         return True
-
-

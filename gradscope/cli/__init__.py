@@ -99,7 +99,7 @@ def cmd_methods(args: argparse.Namespace) -> int:
 def cmd_rules(args: argparse.Namespace) -> int:
     import dataclasses
 
-    from gradscope.rules.base import available_rules, load_rule_file
+    from gradscope.rules.base import available_rules, load_rule_file, rule_plugins, rule_source
 
     for path in args.rules or []:
         load_rule_file(path)
@@ -107,7 +107,14 @@ def cmd_rules(args: argparse.Namespace) -> int:
         if name.startswith("_"):
             continue
         params = ", ".join(f"{f.name}={f.default!r}" for f in dataclasses.fields(cls.Params))
-        print(f"{name:<24} {cls.describe()}" + (f"  [{params}]" if params else ""))
+        source = rule_source(name)
+        origin = "" if source == "builtin" else f"  (from {source})"
+        print(f"{name:<24} {cls.describe()}" + (f"  [{params}]" if params else "") + origin)
+    plugins = rule_plugins()
+    if plugins and not args.rule_plugins:
+        print("\nInstalled rule plugins (not loaded: they are code; add --rule-plugins to load them):")
+        for plugin in plugins:
+            print(f"  {plugin.describe()}")
     return 0
 
 
@@ -216,6 +223,8 @@ def build_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("--debug", action="store_true", help="show tracebacks of internal errors")
     parser.add_argument("-q", "--quiet", action="store_true", help="print only results")
+    parser.add_argument("--rule-plugins", action="store_true",
+                        help="also load the rule plugins installed packages offer (code: see `gradscope rules`)")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
     p = sub.add_parser("graph", help="print the model's layer graph as a table")
@@ -278,6 +287,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
     try:
+        if args.rule_plugins:
+            from gradscope.rules.base import load_rule_plugins
+
+            loaded = load_rule_plugins()
+            _info(args, f"rule plugins: loaded {', '.join(loaded) or 'no rules'}")
         return int(args.func(args) or 0)
     except GradscopeError as exc:
         print(f"gradscope: error: {exc}", file=sys.stderr)

@@ -1,7 +1,7 @@
 """The diagnostics panel: which trainable variables get a gradient of the target, and where a path is cut.
 
 "Run diagnostics" asks the Session for ``diagnose_model`` on the worker thread; the report comes back as plain
-dataclasses (``gradscope.engine.diagnose.DiagnosisReport``), so nothing here imports TensorFlow. One row per
+dataclasses (``gradscope.engine.paths.DiagnosisReport``), so nothing here imports TensorFlow. One row per
 trainable variable; clicking a row selects its node in the graph (the "cut at" cell selects the node of the
 op that cuts the path), and the text beside the table says why and how to fix it.
 """
@@ -27,7 +27,7 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from gradscope.core.session import Session
+from gradscope.app.session import Session
 
 STATUS_LABELS = {"connected": "connected", "blocked": "blocked", "unused": "unused", "never_read": "never read"}
 STATUS_COLORS = {"connected": "#2e7d32", "blocked": "#c62828", "unused": "#ef6c00", "never_read": "#616161"}

@@ -13,7 +13,7 @@ import pyqtgraph as pg
 from PySide6.QtCore import Qt, Signal
 from PySide6.QtWidgets import QCheckBox, QComboBox, QHBoxLayout, QLabel, QSplitter, QVBoxLayout, QWidget
 
-from gradscope.core.session import Session
+from gradscope.app.session import Session
 
 METRICS = {"mean |g|": "mean_abs", "max |g|": "max_abs", "norm": "norm"}
 _PLAN_BRUSH = pg.mkBrush("#e8710a")

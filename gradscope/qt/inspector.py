@@ -29,8 +29,8 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
+from gradscope.app.session import Session
 from gradscope.core.graph import NodeSpec
-from gradscope.core.session import Session
 from gradscope.rules.base import Rule, available_rules, rule_source
 from gradscope.rules.methods import available_methods
 

@@ -30,8 +30,9 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
+from gradscope.app.session import SESSION_SUFFIX, Session
+from gradscope.app.session_files import session_code_files
 from gradscope.core.errors import CustomObjectError, UnsafeModelError
-from gradscope.core.session import SESSION_SUFFIX, Session
 from gradscope.qt.diagnostics_panel import DiagnosticsPanel, graph_marks
 from gradscope.qt.flow_plot import FlowPlot
 from gradscope.qt.graph_view import GraphView
@@ -195,6 +196,8 @@ class MainWindow(QMainWindow):
         act(f, "Export plan JSON…", self.export_plan_dialog, None, "The plan as JSON")
         act(f, "Import plan JSON…", self.import_plan_dialog, None, "Replace the plan with one from a JSON file")
         act(f, "Load rule file…", self.inspector.rule_editor._load_file, None, "Import user rules from a Python file")
+        act(f, "Load installed rule plugins…", self.load_rule_plugins_dialog, None,
+            "Import the rules installed packages offer (shows them first)")
         f.addSeparator()
         act(f, "&Quit", self.close, QKeySequence.StandardKey.Quit)
 
@@ -432,7 +435,43 @@ class MainWindow(QMainWindow):
     def open_session_dialog(self) -> None:
         path, _ = QFileDialog.getOpenFileName(self, "Open session", self._last_dir(), f"Sessions (*{SESSION_SUFFIX})")
         if path:
-            self.session.load(path)
+            self.load_session(path)
+
+    def load_rule_plugins_dialog(self) -> None:
+        from gradscope.rules.base import rule_plugins
+
+        plugins = rule_plugins()
+        if not plugins:
+            QMessageBox.information(self, "Rule plugins", "No installed package offers gradscope rules.")
+            return
+        answer = QMessageBox.question(
+            self,
+            "Load rule plugins?",
+            "These installed packages offer rules. Loading imports (runs) their code:\n\n"
+            + "\n".join(p.describe() for p in plugins),
+            QMessageBox.StandardButton.Yes | QMessageBox.StandardButton.No,
+            QMessageBox.StandardButton.No,
+        )
+        if answer == QMessageBox.StandardButton.Yes:
+            self.session.load_rule_plugins()
+
+    def load_session(self, path: str) -> None:
+        """Open a session file; if it names Python code (custom objects), show the paths and ask first."""
+        code = session_code_files(path)
+        allow = False
+        if code:
+            answer = QMessageBox.question(
+                self,
+                "Run code from this session?",
+                f"{Path(path).name} asks to import this Python file to load its model's custom layers:\n\n"
+                + "\n".join(code)
+                + "\n\nImporting runs the code. Run it only if you trust the file. Without it the model loads "
+                "without custom objects (and fails if it needs them).",
+                QMessageBox.StandardButton.Yes | QMessageBox.StandardButton.No,
+                QMessageBox.StandardButton.No,
+            )
+            allow = answer == QMessageBox.StandardButton.Yes
+        self.session.load(path, allow_code=allow)
 
     def save_session_dialog(self) -> None:
         if self.session.model_path is None:
@@ -485,7 +524,7 @@ class MainWindow(QMainWindow):
         """Open whatever was dropped or passed: model, image, session or rule file, by extension."""
         low = path.lower()
         if low.endswith(SESSION_SUFFIX):
-            self.session.load(path)
+            self.load_session(path)
         elif low.endswith(MODEL_SUFFIXES):
             self.open_model(path)
         elif low.endswith(IMAGE_SUFFIXES):

@@ -20,8 +20,8 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
+from gradscope.app.session import INPUT_KEY, NORMALIZATIONS, PREPROCESSINGS, REDUCTIONS, Session, colormaps
 from gradscope.core.errors import GradscopeError
-from gradscope.core.session import INPUT_KEY, NORMALIZATIONS, PREPROCESSINGS, REDUCTIONS, Session, colormaps
 from gradscope.qt.images import to_pixmap
 
 
@@ -112,6 +112,13 @@ class OverlayView(QWidget):
         self.alpha.setFixedWidth(90)
         self.alpha.setToolTip("Opacity of the map over the image")
         self.alpha.valueChanged.connect(lambda v: self._updating or self.session.set_view(alpha=v / 100.0))
+        self.style = QComboBox()
+        self.style.addItems(["caffe", "alpha"])
+        self.style.setToolTip(
+            "How the map is laid over the image. caffe: the map's strength sets its opacity, so weak evidence "
+            "shows the image (the Excitation Backprop demo); alpha: one opacity everywhere (the Alpha slider)"
+        )
+        self.style.activated.connect(lambda *_: self.session.set_view(style=self.style.currentText()))
         self.norm = QComboBox()
         self.norm.addItems(list(NORMALIZATIONS))
         self.norm.setToolTip("How the map is scaled to [0, 1] (signed: centred on zero, for a diverging colormap)")
@@ -153,6 +160,7 @@ class OverlayView(QWidget):
         grid.addWidget(cell("Colormap", self.cmap), 2, 0)
         grid.addWidget(cell("Alpha", self.alpha), 2, 1)
         grid.addWidget(cell("Norm", self.norm), 2, 2)
+        grid.addWidget(cell("Blend", self.style), 2, 3)
         lay.addLayout(grid)
         panels = QHBoxLayout()
         self.input_panel = ImagePanel("Input")
@@ -185,6 +193,8 @@ class OverlayView(QWidget):
                 self.cmap.addItem(v.colormap)
             self.cmap.setCurrentText(v.colormap)
             self.alpha.setValue(round(v.alpha * 100))
+            self.style.setCurrentText(v.style)
+            self.alpha.setEnabled(v.style == "alpha")  # the caffe blend takes its opacity from the map
             self.norm.setCurrentText(v.normalization)
             if self.reduction.findText(v.reduction) < 0:
                 self.reduction.addItem(v.reduction)

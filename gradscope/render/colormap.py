@@ -2,15 +2,13 @@
 
 jet, gray, hot, bwr and coolwarm are defined here in numpy, so exporting never depends on a GUI library.
 The perceptual maps (viridis, inferno, magma, plasma, cividis, turbo) are read from the CSV tables that ship
-inside pyqtgraph. Those files are parsed directly instead of through ``pyqtgraph.colormap``, because importing
-that module imports Qt; ``pyqtgraph.colormap.get`` is used only when the GUI has already loaded pyqtgraph and
-the file cannot be read.
+inside pyqtgraph. Those files are parsed directly, never through ``pyqtgraph.colormap`` (importing it imports
+Qt), so an export gives the same pixels whether or not the GUI is running.
 """
 
 from __future__ import annotations
 
 import importlib.util
-import sys
 from functools import lru_cache
 from pathlib import Path
 
@@ -96,15 +94,6 @@ def _pyqtgraph_lut(name: str, t: np.ndarray) -> np.ndarray | None:
         try:
             return _interp_anchors(t, _read_csv_map(folder / f"{name}.csv"))
         except (OSError, ValueError):
-            pass
-    if "pyqtgraph" in sys.modules:  # the GUI is running: Qt is loaded anyway
-        try:
-            import pyqtgraph.colormap as pgcm
-
-            cmap = pgcm.get(name)
-            if cmap is not None:
-                return np.asarray(cmap.getLookupTable(0.0, 1.0, nPts=len(t), alpha=False), dtype=np.float64) / 255
-        except Exception:  # noqa: BLE001 - any failure means "not available", reported by lut()
             return None
     return None
 

@@ -10,16 +10,15 @@ from __future__ import annotations
 import dataclasses
 import json
 import math
-import os
-import tempfile
-from collections.abc import Callable
 from pathlib import Path
-from typing import IO, Any
+from typing import Any
 
 import numpy as np
 from PIL import Image
 
-SIDECAR_SCHEMA = 1
+from gradscope.core.files import write_atomic
+
+SIDECAR_SCHEMA = 2  # 2: one schema for every front end (view: colormap/alpha/normalization/reduction/style)
 
 
 def sidecar_path(path: str | Path) -> Path:
@@ -61,19 +60,6 @@ def _jsonable(obj: Any) -> Any:
     raise TypeError(f"Cannot store a {type(obj).__name__} in the sidecar: {obj!r}")
 
 
-def _atomic_write(path: Path, write: Callable[[IO[bytes]], None]) -> None:
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    try:
-        with os.fdopen(fd, "wb") as fh:
-            write(fh)
-            fh.flush()
-            os.fsync(fh.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-
-
 def save_png(path: str | Path, rgb_uint8: np.ndarray, sidecar: dict[str, Any] | None = None) -> Path:
     """Write ``rgb_uint8`` ((H, W), (H, W, 3) or (H, W, 4) uint8) as PNG, plus ``sidecar`` as JSON beside it.
 
@@ -96,9 +82,9 @@ def save_png(path: str | Path, rgb_uint8: np.ndarray, sidecar: dict[str, Any] | 
         text = json.dumps(meta, indent=2, sort_keys=True, allow_nan=False) + "\n"
     path.parent.mkdir(parents=True, exist_ok=True)
     picture = Image.fromarray(np.ascontiguousarray(a))
-    _atomic_write(path, lambda fh: picture.save(fh, format="PNG"))
+    write_atomic(path, lambda fh: picture.save(fh, format="PNG"))
     if text is not None:
-        _atomic_write(sidecar_path(path), lambda fh: fh.write(text.encode("utf-8")))
+        write_atomic(sidecar_path(path), lambda fh: fh.write(text.encode("utf-8")))
     return path
 
 

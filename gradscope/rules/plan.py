@@ -186,4 +186,7 @@ class Plan:
         return cls.from_json(text)
 
     def save(self, path: str | Path) -> None:
-        Path(path).write_text(self.to_json() + "\n")
+        """Write the plan as JSON, atomically (an existing plan file is never left half-written)."""
+        from gradscope.core.files import write_text_atomic
+
+        write_text_atomic(path, self.to_json() + "\n")

@@ -588,8 +588,13 @@ def test_custom_objects_file_opens_the_hypernetwork_and_round_trips(tmp_path, no
     registry = keras.saving.get_custom_objects()
     for name in [n for n in registry if n.startswith("gradscope_hypernet>")]:
         del registry[name]  # the session file alone must bring the layers back
+    u = Session(InlineExecutor())  # without consent the file is not run: the model cannot load
+    rec_u = Recorder(u)
+    u.load(saved)
+    assert u.graph is None and isinstance(rec_u.errors()[0][2], CustomObjectError)
+    assert not [n for n in registry if n.startswith("gradscope_hypernet>")]
     t = Session(InlineExecutor())
-    assert t.load(saved) and t.graph is not None and t.custom_objects_file == str(layers)
+    assert t.load(saved, allow_code=True) and t.graph is not None and t.custom_objects_file == str(layers)
 
 
 def test_a_bad_custom_objects_file_is_a_message(tmp_path):

@@ -12,7 +12,7 @@ import pytest
 
 from gradscope.backend import keras, tf
 from gradscope.core.targets import Target
-from gradscope.engine.diagnose import diagnose_model
+from gradscope.engine.paths import diagnose_model
 from gradscope.engine.runner import Engine
 from tests.engine.fixtures import FIXTURES
 

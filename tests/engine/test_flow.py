@@ -11,7 +11,7 @@ import pytest
 from gradscope.backend import keras
 from gradscope.core.errors import GraphError, TargetError
 from gradscope.core.targets import Target
-from gradscope.engine.diagnose import FLOW_COLUMNS, FlowThresholds, dead_unit_fraction, gradient_flow
+from gradscope.engine.flow import FLOW_COLUMNS, FlowThresholds, dead_unit_fraction, gradient_flow
 from gradscope.engine.runner import Engine
 from tests.engine.test_diagnose import _cut_model, hypernet_examples
 

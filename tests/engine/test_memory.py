@@ -49,8 +49,8 @@ def test_evicted_whole_plan_traces_are_freed():
 def test_soak_500_session_edits_hold_memory():
     """Issue 11: 500 plan edits through the Session (live answer + background compile each) stay within
     +300 MB of the RSS after the first 50, with a bounded number of traced graphs."""
-    from gradscope.core.session import Session
-    from tests.core.test_session import ManualExecutor
+    from gradscope.app.session import Session
+    from tests.app.test_session import ManualExecutor
 
     def rss_mb() -> float:
         with open("/proc/self/status") as f:

@@ -9,7 +9,7 @@ import pytest
 
 from gradscope.backend import keras, tf
 from gradscope.core.errors import PlanError
-from gradscope.engine.diagnose import diagnose_model
+from gradscope.engine.paths import diagnose_model
 from gradscope.engine.training import PlanModel, plan_model
 from gradscope.rules.plan import Plan
 from tests.engine.test_diagnose import hypernet_examples

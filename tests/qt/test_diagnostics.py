@@ -40,7 +40,7 @@ def _open_and_diagnose(window, qtbot, wait_idle, path: Path):
     s = window.session
     gui_thread = threading.get_ident()
     ran_on: list[int] = []
-    import gradscope.engine.diagnose as diagnose
+    import gradscope.engine.paths as diagnose
 
     real = diagnose.diagnose_model
 

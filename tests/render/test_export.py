@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 from PIL import Image
 
+from gradscope.render import export as render_export
 from gradscope.render import load_sidecar, save_png, sidecar_path
 
 
@@ -48,7 +49,7 @@ def test_sidecar_keys_and_numpy_values(tmp_path: Path, picture: np.ndarray) -> N
     assert png.parent.name == "sub"  # missing folder created
     side = load_sidecar(png)
     assert side == load_sidecar(png.with_suffix(".json"))
-    assert side["schema"] == 1 and isinstance(side["gradscope_version"], str)
+    assert side["schema"] == render_export.SIDECAR_SCHEMA and isinstance(side["gradscope_version"], str)
     assert side["method"] == "cmwp" and side["target"] == {"index": 281}
     assert side["alpha"] == 0.5 and side["shape"] == [9, 13] and side["changed"] == ["a", "b"]
     assert side["path"] == str(tmp_path / "in.png") and side["nan_stat"] == "NaN"

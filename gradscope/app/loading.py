@@ -1,0 +1,129 @@
+"""Opening a model in the Session: loading on the worker, building the engine and the first layout, then
+resetting (or restoring from a session file) everything that described the previous model."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from gradscope.app.session_files import find_class_names
+from gradscope.app.summaries import weight_info
+from gradscope.core.targets import Target
+from gradscope.rules.plan import Plan
+
+
+class ModelLoadingMixin:
+    """Model lifecycle for ``Session`` (which provides the state, the signals and ``_submit``)."""
+
+    def open_model(
+        self, path: str | Path, *, safe_mode: bool = True, custom_objects_file: str | Path | None = None
+    ) -> None:
+        """Load a ``.keras``/``.h5`` file on the worker. Failures arrive as ``error_raised``; an
+        ``UnsafeModelError`` means the file runs code when loaded and needs ``safe_mode=False``; a
+        ``CustomObjectError`` means it uses custom layers: pass the Python file defining them as
+        ``custom_objects_file`` (it is imported, i.e. run, on the worker)."""
+        path = str(path)
+        objects_file = None if custom_objects_file is None else str(custom_objects_file)
+        self.load_request = {"path": path, "safe_mode": safe_mode, "custom_objects_file": objects_file}
+
+        def load(token: Any) -> dict[str, Any]:
+            from gradscope.io.models import load_custom_objects_file, load_model
+
+            objects = None
+            if objects_file is not None:
+                token.report(f"Importing custom objects from {Path(objects_file).name}...")
+                objects = load_custom_objects_file(objects_file)
+            token.report(f"Loading {Path(path).name}...")
+            model = load_model(path, safe_mode=safe_mode, custom_objects=objects)
+            token.check()
+            return {**self._build_engine(model, token), "custom_objects_file": objects_file}
+
+        self.model_loading.emit(path)
+        self._submit("load", f"Loading {Path(path).name}...", load, lambda out: self._on_model_ready(out, path))
+
+    def set_model(self, model: Any, path: str | None = None) -> None:
+        """Use an in-memory ``keras.Model`` (tests, notebooks). The engine is still built on the worker."""
+        self.model_loading.emit(path or getattr(model, "name", "model"))
+        self._submit(
+            "load",
+            "Building the engine...",
+            lambda t: self._build_engine(model, t),
+            lambda out: self._on_model_ready(out, path),
+        )
+
+    def _build_engine(self, model: Any, token: Any) -> dict[str, Any]:
+        from gradscope.engine.runner import Engine
+        from gradscope.render.graph_layout import compute_layout
+        from gradscope.rules.base import available_rules
+
+        available_rules()  # import the built-in rules here, not on the GUI thread
+        token.report("Reading the graph...")
+        engine = Engine(model)
+        token.check()
+        weights = weight_info(engine)
+        token.report("Laying out the graph...")
+        layout = compute_layout(engine.graph, should_stop=lambda: token.cancelled)
+        return {"engine": engine, "graph": engine.graph, "weights": weights, "layout": layout}
+
+    def _on_model_ready(self, out: dict[str, Any], path: str | None) -> None:
+        if not self.rules_ready:  # the load job imported them on the worker
+            self.rules_ready = True
+            self.rules_changed.emit([])
+        self._engine = out["engine"]
+        self.graph = out["graph"]
+        self.weight_info = out["weights"]
+        self.layout = out["layout"]
+        self.model_path = path
+        self.custom_objects_file = out.get("custom_objects_file")
+        self.class_names = find_class_names(path) if path else []
+        self.diagnosis = None
+        self.collapsed = set()
+        self._history, self._history_index = [Plan()], 0
+        self.result = self.baseline = None
+        self.result_plan = self.result_method = None
+        self._baseline_key = None
+        self.selected = None
+        self.method_name = "gradient"
+        self.target = Target()
+        restore, self._restore = self._restore, None
+        if restore is not None:
+            self.preprocessing = restore.preprocessing
+            self.target = restore.target
+            self.view = restore.view
+            self.method_name = restore.method or "custom"
+        self.model_loaded.emit(self.graph)
+        self.diagnosis_changed.emit(None)
+        self.layout_changed.emit(self.layout)
+        self.status_changed.emit(
+            f"Opened {Path(path).name if path else self.graph.model_name}: {len(self.graph)} nodes "
+            f"(layout {self.layout.seconds * 1000:.0f} ms)"
+        )
+        if restore is not None:
+            if self._validate(restore.plan):
+                self._history[0] = restore.plan
+            self.plan_changed.emit(self.plan)
+            self.target_changed.emit(self.target)
+            self.view_changed.emit(self.view)
+            if restore.image:
+                self.open_image(restore.image, run=False)
+            if restore.selected:
+                self.select(restore.selected)
+        else:
+            self.plan_changed.emit(self.plan)
+            self.target_changed.emit(self.target)
+        self._prepare_inputs()
+        self._maybe_run()
+
+    def _submit_layout(self) -> None:
+        from gradscope.render.graph_layout import compute_layout
+
+        graph, collapsed = self.graph, frozenset(self.collapsed)
+
+        def job(token: Any) -> Any:
+            return compute_layout(graph, collapsed, should_stop=lambda: token.cancelled)
+
+        self._submit("layout", "Laying out the graph...", job, self._on_layout)
+
+    def _on_layout(self, layout: Any) -> None:
+        self.layout = layout
+        self.layout_changed.emit(layout)

@@ -1,0 +1,85 @@
+"""Session files (``*.gradscope.json``): what a saved session holds, reading it back, and the class names a
+model's description file beside it provides."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from gradscope.app.view import ViewSettings
+from gradscope.core.errors import GradscopeError
+from gradscope.core.targets import Target
+from gradscope.rules.plan import Plan
+
+SESSION_SCHEMA = 1
+SESSION_SUFFIX = ".gradscope.json"
+
+
+@dataclass
+class Restore:
+    """A session file's settings, applied once its model has loaded."""
+
+    plan: Plan
+    target: Target
+    view: ViewSettings
+    image: str | None
+    selected: str | None
+    method: str | None
+    preprocessing: str
+
+
+class SessionFileError(GradscopeError):
+    """A session file is unreadable or from a newer gradscope."""
+
+
+def read_session_file(path: str | Path) -> dict[str, Any]:
+    p = Path(path)
+    try:
+        data = json.loads(p.read_text())
+    except OSError as exc:
+        raise SessionFileError(f"Cannot read session file {p}: {exc.strerror}") from None
+    except json.JSONDecodeError as exc:
+        raise SessionFileError(f"{p.name} is not a gradscope session (invalid JSON: {exc}).") from None
+    if not isinstance(data, dict) or "model" not in data:
+        raise SessionFileError(f"{p.name} is not a gradscope session file (no 'model').")
+    schema = data.get("schema", 1)
+    if not isinstance(schema, int) or schema > SESSION_SCHEMA:
+        raise SessionFileError(f"{p.name} has session schema {schema}; this gradscope reads {SESSION_SCHEMA}.")
+    if not data.get("model"):
+        raise SessionFileError(f"{p.name} names no model file.")
+    try:
+        Plan.from_dict(data.get("plan") or {})
+        Target.from_dict(data.get("target") or {})
+    except GradscopeError as exc:
+        raise SessionFileError(f"{p.name}: {exc}") from None
+    return data
+
+
+def find_class_names(model_path: str | Path) -> list[str]:
+    """Class names from a JSON description beside the model: ``<stem>.json`` or a ``*_meta.json`` whose
+    ``name`` is the model's stem (as the bundled demo has), with a ``class_names`` list. Empty if none."""
+    p = Path(model_path)
+    candidates = [p.with_suffix(".json"), p.parent / f"{p.stem}_meta.json", *sorted(p.parent.glob("*_meta.json"))]
+    for c in candidates:
+        try:
+            data = json.loads(c.read_text())
+        except (OSError, ValueError):
+            continue
+        if not isinstance(data, dict) or not isinstance(data.get("class_names"), list):
+            continue
+        if c in candidates[:2] or data.get("name") == p.stem:
+            return [str(n) for n in data["class_names"]]
+    return []
+
+
+def session_code_files(path: str | Path) -> list[str]:
+    """The Python files a session file would import if allowed (its custom-objects file), for a front end to
+    show before asking. Empty for an unreadable file (opening it reports why)."""
+    try:
+        data = read_session_file(path)
+    except GradscopeError:
+        return []
+    objects = data.get("custom_objects")
+    return [str(objects)] if objects else []

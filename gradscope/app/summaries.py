@@ -1,0 +1,76 @@
+"""Numbers the views show beside the gradients: weight statistics per node, the model input's gradient
+statistics (computed on the worker, delivered as plain data)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from gradscope.core.results import BackwardResult, NodeStats
+
+
+@dataclass(frozen=True)
+class WeightInfo:
+    name: str
+    shape: tuple[int, ...]
+    mean: float
+    std: float
+    min: float
+    max: float
+    zero_fraction: float
+
+    def describe(self) -> str:
+        shape = "x".join(str(d) for d in self.shape) or "scalar"
+        return f"{self.name} {shape}: mean {self.mean:.3g}, std {self.std:.3g}, min {self.min:.3g}, max {self.max:.3g}"
+
+
+def weight_info(engine: Any) -> dict[str, list[WeightInfo]]:
+    """Weight statistics per node (runs on the worker: reading variables is TensorFlow work)."""
+    out: dict[str, list[WeightInfo]] = {}
+    seen: dict[int, list[WeightInfo]] = {}
+    for node in engine.graph.nodes:
+        if node.id.endswith(":act"):
+            continue
+        op = engine.exec.operations.get(node.id)
+        if op is None or not getattr(op, "weights", None) or getattr(op, "layers", None):
+            continue
+        if id(op) in seen:  # a shared layer: same weights for every call
+            out[node.id] = seen[id(op)]
+            continue
+        infos = []
+        for v in op.weights:
+            a = np.asarray(v, dtype=np.float64)
+            name = (getattr(v, "path", None) or v.name).split("/")[-1]
+            if a.size == 0:
+                continue
+            infos.append(
+                WeightInfo(
+                    name,
+                    tuple(a.shape),
+                    float(a.mean()),
+                    float(a.std()),
+                    float(a.min()),
+                    float(a.max()),
+                    float(np.mean(a == 0)),
+                )
+            )
+        out[node.id] = seen[id(op)] = infos
+    return out
+
+
+def with_input_stats(result: BackwardResult) -> BackwardResult:
+    """Add the model input's statistics (the engine has them only for nodes) under ``INPUT_KEY``."""
+    g = np.asarray(result.input_grads[0], dtype=np.float64)
+    finite = np.isfinite(g)
+    gf = np.where(finite, g, 0.0)
+    result.meta["input_stats"] = NodeStats(
+        float(np.sqrt(np.sum(gf * gf))),
+        float(np.mean(np.abs(gf))) if g.size else 0.0,
+        float(np.max(np.abs(gf))) if g.size else 0.0,
+        float(np.mean(g == 0)) if g.size else 1.0,
+        int(np.isnan(g).sum()),
+        int(np.isinf(g).sum()),
+    )
+    return result

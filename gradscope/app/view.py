@@ -1,0 +1,123 @@
+"""How a backward signal becomes the picture on screen and in every export: the view settings and the one
+rendering pipeline (channel reduction, normalisation, resize to the image, colormap, blend).
+
+The GUI's overlay view, ``Session.export_overlay``, ``gradscope explain`` and ``Explanation.save`` all call
+``overlay_images`` with a ``ViewSettings``, so one result with one view gives the same pixels everywhere.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from gradscope import render
+
+INPUT_KEY = "<input>"  # flow-table / stats key of the model input (it is not an engine node)
+NORMALIZATIONS = tuple(n for n in render.NORMALIZATIONS if n != "abs_max")  # abs_max: an alias of abs
+REDUCTIONS = render.REDUCTIONS
+PREPROCESSINGS = ("unit", "raw", "caffe", "minus_one_one")
+
+
+@dataclass
+class ViewSettings:
+    """How the map is read out and drawn (the overlay view's controls, the sidecar's ``view``)."""
+
+    colormap: str = "jet"
+    alpha: float = 0.5
+    normalization: str = "minmax"
+    reduction: str = "max_abs"
+    readout_node: str | None = None  # None: follow the selected node; INPUT_KEY: always the model input
+    times_input: bool = False
+    signed: bool = False
+    style: str = "caffe"  # blend: "caffe" (the map's strength is its opacity, RULES_SPEC §4) or "alpha"
+
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> ViewSettings:
+        names = {f.name for f in dataclasses.fields(cls)}
+        return cls(**{k: v for k, v in (data or {}).items() if k in names})
+
+    @classmethod
+    def for_method(cls, method: Any, **overrides: Any) -> ViewSettings:
+        """A method preset's read-out defaults (signed methods get a diverging map), then ``overrides``."""
+        view = cls(
+            reduction=method.reduction,
+            times_input=method.times_input,
+            signed=method.signed,
+            readout_node=method.readout_node,
+        )
+        if method.signed:
+            view = dataclasses.replace(view, colormap="bwr", normalization="signed")
+        return dataclasses.replace(view, **{k: v for k, v in overrides.items() if v is not None})
+
+
+@dataclass
+class OverlayImages:
+    """What the overlay view shows, all uint8 RGB (H, W, 3) except ``saliency`` (float, not normalised)."""
+
+    image: np.ndarray | None
+    heat: np.ndarray
+    blend: np.ndarray | None
+    saliency: np.ndarray
+    node: str | None
+    spatial: bool
+    note: str = ""
+
+    @property
+    def picture(self) -> np.ndarray:
+        """What an export writes: the blend over the image, or the heat map where there is no blend."""
+        return self.blend if self.blend is not None else self.heat
+
+
+def to_map(signal: np.ndarray, reduction: str) -> tuple[np.ndarray, bool]:
+    """A 2-D map from one sample's signal: (H, W, C) reduced over channels; (L, C) and (N,) become a strip."""
+    s = np.asarray(signal, dtype=np.float32)
+    if s.ndim == 3:
+        return render.reduce_channels(s, reduction), True
+    if s.ndim == 2:
+        return render.reduce_channels(s, reduction)[None, :], False
+    if s.ndim == 4:  # (D, H, W, C): reduce channels, then the strongest slice
+        return np.max(np.abs(render.reduce_channels(s, reduction)), axis=0), True
+    return s.reshape(1, -1), False
+
+
+def overlay_images(
+    signal: np.ndarray, image: np.ndarray | None, view: ViewSettings, node: str | None = None, *, blend: bool = True
+) -> OverlayImages:
+    """The picture of one sample's ``signal`` (already multiplied by the input if the view says so).
+    ``blend=False``: the image does not fit the model input (e.g. a random input), so only the heat map."""
+    saliency, spatial = to_map(signal, view.reduction)
+    signed = view.normalization == "signed"
+    m = render.normalize(saliency, view.normalization)
+    note = ""
+    overlay = None
+    if spatial and image is not None and blend:
+        h, w = image.shape[:2]
+        m_big = np.clip(render.resize_map(m, (w, h)), -1.0 if signed else 0.0, 1.0)
+        heat = render.apply_colormap(m_big, view.colormap, signed=signed)
+        overlay = render.blend(image, m_big, cmap=view.colormap, alpha=view.alpha, style=view.style, signed=signed)
+    else:
+        heat = render.apply_colormap(m, view.colormap, signed=signed)
+        if not spatial:
+            note = "This node's output is not spatial: its signal is shown as a strip."
+    return OverlayImages(image, as_rgb_uint8(heat), None if overlay is None else as_rgb_uint8(overlay), saliency,
+                         node, spatial, note)
+
+
+def as_rgb_uint8(image: np.ndarray) -> np.ndarray:
+    """uint8 (H, W, 3) from a uint8 or [0, 1] float image, grey or RGB(A)."""
+    a = np.asarray(image)
+    if a.dtype != np.uint8:
+        a = np.clip(a * (255.0 if a.max() <= 1.0 else 1.0), 0, 255).astype(np.uint8)
+    if a.ndim == 2:
+        a = np.repeat(a[..., None], 3, axis=-1)
+    return np.ascontiguousarray(a[..., :3])
+
+
+def colormaps() -> tuple[str, ...]:
+    return tuple(render.available_colormaps())

@@ -1,0 +1,68 @@
+"""One export pipeline: the same result with the same view gives the same PNG bytes and the same sidecar
+from the GUI's Session, the CLI and the API; exports never overwrite an input."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from PIL import Image
+
+from gradscope.app.session import Session
+from gradscope.backend import keras
+from gradscope.cli import EXIT_USER_ERROR, main
+
+
+@pytest.fixture(scope="module")
+def files(tmp_path_factory):
+    from skimage import data
+
+    keras.utils.set_random_seed(0)
+    inp = keras.Input((16, 16, 3))
+    x = keras.layers.Conv2D(4, 3, padding="same", activation="relu", name="conv")(inp)
+    x = keras.layers.GlobalAveragePooling2D(name="gap")(x)
+    out = keras.layers.Dense(3, activation="softmax", name="probs")(x)
+    folder = tmp_path_factory.mktemp("inputs")
+    keras.Model(inp, out).save(folder / "net.keras")
+    Image.fromarray(data.astronaut()).resize((40, 32)).save(folder / "cat.png")
+    return folder
+
+
+@pytest.mark.parametrize("method", ["gradient", "guided_backprop"])
+def test_gui_and_cli_exports_of_the_same_result_are_identical(files, tmp_path, method):
+    model, image = str(files / "net.keras"), str(files / "cat.png")
+    s = Session()  # inline executor: jobs run at once
+    s.open_model(model)
+    s.open_image(image)
+    s.set_target_class(1)
+    s.apply_method(method)
+    assert s.result is not None and not s.result_is_stale
+    gui = s.export_overlay(tmp_path / "gui.png")
+    cli = tmp_path / "cli.png"
+    assert main(["explain", model, image, "--method", method, "--target", "1", "--out", str(cli)]) == 0
+    assert gui.read_bytes() == cli.read_bytes()
+    gui_side = json.loads(gui.with_suffix(".json").read_text())
+    cli_side = json.loads(cli.with_suffix(".json").read_text())
+    assert gui_side == cli_side
+    assert gui_side["view"]["style"] == "caffe" and gui_side["target"]["class_index"] == 1
+
+
+def test_an_export_never_replaces_an_input(files, tmp_path, capsys):
+    plan = tmp_path / "myplan.json"
+    plan.write_text(json.dumps({"entries": [{"select": "conv:act", "rule": "zero"}]}))
+    before = plan.read_text()
+    code = main(["explain", str(files / "net.keras"), str(files / "cat.png"), "--plan", str(plan),
+                 "--out", str(tmp_path / "myplan.png")])
+    assert code == EXIT_USER_ERROR and "inputs" in capsys.readouterr().err
+    assert plan.read_text() == before and not (tmp_path / "myplan.png").exists()
+
+
+def test_images_with_one_stem_get_one_overlay_each(files, tmp_path):
+    folder = tmp_path / "imgs"
+    folder.mkdir()
+    picture = Image.open(files / "cat.png")
+    picture.save(folder / "cat.png")
+    picture.save(folder / "cat.jpg")
+    out = tmp_path / "out"
+    assert main(["-q", "explain", str(files / "net.keras"), str(folder), "--out", str(out)]) == 0
+    assert len(list(out.glob("*.png"))) == 2
