@@ -36,6 +36,8 @@ class SessionFileError(GradscopeError):
 
 def read_session_file(path: str | Path) -> dict[str, Any]:
     p = Path(path)
+    if p.exists() and not p.is_file():
+        raise SessionFileError(f"{p} is not a regular file.")
     try:
         data = json.loads(p.read_text())
     except OSError as exc:

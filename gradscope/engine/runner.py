@@ -126,7 +126,7 @@ class Engine:
             return getattr(rule, method)(*args)
         except GradscopeError:
             raise
-        except Exception as exc:
+        except (Exception, SystemExit) as exc:  # sys.exit() in a rule must not end the app
             raise RuleError(
                 f"Rule {rule.name!r} failed in {method}() on node {spec.id!r} ({spec.op_type}): "
                 f"{type(exc).__name__}: {exc}"

@@ -16,6 +16,9 @@ PREPROCESSING = ("unit", "raw", "caffe", "minus_one_one")
 _CAFFE_MEAN_BGR = np.array([103.939, 116.779, 123.68], dtype=np.float32)
 
 
+MAX_PIXELS = 50_000_000  # larger images are refused before decoding (a 100 MP PNG needed 13 GB downstream)
+
+
 def load_image(path: str | Path, size: int | tuple[int, int] | None = None, mode: str = "RGB") -> np.ndarray:
     """Read an image file as uint8: (H, W, 3) for ``mode="RGB"``, (H, W) for "L", (H, W, 4) for "RGBA".
 
@@ -30,8 +33,16 @@ def load_image(path: str | Path, size: int | tuple[int, int] | None = None, mode
         raise ImageLoadError(f"Image file not found: {p}")
     if p.is_dir():
         raise ImageLoadError(f"{p} is a folder, not an image file.")
+    if not p.is_file():  # a FIFO or a device would block the read forever
+        raise ImageLoadError(f"{p} is not a regular file.")
     try:
         with Image.open(p) as img:
+            w, h = img.size  # from the header: nothing is decoded yet
+            if w * h > MAX_PIXELS:
+                raise ImageLoadError(
+                    f"{p.name} is {w}x{h} ({w * h / 1e6:.0f} MP); gradscope reads images up to "
+                    f"{MAX_PIXELS / 1e6:.0f} MP. Downscale it first."
+                )
             img.seek(0)
             img = ImageOps.exif_transpose(img)
             img = _to_mode(img, mode)

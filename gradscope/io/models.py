@@ -154,6 +154,8 @@ def _check_file(p: Path) -> str:
         if (p / "saved_model.pb").exists() or (p / "saved_model.pbtxt").exists():
             raise ModelLoadError(_savedmodel_message(p))
         raise ModelLoadError(f"{p} is a folder, not a model file. Open a .keras or .h5 model file.")
+    if not p.is_file():  # a FIFO or a device would block the read forever
+        raise ModelLoadError(f"{p} is not a regular file.")
     suffix = p.suffix.lower()
     try:
         with p.open("rb") as f:

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import dataclasses
 import importlib.util
+import math
 import sys
 import threading
 from collections.abc import Callable, Iterable, Sequence
@@ -166,7 +167,7 @@ def load_rule_plugins(names: Iterable[str] | None = None) -> list[str]:
             ep.load()
         except GradscopeError:
             raise
-        except Exception as exc:
+        except (Exception, SystemExit) as exc:
             raise RuleError(f"Cannot load rule {source}: {type(exc).__name__}: {exc}") from exc
         finally:
             _current_source.pop("value", None)
@@ -212,7 +213,10 @@ def _coerce(rule: str, key: str, f: dataclasses.Field, value: Any) -> Any:
     kind = f.type if isinstance(f.type, str) else getattr(f.type, "__name__", str(f.type))
     try:
         if kind == "float":
-            return float(value)
+            number = float(value)
+            if math.isnan(number):  # NaN silently turned every map into the plain input (exit 0)
+                raise PlanError(f"Rule {rule!r}: parameter {key!r} is NaN; give a number.")
+            return number
         if kind == "int":
             return int(value)
         if kind == "bool":
@@ -250,7 +254,7 @@ def load_rule_file(path: str | Path) -> list[str]:
         spec.loader.exec_module(module)
     except RuleError as exc:
         raise RuleFileError(f"{path.name}: {exc}") from exc
-    except Exception as exc:
+    except (Exception, SystemExit) as exc:  # sys.exit() in a rule file must not end the app
         sys.modules.pop(module_name, None)
         line = ""
         tb = exc.__traceback__

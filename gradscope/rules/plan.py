@@ -179,6 +179,8 @@ class Plan:
     @classmethod
     def load(cls, path: str | Path) -> Plan:
         path = Path(path)
+        if path.exists() and not path.is_file():
+            raise PlanError(f"{path} is not a regular file.")
         try:
             text = path.read_text()
         except OSError as exc:

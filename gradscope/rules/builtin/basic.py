@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 from gradscope.backend import keras, tf
@@ -36,6 +37,10 @@ class Zero(Rule):
 @dataclass(frozen=True)
 class ScaleParams:
     factor: float = 1.0
+
+    def __post_init__(self) -> None:
+        if not math.isfinite(self.factor):
+            raise ValueError(f"factor must be a finite number, got {self.factor}")
 
 
 @register_rule("scale")

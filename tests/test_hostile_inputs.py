@@ -1,0 +1,81 @@
+"""Inputs that used to hang, crash or silently mislead: FIFOs, huge images, sys.exit() in user code, NaN
+parameters. Each must be a clear gradscope error."""
+
+from __future__ import annotations
+
+import os
+
+import numpy as np
+import pytest
+from PIL import Image
+
+from gradscope.app.session_files import SessionFileError, read_session_file
+from gradscope.core.errors import ImageLoadError, ModelLoadError, PlanError, RuleError, RuleFileError
+from gradscope.core.targets import Target
+from gradscope.engine.runner import Engine
+from gradscope.io import images
+from gradscope.io.models import load_model
+from gradscope.rules.base import Rule, load_rule_file, register_rule
+from gradscope.rules.plan import Plan
+from tests.engine.fixtures import tiny_cnn
+
+
+@pytest.fixture
+def fifo(tmp_path):
+    path = tmp_path / "pipe.png"
+    os.mkfifo(path)
+    return path
+
+
+def test_fifos_are_refused_not_read(fifo):
+    with pytest.raises(ImageLoadError, match="not a regular file"):
+        images.load_image(fifo)
+    keras_fifo = fifo.rename(fifo.with_suffix(".keras"))
+    with pytest.raises(ModelLoadError, match="not a regular file"):
+        load_model(keras_fifo)
+    json_fifo = keras_fifo.rename(keras_fifo.with_suffix(".json"))
+    with pytest.raises(PlanError, match="not a regular file"):
+        Plan.load(json_fifo)
+    with pytest.raises(SessionFileError, match="not a regular file"):
+        read_session_file(json_fifo)
+
+
+def test_images_over_the_pixel_limit_are_refused_before_decoding(tmp_path, monkeypatch):
+    path = tmp_path / "big.png"
+    Image.new("RGB", (40, 30)).save(path)
+    monkeypatch.setattr(images, "MAX_PIXELS", 1000)
+    with pytest.raises(ImageLoadError, match="40x30"):
+        images.load_image(path)
+    monkeypatch.setattr(images, "MAX_PIXELS", 1200)
+    assert images.load_image(path).shape == (30, 40, 3)
+
+
+def test_sys_exit_in_a_rule_is_a_rule_error():
+    @register_rule("_exits_in_backward", replace=True)
+    class Exits(Rule):
+        def backward(self, ctx, grad_outputs):
+            raise SystemExit(3)
+
+    engine = Engine(tiny_cnn())
+    x = np.zeros((1, 12, 12, 3), np.float32)
+    for mode in ("live", "compiled"):
+        with pytest.raises(RuleError, match="SystemExit"):
+            engine.backward(x, Target(), Plan().with_entry("c1:act", "_exits_in_backward"), mode=mode)
+
+
+def test_sys_exit_in_a_rule_file_is_a_rule_file_error(tmp_path):
+    path = tmp_path / "quits.py"
+    path.write_text("import sys\nsys.exit(1)\n")
+    with pytest.raises(RuleFileError, match="SystemExit"):
+        load_rule_file(path)
+
+
+@pytest.mark.parametrize("params", [{"factor": "nan"}, {"factor": float("inf")}, {"factor": "-Infinity"}])
+def test_non_finite_scale_factors_are_refused(params):
+    with pytest.raises(PlanError):
+        Plan().with_entry("*", "scale", params).resolve(Engine(tiny_cnn()).graph)
+
+
+def test_a_nan_clip_bound_is_refused():
+    with pytest.raises(PlanError, match="NaN"):
+        Plan().with_entry("*", "clip", {"low": float("nan")}).resolve(Engine(tiny_cnn()).graph)
