@@ -77,13 +77,13 @@ class Explanation:
     ) -> Any:
         """The ``ViewSettings`` this explanation is drawn with: the method's read-out defaults (a signed method
         gets a diverging colormap and signed normalisation), then the caller's choices."""
-        from gradscope.app.view import ViewSettings
+        from gradscope.app.view import INPUT_KEY, ViewSettings
 
         view = ViewSettings.for_method(
             self.method, colormap=cmap, alpha=alpha, normalization=normalization, style=style
         )
         reduction = self.sidecar.get("reduction")
-        return dataclasses.replace(view, reduction=reduction or view.reduction, readout_node=self.node)
+        return dataclasses.replace(view, reduction=reduction or view.reduction, readout_node=self.node or INPUT_KEY)
 
     def images(self, **view_options: Any) -> Any:
         """The ``OverlayImages`` (heat map, blend) through the same pipeline as the GUI and its exports."""

@@ -6,6 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from gradscope.app.history import PlanHistory
 from gradscope.app.session_files import find_class_names
 from gradscope.app.summaries import weight_info
 from gradscope.core.targets import Target
@@ -78,7 +79,6 @@ class ModelLoadingMixin:
         self.class_names = find_class_names(path) if path else []
         self.diagnosis = None
         self.collapsed = set()
-        self._history, self._history_index = [Plan()], 0
         self.result = self.baseline = None
         self.result_plan = self.result_method = None
         self._baseline_key = None
@@ -91,6 +91,9 @@ class ModelLoadingMixin:
             self.target = restore.target
             self.view = restore.view
             self.method_name = restore.method or "custom"
+        else:  # a node the previous model's preset pinned means nothing here: read at the input
+            self._take_readout("max_abs", False, False, None)
+        self._history = PlanHistory(self._edit(Plan()))
         self.model_loaded.emit(self.graph)
         self.diagnosis_changed.emit(None)
         self.layout_changed.emit(self.layout)
@@ -100,7 +103,7 @@ class ModelLoadingMixin:
         )
         if restore is not None:
             if self._validate(restore.plan):
-                self._history[0] = restore.plan
+                self._history.replace(self._edit(restore.plan))
             self.plan_changed.emit(self.plan)
             self.target_changed.emit(self.target)
             self.view_changed.emit(self.view)

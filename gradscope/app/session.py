@@ -19,6 +19,8 @@ from typing import Any
 import numpy as np
 
 from gradscope.app import export
+from gradscope.app.editing import PlanEditingMixin
+from gradscope.app.history import PlanHistory
 from gradscope.app.jobs import JobsMixin
 from gradscope.app.loading import ModelLoadingMixin
 from gradscope.app.session_files import SESSION_SCHEMA, SESSION_SUFFIX, Restore, read_session_file
@@ -70,7 +72,7 @@ class RunOutput:
 
 
 # ------------------------------------------------------------------------------------------------ session
-class Session(ModelLoadingMixin, JobsMixin):
+class Session(PlanEditingMixin, ModelLoadingMixin, JobsMixin):
     """One open model and everything shown about it."""
 
     def __init__(self, executor: Any = None, *, auto_run: bool = True) -> None:
@@ -108,8 +110,7 @@ class Session(ModelLoadingMixin, JobsMixin):
         self.load_request: dict[str, Any] | None = None
         self.diagnosis: Any = None  # the DiagnosisReport of the open model (None: not run since it opened)
         self._engine: Any = None  # touched only inside jobs (the worker thread)
-        self._history: list[Plan] = [Plan()]
-        self._history_index = 0
+        self._history = PlanHistory(self._edit(Plan()))
         self._baseline_key: tuple | None = None
         self._input_version = 0
         self._restore: Restore | None = None
@@ -149,137 +150,6 @@ class Session(ModelLoadingMixin, JobsMixin):
     def _on_rules_ready(self, names: list[str]) -> None:
         self.rules_ready = True
         self.rules_changed.emit([])
-
-    # ------------------------------------------------------------------------------------------- plan
-    @property
-    def plan(self) -> Plan:
-        return self._history[self._history_index]
-
-    @property
-    def can_undo(self) -> bool:
-        return self._history_index > 0
-
-    @property
-    def can_redo(self) -> bool:
-        return self._history_index < len(self._history) - 1
-
-    def set_plan(self, plan: Plan, *, record: bool = True, run: bool = True) -> bool:
-        """Make ``plan`` current (undoable). Returns False, and reports why, if it does not fit the model.
-        ``run=False``: do not compute it (the caller already shows its result)."""
-        if not self._validate(plan):
-            return False
-        if record:
-            if plan == self.plan:
-                return True
-            del self._history[self._history_index + 1 :]
-            self._history.append(plan)
-            self._history_index += 1
-        else:
-            self._history[self._history_index] = plan
-        self._plan_updated(run)
-        return True
-
-    def add_rule(self, select: str, rule: str, params: dict[str, Any] | None = None) -> bool:
-        """Append ``select -> rule(params)`` to the plan (later entries win). An entry with the same selector
-        is replaced, so re-choosing a rule for a node does not pile up entries."""
-        entries = [e for e in self.plan.entries if e.select.removeprefix("node:") != select.removeprefix("node:")]
-        new = Plan(tuple(entries), self.plan.name).with_entry(select, rule, params)
-        return self.set_plan(new)
-
-    def remove_entry(self, index: int) -> bool:
-        if not 0 <= index < len(self.plan.entries):
-            return False
-        return self.set_plan(self.plan.without(index))
-
-    def clear_plan(self) -> bool:
-        return self.set_plan(Plan())
-
-    def undo(self) -> bool:
-        if not self.can_undo:
-            return False
-        self._history_index -= 1
-        self._plan_updated()
-        return True
-
-    def redo(self) -> bool:
-        if not self.can_redo:
-            return False
-        self._history_index += 1
-        self._plan_updated()
-        return True
-
-    def rule_for(self, node_id: str) -> str | None:
-        """The rule the current plan puts on ``node_id`` (None: the true gradient)."""
-        entry = self.rule_entry_for(node_id)
-        return entry.rule if entry is not None else None
-
-    def rule_entry_for(self, node_id: str) -> Any:
-        """The plan entry that decides ``node_id``'s rule, whatever its selector (None: the true gradient)."""
-        if self.graph is None or not self.plan.entries:
-            return None
-        try:
-            res = self.plan.resolve(self.graph)
-        except GradscopeError:
-            return None
-        r = res.rules.get(node_id)
-        return r.entry if r else None
-
-    def ruled_nodes(self) -> dict[str, str]:
-        if self.graph is None or not self.plan.entries:
-            return {}
-        try:
-            return {k: v.entry.rule for k, v in self.plan.resolve(self.graph).rules.items()}
-        except GradscopeError:
-            return {}
-
-    def apply_method(self, name: str, **options: Any) -> bool:
-        """Fill the plan from a method preset and take its read-out defaults (reduction, x input, signed)."""
-        from gradscope.rules.methods import build_method
-
-        if self.graph is None:
-            self._error("No model", "Open a model first.", None)
-            return False
-        try:
-            method = build_method(name, self.graph, **options)
-        except GradscopeError as exc:
-            self._error("Method failed", str(exc), exc)
-            return False
-        self.method_name = name
-        changes: dict[str, Any] = {
-            "reduction": method.reduction,
-            "times_input": method.times_input,
-            "signed": method.signed,
-        }
-        if method.signed:
-            changes.update(colormap="bwr", normalization="signed")
-        elif self.view.signed:
-            changes.update(colormap="jet", normalization="minmax")
-        if method.readout_node:
-            changes["readout_node"] = method.readout_node
-        self._set_view_quiet(**changes)
-        plan = Plan(method.plan.entries, method.plan.name or name)
-        ok = self.set_plan(plan) if plan != self.plan else True
-        self.view_changed.emit(self.view)
-        for w in method.warnings:
-            self.status_changed.emit(w)
-        if ok and plan == self.plan and not method.warnings:
-            self.status_changed.emit(f"Method {name}: {len(method.changed)} node(s) with rules.")
-        return ok
-
-    def _validate(self, plan: Plan) -> bool:
-        if self.graph is None:
-            return True
-        try:
-            plan.resolve(self.graph)
-        except GradscopeError as exc:
-            self._error("The rule cannot be used here", str(exc), exc)
-            return False
-        return True
-
-    def _plan_updated(self, run: bool = True) -> None:
-        self.plan_changed.emit(self.plan)
-        if run:
-            self._maybe_run()
 
     # ------------------------------------------------------------------------------------------- target, view
     def set_target(self, target: Target) -> None:

@@ -29,7 +29,7 @@ class ViewSettings:
     alpha: float = 0.5
     normalization: str = "minmax"
     reduction: str = "max_abs"
-    readout_node: str | None = None  # None: follow the selected node; INPUT_KEY: always the model input
+    readout_node: str | None = INPUT_KEY  # INPUT_KEY: the model input; None: follow the selected node
     times_input: bool = False
     signed: bool = False
     style: str = "caffe"  # blend: "caffe" (the map's strength is its opacity, RULES_SPEC §4) or "alpha"
@@ -49,7 +49,7 @@ class ViewSettings:
             reduction=method.reduction,
             times_input=method.times_input,
             signed=method.signed,
-            readout_node=method.readout_node,
+            readout_node=method.readout_node or INPUT_KEY,
         )
         if method.signed:
             view = dataclasses.replace(view, colormap="bwr", normalization="signed")

@@ -95,8 +95,12 @@ class OverlayView(QWidget):
         self.other_class.setToolTip("Any class index (auto: each sample's top-1)")
         self.other_class.editingFinished.connect(self._on_other_class)
         self.readout = QComboBox()
-        self.readout.addItems(["selected node", "model input"])
-        self.readout.setToolTip("Read the map at the node selected in the graph, or always at the model input")
+        self.readout.addItem("model input", INPUT_KEY)
+        self.readout.addItem("selected node", None)
+        self.readout.setToolTip(
+            "Where the map is read: the model input (default: every rule's effect shows), the node selected in "
+            "the graph (the signal arriving at its output, i.e. above its own rule), or the node a method chose"
+        )
         self.readout.activated.connect(self._on_readout)
         self.which = QComboBox()
         self.which.addItems(["plan", "baseline"])
@@ -200,7 +204,11 @@ class OverlayView(QWidget):
                 self.reduction.addItem(v.reduction)
             self.reduction.setCurrentText(v.reduction)
             self.times_input.setChecked(v.times_input)
-            self.readout.setCurrentIndex(1 if v.readout_node == INPUT_KEY else 0)
+            while self.readout.count() > 2:  # a method's node from an earlier preset
+                self.readout.removeItem(2)
+            if v.readout_node not in (INPUT_KEY, None):
+                self.readout.addItem(f"{v.readout_node} (method)", v.readout_node)
+            self.readout.setCurrentIndex(self.readout.findData(v.readout_node) if v.readout_node is not None else 1)
             self.preprocessing.setCurrentText(self.session.preprocessing)
         finally:
             self._updating = False
@@ -243,7 +251,7 @@ class OverlayView(QWidget):
         self.session.set_target_class(None if v < 0 else v)
 
     def _on_readout(self, index: int) -> None:
-        self.session.set_view(readout_node=INPUT_KEY if index == 1 else None)
+        self.session.set_view(readout_node=self.readout.itemData(index))
 
     # ------------------------------------------------------------------------------------------- drawing
     def refresh(self) -> None:

@@ -352,7 +352,7 @@ def test_exports_and_session_file_round_trip(tmp_path, model, image):
     assert s.open_image(img_path)
     s.add_rule("c1:act", "scale", {"factor": 0.5})
     s.set_target_class(1)
-    s.set_view(colormap="hot", alpha=0.3)
+    s.set_view(colormap="hot", alpha=0.3, readout_node=None)  # map at the selected node
     s.select("c2")
 
     png = s.export_overlay(tmp_path / "ov.png")

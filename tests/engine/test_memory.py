@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from gradscope.core.targets import Target
-from gradscope.engine import runner
+from gradscope.engine import live, runner
 from gradscope.engine.runner import Engine
 from gradscope.rules.plan import Plan
 from tests.engine.fixtures import tiny_cnn
@@ -61,7 +61,7 @@ def test_soak_500_session_edits_hold_memory():
     s.executor.run_all()
     s.set_image(np.full((12, 12, 3), 90, np.uint8))
     s.executor.run_all()
-    after_50 = graphs_50 = None
+    after_50 = graphs_50 = 0
     for i in range(1, 501):
         s.add_rule("c1:act", "scale", {"factor": 1.0 + i / 1000})
         s.executor.run_all()
@@ -71,4 +71,5 @@ def test_soak_500_session_edits_hold_memory():
     assert s.result.meta["mode"] in ("live", "compiled")
     gc.collect()
     assert rss_mb() - after_50 < 300
-    assert _traced_graphs() <= graphs_50 + runner._CACHE_SIZE
+    # traced graphs: at most the compiled kernels plus the whole-plan traces, whatever the number of edits
+    assert _traced_graphs() <= live._COMPILED_KERNELS + runner._CACHE_SIZE + graphs_50 // 8

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import threading
+import time
 
 import numpy as np
 from PySide6.QtCore import Qt, QTimer
@@ -138,6 +139,7 @@ def test_gui_stays_responsive_while_the_backward_pass_runs(window, qtbot, wait_i
 
     def spy(*args, **kwargs):
         ran_on.append(threading.get_ident())
+        time.sleep(0.2)  # a pass that takes a while on any machine (the live path is fast on this tiny model)
         return real(*args, **kwargs)
 
     engine.backward = spy

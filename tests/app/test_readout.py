@@ -1,0 +1,47 @@
+"""The headline action shows its effect: the map is read at the model input by default, so a rule on the
+clicked node changes it; undo and clear give back the read-out, reduction and caption with the plan."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from gradscope.app.session import INPUT_KEY, Session
+from gradscope.app.worker import InlineExecutor
+from gradscope.io.demo import demo_image_paths, demo_model_path
+
+
+def _demo() -> Session:
+    s = Session(InlineExecutor())
+    s.open_model(demo_model_path())
+    s.open_image(demo_image_paths()[0])
+    return s
+
+
+def test_a_rule_on_the_clicked_node_changes_the_default_map():
+    s = _demo()
+    assert s.view.readout_node == INPUT_KEY and s.readout is None
+    before = s.overlay().saliency.copy()
+    relu = next(n.id for n in s.graph.nodes if n.activation == "relu")
+    s.select(relu)  # clicking a node does not move the map away from the input
+    s.add_rule(relu, "backward_as", {"activation": "sigmoid"})
+    after = s.overlay()
+    assert after.node is None and not np.allclose(after.saliency, before)
+    assert "custom plan" in s.result_caption()  # a hand edit is no longer any preset's plan
+
+
+def test_undo_and_clear_give_back_the_readout_of_the_plan():
+    s = _demo()
+    s.apply_method("cmwp")
+    pinned = s.view.readout_node
+    assert pinned not in (None, INPUT_KEY) and s.view.reduction == "sum_clamped"
+    s.undo()
+    assert s.plan.entries == () and s.view.readout_node == INPUT_KEY and s.view.reduction == "max_abs"
+    assert s.method_name == "gradient" and "cmwp" not in s.result_caption()
+    s.redo()
+    assert s.view.readout_node == pinned and s.method_name == "cmwp"
+    s.clear_plan()
+    assert s.view.readout_node == INPUT_KEY and s.view.reduction == "max_abs" and s.method_name == "gradient"
+    s.apply_method("lrp_epsilon")  # signed: diverging colours, given back by undo
+    assert s.view.colormap == "bwr"
+    s.undo()
+    assert s.view.colormap == "jet" and not s.view.signed
