@@ -45,6 +45,9 @@ def resolve_method(engine: Any, method: str | Method | None, plan: Plan | None, 
             times_input=base.times_input if base else False,
             signed=base.signed if base else False,
             readout_node=base.readout_node if base else None,
+            grad_cam=base.grad_cam if base else False,
+            sampling=base.sampling if base else None,
+            options=dict(base.options) if base else {},
             changed=tuple(plan.resolve(engine.graph).rules),
         )
     return build_method(method or "gradient", engine.graph, **options)
@@ -166,8 +169,20 @@ def explain(
                 f"Node {node!r} has output shape {engine.graph.node(node).output_shape}: a map needs a spatial "
                 "(H, W[, C]) or (L, C) output. Pick a convolutional layer or the input."
             )
+    if m.sampling is not None:
+        from gradscope.engine.attribution import integrated_gradients, smoothgrad
+
+        if node is not None:
+            raise GraphError(f"{m.sampling} reads its map at the model input; drop --layer/layer={node!r}.")
+        options = {k: v for k, v in m.options.items() if k in ("samples", "noise", "seed", "steps")}
+        fn = smoothgrad if m.sampling == "smoothgrad" else integrated_gradients
+        signal = fn(engine, x, target, m.plan, **options)[0]
     if m.times_input:
         signal = signal * forward
+    if m.grad_cam:
+        from gradscope.engine.attribution import grad_cam_weighting
+
+        signal = grad_cam_weighting(signal, forward)
     saliency = reduce_channels(signal, reduction or m.reduction)
     sidecar = {
         "model": getattr(engine.model, "name", "model"),

@@ -27,7 +27,7 @@ class PlanEditingMixin:
         return self._history.can_redo
 
     def _edit(self, plan: Plan) -> Edit:
-        return Edit(plan, self.method_name, {k: getattr(self.view, k) for k in READOUT_FIELDS})
+        return Edit(plan, self.method_name, {k: getattr(self.view, k) for k in READOUT_FIELDS}, self.method_sampling)
 
     def set_plan(self, plan: Plan, *, record: bool = True, run: bool = True) -> bool:
         """Make ``plan`` current (undoable, with the method and read-out now set). Returns False, and reports
@@ -58,8 +58,10 @@ class PlanEditingMixin:
 
     def _manual_edit(self, plan: Plan) -> bool:
         """A hand edit: the plan is no longer the preset's, so the caption stops naming the preset."""
-        method = self.method_name
+        method, sampling = self.method_name, self.method_sampling
         self.method_name = "custom plan" if plan.entries else "gradient"
+        if sampling is not None and plan.entries:  # SmoothGrad / IG of a custom plan: say so
+            self.method_name = f"{sampling[0]} of a custom plan"
         if not self.set_plan(plan):
             self.method_name = method
             return False
@@ -68,6 +70,7 @@ class PlanEditingMixin:
     def clear_plan(self) -> bool:
         """No rules: the plain gradient, read at the model input."""
         self.method_name = "gradient"
+        self.method_sampling = None
         self._take_readout("max_abs", False, False, None)
         ok = self.set_plan(Plan())
         self.view_changed.emit(self.view)
@@ -87,6 +90,7 @@ class PlanEditingMixin:
 
     def _restore_edit(self, edit: Edit) -> None:
         self.method_name = edit.method
+        self.method_sampling = edit.sampling
         changes = dict(edit.readout)
         if changes.get("signed") != self.view.signed:  # colours follow the sign, as apply_method sets them
             changes.update(colormap="bwr", normalization="signed") if changes.get("signed") else changes.update(
@@ -133,7 +137,9 @@ class PlanEditingMixin:
             self._error("Method failed", str(exc), exc)
             return False
         self.method_name = name
-        self._take_readout(method.reduction, method.times_input, method.signed, method.readout_node)
+        self._take_readout(method.reduction, method.times_input, method.signed, method.readout_node,
+                           grad_cam=method.grad_cam)
+        self.method_sampling = (method.sampling, dict(method.options)) if method.sampling else None
         plan = Plan(method.plan.entries, method.plan.name or name)
         ok = self.set_plan(plan)
         self.view_changed.emit(self.view)
@@ -143,7 +149,9 @@ class PlanEditingMixin:
             self.status_changed.emit(f"Method {name}: {len(method.changed)} node(s) with rules.")
         return ok
 
-    def _take_readout(self, reduction: str, times_input: bool, signed: bool, node: str | None) -> None:
+    def _take_readout(
+        self, reduction: str, times_input: bool, signed: bool, node: str | None, *, grad_cam: bool = False
+    ) -> None:
         """A method's read-out: its node (else the model input, never a node an earlier preset pinned), its
         reduction and sign; a signed map gets a diverging colormap, and loses it again after."""
         changes: dict[str, Any] = {
@@ -151,6 +159,7 @@ class PlanEditingMixin:
             "times_input": times_input,
             "signed": signed,
             "readout_node": node or INPUT_KEY,
+            "grad_cam": grad_cam,
         }
         if signed:
             changes.update(colormap="bwr", normalization="signed")

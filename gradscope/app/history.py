@@ -9,7 +9,7 @@ from typing import Any
 from gradscope.rules.plan import Plan
 
 #: The view fields a method preset sets (``ViewSettings.for_method``); colours follow ``signed``.
-READOUT_FIELDS = ("readout_node", "reduction", "times_input", "signed")
+READOUT_FIELDS = ("readout_node", "reduction", "times_input", "signed", "grad_cam")
 
 
 @dataclass(frozen=True)
@@ -17,6 +17,7 @@ class Edit:
     plan: Plan
     method: str
     readout: dict[str, Any] = field(default_factory=dict, compare=False, hash=False)
+    sampling: tuple | None = field(default=None, compare=False, hash=False)  # (kind, options) of the method
 
 
 class PlanHistory:

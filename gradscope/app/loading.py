@@ -84,6 +84,7 @@ class ModelLoadingMixin:
         self._baseline_key = None
         self.selected = None
         self.method_name = "gradient"
+        self.method_sampling = None
         self.target = Target()
         restore, self._restore = self._restore, None
         if restore is not None:
@@ -91,6 +92,7 @@ class ModelLoadingMixin:
             self.target = restore.target
             self.view = restore.view
             self.method_name = restore.method or "custom"
+            self.method_sampling = _sampling_of(restore.method, self.graph)
         else:  # a node the previous model's preset pinned means nothing here: read at the input
             self._take_readout("max_abs", False, False, None)
         self._history = PlanHistory(self._edit(Plan()))
@@ -130,3 +132,16 @@ class ModelLoadingMixin:
     def _on_layout(self, layout: Any) -> None:
         self.layout = layout
         self.layout_changed.emit(layout)
+
+
+def _sampling_of(method: str | None, graph: Any) -> tuple[str, dict[str, Any]] | None:
+    """The sampling of a restored session's method preset (SmoothGrad, IG), with its default options."""
+    from gradscope.rules.methods import available_methods, build_method
+
+    if not method or method not in available_methods():
+        return None
+    try:
+        m = build_method(method, graph)
+    except Exception:  # noqa: BLE001 - a preset that does not fit this model simply has no sampling
+        return None
+    return (m.sampling, dict(m.options)) if m.sampling else None

@@ -42,6 +42,7 @@ from gradscope.core.files import write_text_atomic
 from gradscope.core.graph import LayerGraph
 from gradscope.core.results import BackwardResult, NodeStats
 from gradscope.core.targets import Target
+from gradscope.engine.attribution import grad_cam_weighting
 from gradscope.rules.plan import Plan
 
 # Re-exported: the front ends take the view's choices and the session-file names from here.
@@ -58,6 +59,19 @@ __all__ = [
     "WeightInfo",
     "colormaps",
 ]
+
+
+def sampled(engine: Any, x: Any, target: Target, plan: Plan, result: BackwardResult, sampling: tuple) -> Any:
+    """``result`` with its input signal replaced by SmoothGrad's or integrated gradients' average (worker)."""
+    from gradscope.engine.attribution import integrated_gradients, smoothgrad
+
+    if isinstance(x, list):
+        raise GraphError(f"{sampling[0]} needs a model with one input.")
+    kind, options = sampling
+    fn = smoothgrad if kind == "smoothgrad" else integrated_gradients
+    grad = fn(engine, x, target, plan, **options)
+    meta = {**result.meta, "sampling": kind}
+    return dataclasses.replace(result, input_grads=[grad, *result.input_grads[1:]], meta=meta)
 
 
 @dataclass
@@ -92,6 +106,8 @@ class Session(PlanEditingMixin, ModelLoadingMixin, JobsMixin):
         self.weight_info: dict[str, list[WeightInfo]] = {}
         self.target = Target()
         self.method_name = "gradient"
+        #: (kind, options) when the method averages the input gradient over copies (SmoothGrad, IG), else None
+        self.method_sampling: tuple[str, dict[str, Any]] | None = None
         self.view = ViewSettings()
         self.selected: str | None = None
         self.result: BackwardResult | None = None
@@ -257,6 +273,7 @@ class Session(PlanEditingMixin, ModelLoadingMixin, JobsMixin):
         if self._engine is None or self.inputs is None:
             return False
         engine, x, target, plan, method = self._engine, self.inputs, self.target, self.plan, self.method_name
+        sampling = self.method_sampling
         self._cancel_kind("compile")  # a background compile of an older plan only competes with this one
         base_key = (id(engine), self._input_version, target)
         old_base = self.baseline if base_key == self._baseline_key else None
@@ -273,6 +290,9 @@ class Session(PlanEditingMixin, ModelLoadingMixin, JobsMixin):
             if plan.entries and not plan.is_identity:
                 token.report(f"Running the plan ({len(plan.entries)} entries)...")
                 result = with_input_stats(engine.backward(x, target, plan, capture="all"))
+            if sampling is not None:
+                token.report(f"{sampling[0]}: averaging the input gradient over copies...")
+                result = with_input_stats(sampled(engine, x, target, plan, result, sampling))
             seconds = time.perf_counter() - t0
             return RunOutput(result, base, base_key, seconds, engine.trace_count != traces, plan, method)
 
@@ -453,6 +473,8 @@ class Session(PlanEditingMixin, ModelLoadingMixin, JobsMixin):
             sig, val = res.node_grads[node][0], res.node_values.get(node, [None])[0]
         if self.view.times_input and val is not None and np.shape(val) == np.shape(sig):
             sig = sig * val
+        if self.view.grad_cam and val is not None and np.shape(val) == np.shape(sig) and np.ndim(sig) >= 2:
+            sig = grad_cam_weighting(sig, val)
         return np.asarray(sig)
 
     def overlay(self, node: str | None = ..., which: str = "current") -> OverlayImages:  # type: ignore[assignment]

@@ -32,6 +32,7 @@ class ViewSettings:
     readout_node: str | None = INPUT_KEY  # INPUT_KEY: the model input; None: follow the selected node
     times_input: bool = False
     signed: bool = False
+    grad_cam: bool = False  # weight the node's value by its channel-mean gradient (Grad-CAM) before reducing
     style: str = "caffe"  # blend: "caffe" (the map's strength is its opacity, RULES_SPEC §4) or "alpha"
 
     def to_dict(self) -> dict[str, Any]:
@@ -49,6 +50,7 @@ class ViewSettings:
             reduction=method.reduction,
             times_input=method.times_input,
             signed=method.signed,
+            grad_cam=method.grad_cam,
             readout_node=method.readout_node or INPUT_KEY,
         )
         if method.signed:

@@ -26,6 +26,8 @@ class Method:
     times_input: bool = False  # multiply the signal by the input (gradient x input)
     signed: bool = False  # show with a diverging colormap
     readout_node: str | None = None  # default node to read the map at (None: the model input)
+    grad_cam: bool = False  # weight the read-out node's value by its channel-mean gradient (Grad-CAM)
+    sampling: str | None = None  # "smoothgrad" / "integrated_gradients": average the input gradient over copies
     changed: tuple[str, ...] = ()  # node ids the preset assigned a rule to
     warnings: tuple[str, ...] = ()
     options: dict[str, Any] = field(default_factory=dict)
@@ -72,6 +74,39 @@ def changed_nodes(graph: LayerGraph, plan: Plan) -> tuple[str, ...]:
 @register_method("gradient", "Plain gradient (true VJP everywhere)")
 def gradient(graph: LayerGraph) -> Method:
     return Method("gradient", Plan(name="gradient"), reduction="max_abs")
+
+
+@register_method("grad_cam", "Grad-CAM: ReLU(sum_c mean(dy/dA_c) A_c) at the last feature map (Selvaraju 2017)")
+def grad_cam(graph: LayerGraph, layer: str | None = None) -> Method:
+    from gradscope.rules.builtin.linear_ops import classifier_node, feature_map_node
+
+    if layer is not None:
+        node = graph.node(layer)
+    else:
+        top = classifier_node(graph)
+        node = feature_map_node(graph, top) if top is not None else None
+        if node is None:  # no classifier to walk up from: the last node with a spatial output
+            spatial = [n for n in graph.nodes if len(n.output_shape) == 4 and not n.is_input]
+            node = spatial[-1] if spatial else None
+    if node is None or len(node.output_shape) < 3:
+        raise PlanError(
+            f"Grad-CAM needs a spatial feature map (H, W, C); model {graph.model_name!r} has none"
+            + (f" at {layer!r}" if layer else "") + ". Give one with layer=NODE."
+        )
+    return Method("grad_cam", Plan(name="grad_cam"), reduction="sum_clamped", readout_node=node.id, grad_cam=True,
+                  options={"layer": layer})
+
+
+@register_method("smoothgrad", "SmoothGrad: mean input gradient over noisy copies (Smilkov et al. 2017)")
+def smoothgrad(graph: LayerGraph, samples: int = 16, noise: float = 0.15, seed: int = 0) -> Method:
+    return Method("smoothgrad", Plan(name="smoothgrad"), reduction="max_abs", sampling="smoothgrad",
+                  options={"samples": int(samples), "noise": float(noise), "seed": int(seed)})
+
+
+@register_method("integrated_gradients", "Integrated gradients from a black baseline (Sundararajan et al. 2017)")
+def integrated_gradients(graph: LayerGraph, steps: int = 32) -> Method:
+    return Method("integrated_gradients", Plan(name="integrated_gradients"), reduction="sum", signed=True,
+                  sampling="integrated_gradients", options={"steps": int(steps)})
 
 
 @register_method("gradient_x_input", "Gradient times input (at the input or any layer)")

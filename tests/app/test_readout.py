@@ -45,3 +45,21 @@ def test_undo_and_clear_give_back_the_readout_of_the_plan():
     assert s.view.colormap == "bwr"
     s.undo()
     assert s.view.colormap == "jet" and not s.view.signed
+
+
+def test_peer_methods_in_the_session():
+    from gradscope.engine.attribution import smoothgrad
+
+    s = _demo()
+    plain = s.result.input_grad.copy()
+    s.apply_method("smoothgrad", samples=4)
+    assert s.result.meta.get("sampling") == "smoothgrad" and s.view.readout_node == INPUT_KEY
+    expected = smoothgrad(s._engine, s.inputs, s.target, s.plan, samples=4)
+    np.testing.assert_allclose(s.result.input_grad, expected, rtol=1e-5, atol=1e-7)
+    s.undo()  # back to the plain gradient
+    assert "sampling" not in s.result.meta
+    np.testing.assert_allclose(s.result.input_grad, plain, rtol=1e-6)
+    s.apply_method("grad_cam")
+    assert s.view.grad_cam and s.view.readout_node not in (None, INPUT_KEY)
+    m = s.overlay()
+    assert m.spatial and np.all(m.saliency >= 0)  # ReLU of the weighted sum
