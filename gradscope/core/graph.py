@@ -42,8 +42,9 @@ class NodeSpec:
 
     @property
     def label(self) -> str:
+        """What the graph view draws: the id (the name JSON, the CLI and diagnostics use), type and shape."""
         shape = "x".join("?" if d is None else str(d) for d in self.output_shape[1:])
-        return f"{self.name}\n{self.op_type} {shape}".rstrip()
+        return f"{self.id}\n{self.op_type} {shape}".rstrip()
 
 
 @dataclass(frozen=True)

@@ -6,6 +6,7 @@ import argparse
 import os
 import sys
 from pathlib import Path
+from typing import Any
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
@@ -44,6 +45,7 @@ def main(argv: list[str] | None = None) -> int:
         window.resize(w, h)
     except ValueError:
         pass
+    _fit_to_screen(window, app)
     window.show()
     model, image = args.model, args.image
     if model is None and not args.no_demo:
@@ -94,6 +96,17 @@ def _demo_paths(image: str | None) -> tuple[str | None, str | None, str]:
         except Exception:
             image = None
     return model, image, ""
+
+
+def _fit_to_screen(window: Any, app: Any) -> None:
+    """Open no larger than the screen's free area (a laptop's 1280x720 included), centred on it."""
+    screen = app.primaryScreen()
+    if screen is None:
+        return
+    free = screen.availableGeometry()
+    w, h = min(window.width(), free.width()), min(window.height(), free.height())
+    window.resize(w, h)
+    window.move(free.x() + (free.width() - w) // 2, free.y() + (free.height() - h) // 2)
 
 
 def _after_load(window: object, args: argparse.Namespace) -> None:

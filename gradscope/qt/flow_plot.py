@@ -11,7 +11,16 @@ from pathlib import Path
 import numpy as np
 import pyqtgraph as pg
 from PySide6.QtCore import Qt, Signal
-from PySide6.QtWidgets import QCheckBox, QComboBox, QHBoxLayout, QLabel, QSplitter, QVBoxLayout, QWidget
+from PySide6.QtWidgets import (
+    QCheckBox,
+    QComboBox,
+    QHBoxLayout,
+    QLabel,
+    QSizePolicy,
+    QSplitter,
+    QVBoxLayout,
+    QWidget,
+)
 
 from gradscope.app.session import Session
 
@@ -48,6 +57,8 @@ class FlowPlot(QWidget):
         self.show_baseline.toggled.connect(lambda *_: self.refresh())
         self.caption = QLabel()
         self.caption.setStyleSheet("color:#546e7a")
+        self.caption.setMinimumWidth(0)  # a long caption is cut, never widens the window (1280x720 screens)
+        self.caption.setSizePolicy(QSizePolicy.Policy.Ignored, QSizePolicy.Policy.Preferred)
         bar.addWidget(QLabel("Gradient flow"))
         bar.addWidget(self.metric)
         bar.addWidget(self.show_baseline)

@@ -128,7 +128,7 @@ class NodeInfo(QTextBrowser):
             return "(" + ", ".join("None" if d is None else str(d) for d in t) + ")"
 
         rows = [
-            ("id", f"<code>{html.escape(n.id)}</code>"),
+            *([("layer name", html.escape(n.name))] if n.name != n.id else []),
             ("type", html.escape(n.op_type) + (f" ({html.escape(n.activation)})" if n.activation else "")),
             ("inputs", ", ".join(shape(t) for t in n.input_shapes) or "–"),
             ("output", ", ".join(shape(t) for t in n.output_shapes)),
@@ -143,7 +143,7 @@ class NodeInfo(QTextBrowser):
         if cfg:
             text = ", ".join(f"{k}={v}" for k, v in list(cfg.items())[:12])
             rows.append(("config", f"<span style='color:#455a64'>{html.escape(text)}</span>"))
-        out = [f"<h3 style='margin:0'>{html.escape(n.name)}</h3>"]
+        out = [f"<h3 style='margin:0'>{html.escape(n.id)}</h3>"]  # the id every file and command uses
         out.extend(_diagnosis_lines(s.diagnosis, n.id))  # first: when a path is cut here, that is the news
         out.append("<table cellspacing='2'>")
         out += [f"<tr><td style='color:#607d8b'>{k}</td><td>{v}</td></tr>" for k, v in rows]

@@ -143,7 +143,7 @@ class MainWindow(QMainWindow):
         scroll = QScrollArea()
         scroll.setWidget(self.inspector)
         scroll.setWidgetResizable(True)
-        scroll.setMinimumWidth(360)
+        scroll.setMinimumWidth(300)
         main = QSplitter(Qt.Orientation.Horizontal)
         main.addWidget(left)
         main.addWidget(scroll)

@@ -113,7 +113,7 @@ class OverlayView(QWidget):
         self.cmap.activated.connect(lambda *_: self.session.set_view(colormap=self.cmap.currentText()))
         self.alpha = QSlider(Qt.Orientation.Horizontal)
         self.alpha.setRange(0, 100)
-        self.alpha.setFixedWidth(90)
+        self.alpha.setFixedWidth(60)
         self.alpha.setToolTip("Opacity of the map over the image")
         self.alpha.valueChanged.connect(lambda v: self._updating or self.session.set_view(alpha=v / 100.0))
         self.style = QComboBox()
@@ -154,6 +154,12 @@ class OverlayView(QWidget):
             h.addWidget(w, 1)
             return box
 
+        for combo in (self.target, self.preprocessing, self.readout, self.which, self.reduction, self.cmap, self.norm,
+                      self.style):
+            # combos may shrink below their longest item: the controls must fit a 1280-pixel-wide screen
+            combo.setSizeAdjustPolicy(QComboBox.SizeAdjustPolicy.AdjustToMinimumContentsLengthWithIcon)
+            combo.setMinimumContentsLength(4)
+        self.target.setMinimumContentsLength(8)
         grid.addWidget(cell("Target", self.target), 0, 0, 1, 2)
         grid.addWidget(cell("class", self.other_class), 0, 2)
         grid.addWidget(cell("Pixels", self.preprocessing), 0, 3)

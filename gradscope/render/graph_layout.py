@@ -110,7 +110,10 @@ def visible_graph(
         root = _collapsed_root(n.group, collapsed)
         if root is None:
             rep[n.id] = n.id
-            boxes[n.id] = (n.id, n.name, f"{n.op_type}  {shape_text(n)}", n.group, None)
+            # the title is the node's id (inside its group's frame, the part after the group's "/"), the name JSON,
+            # the CLI and diagnostics use; a split activation is "conv1:act", not the layer's "conv1:relu"
+            title = n.id[len(n.group) + 1 :] if n.group and n.id.startswith(n.group + "/") else n.id
+            boxes[n.id] = (n.id, title, f"{n.op_type}  {shape_text(n)}", n.group, None)
         else:
             box_id = GROUP_PREFIX + root
             rep[n.id] = box_id

@@ -249,3 +249,11 @@ def test_gui_modules_do_not_import_tensorflow():
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert out.returncode == 0, out.stderr
     assert out.stdout.split() == ["False", "False"]
+
+
+def test_the_window_fits_a_1280x720_screen(window, qtbot, wait_idle, model_file, image_file):
+    _open(window, qtbot, wait_idle, model_file, image_file)
+    hint = window.minimumSizeHint()
+    assert hint.width() <= 1280 and hint.height() <= 720, (hint.width(), hint.height())
+    node = next(n for n in window.session.graph.nodes if n.id.endswith(":act"))
+    assert node.label.splitlines()[0] == node.id  # the graph draws the id every file and command uses
