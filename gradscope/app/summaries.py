@@ -8,6 +8,7 @@ from typing import Any
 
 import numpy as np
 
+from gradscope.core.names import weight_names
 from gradscope.core.results import BackwardResult, NodeStats
 
 
@@ -40,9 +41,8 @@ def weight_info(engine: Any) -> dict[str, list[WeightInfo]]:
             out[node.id] = seen[id(op)]
             continue
         infos = []
-        for v in op.weights:
+        for v, name in zip(op.weights, weight_names(op, op.weights)):  # the names rules address them by
             a = np.asarray(v, dtype=np.float64)
-            name = (getattr(v, "path", None) or v.name).split("/")[-1]
             if a.size == 0:
                 continue
             infos.append(

@@ -66,7 +66,9 @@ class RuleContext:
         weights: dict[str, Any] | None = None,
     ) -> list[Any]:
         """Vector-Jacobian product of the node w.r.t. its inputs, at the given (or forward) inputs/weights."""
-        xs = [tf.convert_to_tensor(x) for x in (self.inputs if inputs is None else inputs)]
+        # tf.identity: one tensor given twice (self-attention, ``mha(x, x)``) must get one gradient per use,
+        # not the sum of both for each (which the engine would then add up again)
+        xs = [tf.identity(tf.convert_to_tensor(x)) for x in (self.inputs if inputs is None else inputs)]
         ws = self._weights_with(weights)
         with tf.GradientTape(watch_accessed_variables=False) as tape:
             for x in xs:

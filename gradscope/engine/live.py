@@ -170,6 +170,7 @@ class LiveBackward:
         def fn(xs: list, ys: list, ws: list, dys: list) -> Any:
             xs, ys, ws, dys = list(xs), list(ys), list(ws), list(dys)
             if rule is None:
+                xs = [tf.identity(x) for x in xs]  # a tensor used twice gets one gradient per use (see context.vjp)
                 float_xs = [x for x in xs if x.dtype.is_floating]
                 with tf.GradientTape(watch_accessed_variables=False) as tape:
                     for x in float_xs:

@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from gradscope.backend import keras, tf
+from gradscope.core.names import weight_names
 from gradscope.engine.keras_graph import Step, linear_activation
 
 
@@ -30,10 +31,6 @@ def call_arguments(step: Step, values: dict, training: bool = False) -> tuple[tu
     if getattr(op, "_call_has_training_arg", False) and (training or "training" not in kwargs):
         kwargs = {**kwargs, "training": training}
     return args, kwargs
-
-
-def weight_name(v: Any) -> str:
-    return (getattr(v, "path", None) or v.name).split("/")[-1].split(":")[0]
 
 
 def node_variables(step: Step) -> list[Any]:
@@ -71,7 +68,7 @@ class NodeCall:
 
     @property
     def weight_names(self) -> list[str]:
-        return [weight_name(v) for v in self.variables]
+        return weight_names(self.step.operation, self.variables)
 
     def weights(self) -> list[Any]:
         return [v.value for v in self.variables]
