@@ -67,6 +67,22 @@ class Explanation:
     sidecar: dict[str, Any] = field(default_factory=dict)
 
     @property
+    def warnings(self) -> list[str]:
+        """What may make this map misleading: the method's own warnings, plan selectors that matched no node,
+        non-finite logits, a degenerate map (all zero, constant, NaN/Inf). Empty when there is nothing to say."""
+        from gradscope.render import degeneracy
+
+        out = list(self.method.warnings)
+        out += [f"selector {s!r} matched no node: its rule is not applied" for s in self.result.unmatched]
+        logits = np.asarray(self.result.logits)
+        if logits.size and not np.isfinite(logits).all():
+            out.append("the model's outputs are NaN/Inf for this input (check its weights): the class is meaningless")
+        why = degeneracy(self.saliency)
+        if why is not None:
+            out.append(f"the map is {why}: it carries no spatial information")
+        return out
+
+    @property
     def predicted_class(self) -> int:
         return int(self.result.target_indices[0]) if self.result.target_indices.size else -1
 

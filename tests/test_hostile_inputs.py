@@ -79,3 +79,39 @@ def test_non_finite_scale_factors_are_refused(params):
 def test_a_nan_clip_bound_is_refused():
     with pytest.raises(PlanError, match="NaN"):
         Plan().with_entry("*", "clip", {"low": float("nan")}).resolve(Engine(tiny_cnn()).graph)
+
+
+def test_bad_view_values_and_plan_schemas_are_user_errors(tmp_path, capsys):
+    from gradscope.cli import EXIT_USER_ERROR, main
+
+    assert main(["explain", "--cmap", "nope", "--out", str(tmp_path / "a.png")]) == EXIT_USER_ERROR
+    assert main(["explain", "--alpha", "3", "--out", str(tmp_path / "b.png")]) == EXIT_USER_ERROR
+    err = capsys.readouterr().err
+    assert "colormap 'nope'" in err and "alpha 3.0" in err and "internal error" not in err
+    with pytest.raises(PlanError, match="whole number"):
+        Plan.from_dict({"schema": "2", "entries": []})
+
+
+def test_a_batch_continues_past_bad_images_and_lists_them(tmp_path, capsys):
+    from gradscope.cli import EXIT_USER_ERROR, main
+    from gradscope.io.demo import demo_image_paths, demo_model_path
+
+    folder = tmp_path / "in"
+    folder.mkdir()
+    for i, src in enumerate(demo_image_paths()[:2]):
+        (folder / f"ok{i}.png").write_bytes(open(src, "rb").read())
+    (folder / "broken.png").write_bytes(b"not a png")
+    out = tmp_path / "out"
+    assert main(["-q", "explain", str(demo_model_path()), str(folder), "--out", str(out)]) == EXIT_USER_ERROR
+    assert len(list(out.glob("*.png"))) == 2
+    assert "broken.png" in capsys.readouterr().err
+
+
+def test_an_unmatched_selector_is_a_warning_and_strict_fails(tmp_path, capsys):
+    from gradscope.cli import main
+
+    plan = tmp_path / "plan.json"
+    plan.write_text('{"entries": [{"select": "type:LSTM", "rule": "zero"}]}')
+    assert main(["explain", "--plan", str(plan), "--out", str(tmp_path / "o.png")]) == 0
+    assert "type:LSTM" in capsys.readouterr().err
+    assert main(["explain", "--plan", str(plan), "--strict", "--out", str(tmp_path / "s.png")]) == 1

@@ -310,8 +310,12 @@ class Session(PlanEditingMixin, ModelLoadingMixin, JobsMixin):
             "live": f"live, {out.result.meta.get('recomputed_nodes', 0)} node(s) recomputed",
             "compiled": "traced" if out.retraced else "compiled",
         }.get(mode, mode)
+        warnings = [f"selector {s!r} matched no node" for s in out.result.unmatched]
+        if np.size(out.result.logits) and not np.isfinite(out.result.logits).all():
+            warnings.append("the model's outputs are NaN/Inf for this input (check its weights)")
         self.status_changed.emit(
             f"Gradients in {out.seconds:.2f} s ({how}); {len(out.result.rules)} node(s) with rules"
+            + (f". Warning: {'; '.join(warnings)}." if warnings else "")
         )
         if mode == "live" and self.background_compile:
             self._compile_in_background(out.plan)

@@ -14,11 +14,16 @@ from typing import Any
 import numpy as np
 
 from gradscope import render
+from gradscope.core.errors import GradscopeError
 
 INPUT_KEY = "<input>"  # flow-table / stats key of the model input (it is not an engine node)
 NORMALIZATIONS = tuple(n for n in render.NORMALIZATIONS if n != "abs_max")  # abs_max: an alias of abs
 REDUCTIONS = render.REDUCTIONS
 PREPROCESSINGS = ("unit", "raw", "caffe", "minus_one_one")
+
+
+class ViewError(GradscopeError):
+    """A view setting no picture can be drawn with (an unknown colormap, alpha outside [0, 1], ...)."""
 
 
 @dataclass
@@ -37,6 +42,22 @@ class ViewSettings:
 
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
+
+    def check(self) -> None:
+        """Raise ``ViewError`` (a user error, one line) for a value no picture can be drawn with."""
+        problems = []
+        if self.colormap.lower() not in render.available_colormaps():
+            problems.append(f"colormap {self.colormap!r} (choose: {', '.join(render.available_colormaps())})")
+        if not isinstance(self.alpha, (int, float)) or not 0.0 <= float(self.alpha) <= 1.0:
+            problems.append(f"alpha {self.alpha!r} (a number from 0 to 1)")
+        if self.normalization not in render.NORMALIZATIONS:
+            problems.append(f"normalization {self.normalization!r} (choose: {', '.join(NORMALIZATIONS)})")
+        if self.reduction not in render.REDUCTIONS:
+            problems.append(f"reduction {self.reduction!r} (choose: {', '.join(render.REDUCTIONS)})")
+        if self.style not in render.BLEND_STYLES:
+            problems.append(f"blend style {self.style!r} (choose: {', '.join(render.BLEND_STYLES)})")
+        if problems:
+            raise ViewError("Cannot draw the map with " + "; ".join(problems) + ".")
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> ViewSettings:
@@ -93,6 +114,7 @@ def overlay_images(
 ) -> OverlayImages:
     """The picture of one sample's ``signal`` (already multiplied by the input if the view says so).
     ``blend=False``: the image does not fit the model input (e.g. a random input), so only the heat map."""
+    view.check()
     saliency, spatial = to_map(signal, view.reduction)
     signed = view.normalization == "signed"
     m = render.normalize(saliency, view.normalization)

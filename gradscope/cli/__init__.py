@@ -55,6 +55,11 @@ def _engine(args: argparse.Namespace) -> Any:
     return open_engine(model, safe_mode=not args.unsafe, custom_objects=_custom_objects(args))
 
 
+def _warn(args: argparse.Namespace, message: str) -> None:
+    """Warnings reach stderr even with --quiet: they say the result may mislead."""
+    print(message, file=sys.stderr)
+
+
 def _info(args: argparse.Namespace, message: str) -> None:
     if not getattr(args, "quiet", False):
         print(message, file=sys.stderr)
@@ -138,19 +143,25 @@ def cmd_explain(args: argparse.Namespace) -> int:
     plan = Plan.load(args.plan) if args.plan else None
     target = Target.parse(args.target)
     method = None if (plan is not None and args.method is None) else (args.method or "gradient")
-    written = []
+    written, failed, warned = [], [], 0
     stems = [p.stem for p in images]
     for path in progress(images, lambda p: p.name, enabled=many and not args.quiet):
-        e = explain(
-            engine,
-            path,
-            method=method,
-            plan=plan,
-            target=target,
-            layer=args.layer,
-            preprocessing=args.preprocessing,
-            reduction=args.reduction,
-        )
+        try:
+            e = explain(
+                engine,
+                path,
+                method=method,
+                plan=plan,
+                target=target,
+                layer=args.layer,
+                preprocessing=args.preprocessing,
+                reduction=args.reduction,
+            )
+        except ImageLoadError as exc:
+            if not many:
+                raise
+            failed.append(f"{path.name}: {exc}")  # one bad image must not stop the batch
+            continue
         e.sidecar["model_file"] = args.model or _demo_model()
         # cat.png and cat.jpg in one folder must not write one overlay twice
         name = path.stem if stems.count(path.stem) == 1 else path.name.replace(".", "_")
@@ -164,16 +175,27 @@ def cmd_explain(args: argparse.Namespace) -> int:
             style=args.style,
         )
         written.append(dest)
+        warnings = e.warnings if not many else [w for w in e.warnings if w not in e.method.warnings]
+        prefix = f"{path.name}: " if many else ""
+        for w in warnings:
+            _warn(args, f"warning: {prefix}{w}")
+        warned += bool(warnings)
         if not many:
-            for w in e.method.warnings:
-                _info(args, f"warning: {w}")
             _info(
                 args,
                 f"{e.method.name}: target {e.target.describe()} (class {e.predicted_class}), "
                 f"{len(e.result.rules)} node(s) with rules, map at {e.node or 'input'} -> {dest}",
             )
     if many:
+        for w in e.method.warnings if written else []:
+            _warn(args, f"warning: {w}")
         _info(args, f"wrote {len(written)} overlays to {out}")
+        if failed:
+            _warn(args, f"{len(failed)} image(s) could not be read:\n  " + "\n  ".join(failed))
+            return EXIT_USER_ERROR
+    if args.strict and warned:
+        _warn(args, "--strict: warnings make this a failure.")
+        return 1
     return 0
 
 
@@ -252,6 +274,8 @@ def build_parser() -> argparse.ArgumentParser:
                    help="channel reduction (default: the method's)")
     p.add_argument("--preprocessing", default="unit", choices=["unit", "raw", "caffe", "minus_one_one"],
                    help="how pixels are scaled for the model (default unit: /255)")
+    p.add_argument("--strict", action="store_true",
+                   help="exit 1 when a map may mislead (unmatched selector, NaN/Inf outputs, degenerate map)")
     _model_options(p)
     p.set_defaults(func=cmd_explain)
 

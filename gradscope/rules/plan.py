@@ -157,6 +157,8 @@ class Plan:
         if not isinstance(data, dict) or not isinstance(data.get("entries", []), list):
             raise PlanError('A plan is {"entries": [{"select": ..., "rule": ..., "params": {...}}, ...]}.')
         schema = data.get("schema", PLAN_SCHEMA)
+        if not isinstance(schema, int) or isinstance(schema, bool):
+            raise PlanError(f"Plan schema must be a whole number, got {schema!r}.")
         if schema > PLAN_SCHEMA:
             raise PlanError(f"Plan schema {schema} is newer than this gradscope understands ({PLAN_SCHEMA}).")
         entries = []
