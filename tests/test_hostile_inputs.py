@@ -4,6 +4,7 @@ parameters. Each must be a clear gradscope error."""
 from __future__ import annotations
 
 import os
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -99,7 +100,7 @@ def test_a_batch_continues_past_bad_images_and_lists_them(tmp_path, capsys):
     folder = tmp_path / "in"
     folder.mkdir()
     for i, src in enumerate(demo_image_paths()[:2]):
-        (folder / f"ok{i}.png").write_bytes(open(src, "rb").read())
+        (folder / f"ok{i}.png").write_bytes(Path(src).read_bytes())
     (folder / "broken.png").write_bytes(b"not a png")
     out = tmp_path / "out"
     assert main(["-q", "explain", str(demo_model_path()), str(folder), "--out", str(out)]) == EXIT_USER_ERROR
