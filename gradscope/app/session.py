@@ -383,21 +383,56 @@ class Session(PlanEditingMixin, ModelLoadingMixin, JobsMixin):
         """Node id -> role ("cut", "blocked", "path", "unused", "never_read") for the graph view."""
         return self.diagnosis.highlight() if self.diagnosis is not None else {}
 
-    def cancel(self) -> None:
+    def cancel(self, *, grace: float = 2.0) -> None:
         """Drop whatever is running or queued. The view keeps the last finished result, and the plan goes back
-        to the one that result was computed with, so plan, map and labels describe the same result."""
+        to the one that result was computed with, so plan, map and labels describe the same result.
+
+        A job that does not stop (a rule looping forever) is interrupted; if it is still running after
+        ``grace`` seconds it is abandoned to its thread, a fresh worker carries on and the engine is rebuilt,
+        so the app stays usable."""
         was_running = "run" in self._active
         for kind in list(self._active) + ["compile"]:
             self._latest[kind] = self._next_id()
         self.executor.cancel()
+        abandoned = self._stop_running_job(grace)
         self._active.clear()
         self.busy_changed.emit(None)
+        note = (
+            " The computation did not stop (a rule that never returns?): it was left behind, and the engine "
+            "was restarted."
+            if abandoned
+            else ""
+        )
         if was_running and self.result_is_stale and self.result_plan is not None:
             self.method_name = self.result_method or self.method_name
             self.set_plan(self.result_plan, run=False)  # its result is the one on screen
-            self.status_changed.emit("Cancelled: back to the plan of the result shown (Ctrl+Z undoes this).")
+            self.status_changed.emit(
+                "Cancelled: back to the plan of the result shown (Ctrl+Z undoes this)." + note
+            )
             return
-        self.status_changed.emit("Cancelled.")
+        self.status_changed.emit("Cancelled." + note)
+
+    def _stop_running_job(self, grace: float) -> bool:
+        """Interrupt the running job; abandon it (and rebuild the engine) if it has not stopped in ``grace``."""
+        interrupt = getattr(self.executor, "interrupt", None)
+        if interrupt is None or not interrupt():
+            return False
+        if self.executor.wait_running(grace):
+            return False
+        self.executor.abandon()
+        if self._engine is not None:  # the old engine may be mid-sweep on the abandoned thread
+            from_model = self._engine.model
+
+            def rebuild(token: Any) -> Any:
+                from gradscope.engine.runner import Engine
+
+                return Engine(from_model)
+
+            def done(engine: Any) -> None:
+                self._engine = engine
+
+            self._submit("load", "Restarting the engine...", rebuild, done)
+        return True
 
     # ------------------------------------------------------------------------------------------- rule files
     def load_rule_file(self, path: str | Path) -> list[str]:

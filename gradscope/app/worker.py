@@ -10,6 +10,7 @@ worker thread) tells a GUI event loop to call ``poll()`` soon (see ``gradscope.q
 from __future__ import annotations
 
 import collections
+import ctypes
 import queue
 import threading
 import time
@@ -110,7 +111,10 @@ class ThreadExecutor:
         self.jobs_run = 0
         self.jobs_skipped = 0
         self.thread_ids: set[int] = set()  # threads jobs actually ran on (tests check it is not the GUI's)
-        self._thread = threading.Thread(target=self._loop, name=name, daemon=True)
+        self.abandoned = 0  # jobs left to a stuck thread (see ``abandon``)
+        self._left_behind: list[threading.Thread] = []
+        self._name = name
+        self._thread = threading.Thread(target=self._loop, args=(self._queue,), name=name, daemon=True)
         self._thread.start()
 
     # ------------------------------------------------------------------------------------------- owner side
@@ -130,6 +134,53 @@ class ThreadExecutor:
             for job in list(self._queue.queue):
                 if job is not None and (kind is None or job.kind == kind):
                     job.token.cancel()
+
+    def interrupt(self) -> bool:
+        """Raise ``Cancelled`` inside the running job (a rule looping in Python stops at its next bytecode; a
+        call blocked in C, e.g. a TensorFlow op, only when it returns). Returns whether a job was running."""
+        with self._lock:
+            job, thread = self._running, self._thread
+        if job is None or thread.ident is None:
+            return False
+        ctypes.pythonapi.PyThreadState_SetAsyncExc(ctypes.c_ulong(thread.ident), ctypes.py_object(Cancelled))
+        return True
+
+    def wait_running(self, timeout: float) -> bool:
+        """Wait until no job is running (True) or ``timeout`` passed (False)."""
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            with self._lock:
+                if self._running is None:
+                    return True
+            time.sleep(0.02)
+        with self._lock:
+            return self._running is None
+
+    def abandon(self) -> Job | None:
+        """Leave a job that does not stop to its thread and carry on with a fresh worker thread: the queued
+        jobs move over, the abandoned one is reported cancelled and whatever it returns later is dropped.
+        Returns the abandoned job (None if nothing was running)."""
+        with self._lock:
+            stuck, old_queue = self._running, self._queue
+            if stuck is None:
+                return None
+            stuck.token.cancel()
+            self._queue = queue.Queue()
+            while True:
+                try:
+                    job = old_queue.get_nowait()
+                except queue.Empty:
+                    break
+                if job is not None:
+                    self._queue.put(job)
+            old_queue.put(None)  # the old thread exits if its job ever returns
+            self._running = None
+            self.abandoned += 1
+            self._left_behind.append(self._thread)
+            self._thread = threading.Thread(target=self._loop, args=(self._queue,), name=self._name, daemon=True)
+            self._thread.start()
+        self._finish(stuck, False, Cancelled("Abandoned: it did not stop when cancelled."))
+        return stuck
 
     def poll(self) -> int:
         """Deliver finished jobs' callbacks on this thread; returns how many were delivered."""
@@ -184,31 +235,45 @@ class ThreadExecutor:
 
     @property
     def alive(self) -> bool:
-        return self._thread.is_alive()
+        """Whether a worker thread (the current one, or one left behind with a stuck job) is still running."""
+        return self._thread.is_alive() or any(t.is_alive() for t in self._left_behind)
 
     # ------------------------------------------------------------------------------------------- worker side
-    def _loop(self) -> None:
+    def _loop(self, jobs: queue.Queue) -> None:
         self.thread_ids.add(threading.get_ident())
         while True:
-            job = self._queue.get()
+            job = jobs.get()
             if job is None:
                 return
-            if job.token.cancelled or not job.is_current():
-                self.jobs_skipped += 1
-                self._finish(job, False, Cancelled("Skipped: a newer request replaced it."))
-                continue
-            with self._lock:
-                self._running = job
-            t0 = time.perf_counter()
             try:
-                value, ok = job.fn(job.token), True
-            except BaseException as exc:  # noqa: BLE001  (delivered to the owner, who shows it)
-                value, ok = exc, False
-            job.seconds = time.perf_counter() - t0
-            with self._lock:
-                self._running = None
-                self.jobs_run += 1
-            self._finish(job, ok, value)
+                self._run_one(job, jobs)
+            except Cancelled:  # an interrupt that arrived just after the job returned: deliver it as cancelled
+                with self._lock:
+                    if jobs is not self._queue:
+                        return
+                    self._running = None
+                if not job.seconds:
+                    self._finish(job, False, Cancelled("Cancelled."))
+
+    def _run_one(self, job: Job, jobs: queue.Queue) -> None:
+        if job.token.cancelled or not job.is_current():
+            self.jobs_skipped += 1
+            self._finish(job, False, Cancelled("Skipped: a newer request replaced it."))
+            return
+        with self._lock:
+            self._running = job
+        t0 = time.perf_counter()
+        try:
+            value, ok = job.fn(job.token), True
+        except BaseException as exc:  # noqa: BLE001  (delivered to the owner, who shows it)
+            value, ok = exc, False
+        job.seconds = time.perf_counter() - t0
+        with self._lock:
+            if jobs is not self._queue:  # this thread was abandoned: its result belongs to nobody
+                raise SystemExit
+            self._running = None
+            self.jobs_run += 1
+        self._finish(job, ok, value)
 
     def _progress(self, job: Job, message: str) -> None:
         self._outbox.append((job, None, message))

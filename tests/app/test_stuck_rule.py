@@ -1,0 +1,85 @@
+"""A rule that never returns does not wedge the app: Cancel interrupts it, or abandons it to its thread and
+restarts the engine; the next computation works and the user is told."""
+
+from __future__ import annotations
+
+import threading
+import time
+
+import numpy as np
+
+from gradscope.app.session import Session
+from gradscope.app.worker import ThreadExecutor
+from gradscope.rules.base import Rule, register_rule
+from gradscope.rules.plan import Plan
+from tests.engine.fixtures import tiny_cnn
+
+started = threading.Event()
+never = threading.Event()  # never set: waiting on it blocks in C, where no exception can reach
+
+
+@register_rule("_loops_forever", replace=True)
+class LoopsForever(Rule):
+    def backward(self, ctx, grad_outputs):
+        started.set()
+        while True:
+            pass
+
+
+@register_rule("_blocks_forever", replace=True)
+class BlocksForever(Rule):
+    def backward(self, ctx, grad_outputs):
+        started.set()
+        never.wait()
+        return list(grad_outputs)
+
+
+def _session():
+    s = Session(ThreadExecutor())
+    s.set_model(tiny_cnn())
+    assert s.executor.wait_idle(120)
+    s.set_image(np.full((12, 12, 3), 90, np.uint8))
+    assert s.executor.wait_idle(120) and s.result is not None
+    messages: list[str] = []
+    s.status_changed.connect(messages.append)
+    return s, messages
+
+
+def _stuck(s, rule):
+    started.clear()
+    s.add_rule("c1:act", rule)
+    assert started.wait(60)  # the rule is running on the worker
+    time.sleep(0.1)
+
+
+def _still_works(s):
+    s.set_plan(Plan().with_entry("c1:act", "scale", {"factor": 2.0}))
+    assert s.executor.wait_idle(120)
+    assert s.result is not None and s.result.rules == {"c1:act": "scale"} and s.busy is None
+
+
+def test_a_rule_looping_in_python_is_interrupted():
+    s, messages = _session()
+    try:
+        _stuck(s, "_loops_forever")
+        s.cancel(grace=10.0)
+        assert s.executor.abandoned == 0 and s.busy is None
+        assert "left behind" not in messages[-1]
+        _still_works(s)
+    finally:
+        s.executor.shutdown()
+
+
+def test_a_rule_blocked_in_c_is_abandoned_and_the_engine_restarted():
+    s, messages = _session()
+    try:
+        old_engine = s._engine
+        _stuck(s, "_blocks_forever")
+        t0 = time.monotonic()
+        s.cancel(grace=0.5)
+        assert time.monotonic() - t0 < 5
+        assert s.executor.abandoned == 1 and "left behind" in messages[-1]
+        _still_works(s)
+        assert s._engine is not old_engine  # rebuilt on the fresh worker
+    finally:
+        s.executor.shutdown(timeout=0.1)
