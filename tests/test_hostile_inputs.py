@@ -116,3 +116,23 @@ def test_an_unmatched_selector_is_a_warning_and_strict_fails(tmp_path, capsys):
     assert main(["explain", "--plan", str(plan), "--out", str(tmp_path / "o.png")]) == 0
     assert "type:LSTM" in capsys.readouterr().err
     assert main(["explain", "--plan", str(plan), "--strict", "--out", str(tmp_path / "s.png")]) == 1
+
+
+def test_a_full_disk_leaves_existing_files_intact(tmp_path, monkeypatch):
+    import errno
+
+    from gradscope.core import files
+    from gradscope.core.files import FileWriteError
+
+    plan_file = tmp_path / "plan.json"
+    Plan().with_entry("*", "zero").save(plan_file)
+    before = plan_file.read_text()
+
+    def full(fd):
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(files.os, "fsync", full)
+    with pytest.raises(FileWriteError, match="No space left.*left as it was"):
+        Plan().save(plan_file)
+    assert plan_file.read_text() == before
+    assert [p.name for p in tmp_path.iterdir()] == ["plan.json"]  # no temporary file left behind

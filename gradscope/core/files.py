@@ -8,18 +8,31 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import IO
 
+from gradscope.core.errors import GradscopeError
+
+
+class FileWriteError(GradscopeError):
+    """A file could not be written (full disk, no permission); the previous file, if any, is untouched."""
+
 
 def write_atomic(path: str | Path, write: Callable[[IO[bytes]], None]) -> Path:
     """Write a file through ``write(fh)`` into a temporary file beside it, then rename it over ``path``: an
     interrupted or failed write (a full disk) leaves the old file as it was."""
     path = Path(path)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    try:
+        fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    except OSError as exc:
+        raise FileWriteError(f"Cannot write {path}: {exc.strerror or exc}.") from exc
     try:
         with os.fdopen(fd, "wb") as fh:
             write(fh)
             fh.flush()
             os.fsync(fh.fileno())
         os.replace(tmp, path)
+    except OSError as exc:
+        Path(tmp).unlink(missing_ok=True)
+        kept = " The existing file was left as it was." if path.exists() else ""
+        raise FileWriteError(f"Cannot write {path}: {exc.strerror or exc}.{kept}") from exc
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise
