@@ -274,6 +274,7 @@ class Session(PlanEditingMixin, ModelLoadingMixin, JobsMixin):
             return False
         engine, x, target, plan, method = self._engine, self.inputs, self.target, self.plan, self.method_name
         sampling = self.method_sampling
+        shown = [n for n in (self.readout, self.selected) if n is not None]  # copied to numpy on the worker
         self._cancel_kind("compile")  # a background compile of an older plan only competes with this one
         base_key = (id(engine), self._input_version, target)
         old_base = self.baseline if base_key == self._baseline_key else None
@@ -293,6 +294,10 @@ class Session(PlanEditingMixin, ModelLoadingMixin, JobsMixin):
             if sampling is not None:
                 token.report(f"{sampling[0]}: averaging the input gradient over copies...")
                 result = with_input_stats(sampled(engine, x, target, plan, result, sampling))
+            for res in (result, base):
+                for node in shown:
+                    if node in res.node_grads:
+                        res.node_grads[node], res.node_values.get(node)
             seconds = time.perf_counter() - t0
             return RunOutput(result, base, base_key, seconds, engine.trace_count != traces, plan, method)
 
@@ -317,8 +322,16 @@ class Session(PlanEditingMixin, ModelLoadingMixin, JobsMixin):
             f"Gradients in {out.seconds:.2f} s ({how}); {len(out.result.rules)} node(s) with rules"
             + (f". Warning: {'; '.join(warnings)}." if warnings else "")
         )
+        self._materialize_in_background(out.result, out.baseline)
         if mode == "live" and self.background_compile:
             self._compile_in_background(out.plan)
+
+    def _materialize_in_background(self, *results: BackwardResult) -> None:
+        """Copy the signals no view has read yet to numpy on the worker, after the result is shown (the copies
+        cost more than the backward pass itself on a large model; see ``LazyArrays``)."""
+        lazy = [m for r in results for m in (r.node_grads, r.node_values) if getattr(m, "pending", 0)]
+        if lazy:
+            self._submit("materialize", "", lambda token: [m.materialize() for m in lazy], lambda _: None, quiet=True)
 
     def _compile_in_background(self, plan: Plan) -> None:
         """After a live answer: compile the plan's kernels and the whole plan, so the next edit and the next

@@ -19,7 +19,7 @@ import numpy as np
 from gradscope.backend import custom_gradients_released, tf
 from gradscope.core.errors import Cancelled, GradscopeError, GraphError, RuleError, TargetError
 from gradscope.core.graph import LayerGraph
-from gradscope.core.results import BackwardResult, NodeStats
+from gradscope.core.results import BackwardResult, LazyArrays, NodeStats
 from gradscope.core.targets import Target
 from gradscope.engine import loss_targets
 from gradscope.engine.context import RuleContext
@@ -409,8 +409,8 @@ class Engine:
             plan,
             target,
             input_grads=[g.numpy() for g in out["input_grads"]],
-            node_grads={k: v.numpy() for k, v in out["captured"].items()},
-            node_values={k: v.numpy() for k, v in out["captured_values"].items()},
+            node_grads=LazyArrays(out["captured"]),  # copied to numpy when read (see LazyArrays)
+            node_values=LazyArrays(out["captured_values"]),
             stats=node_stats,
             predictions=out["predictions"].numpy(),
             logits=out["logits"].numpy(),
