@@ -452,26 +452,22 @@ class Session(PlanEditingMixin, ModelLoadingMixin, JobsMixin):
         """Import a user's rule file (it is code: only files the user chose). Returns the new rule names."""
         from gradscope.rules.base import load_rule_file
 
-        try:
-            names = load_rule_file(path)
-        except GradscopeError as exc:
-            self._error("Cannot load the rule file", str(exc), exc)
-            return []
-        self.rules_changed.emit(names)
-        self.status_changed.emit(f"Loaded rule(s) {', '.join(names)} from {Path(path).name}")
-        return names
+        return self._load_rules(lambda: load_rule_file(path), "the rule file", f"from {Path(path).name}")
 
     def load_rule_plugins(self) -> list[str]:
         """Import the rule plugins installed packages offer (the user's explicit choice). Returns new names."""
         from gradscope.rules.base import load_rule_plugins
 
+        return self._load_rules(load_rule_plugins, "the rule plugins", "from the installed plugins")
+
+    def _load_rules(self, load: Any, what: str, where: str) -> list[str]:
         try:
-            names = load_rule_plugins()
+            names = load()
         except GradscopeError as exc:
-            self._error("Cannot load the rule plugins", str(exc), exc)
+            self._error(f"Cannot load {what}", str(exc), exc)
             return []
         self.rules_changed.emit(names)
-        self.status_changed.emit(f"Rule plugins: loaded {', '.join(names) or 'no new rules'}")
+        self.status_changed.emit(f"Loaded rule(s) {', '.join(names) or '(none new)'} {where}")
         return names
 
     # ------------------------------------------------------------------------------------------- derived views
