@@ -196,11 +196,14 @@ def bench_latency(name: str, ctor, size: int, repeats: int) -> list[dict]:
     for factor in (2.0, 3.0):
         t, r = timed(Plan().with_entry(node, "scale", {"factor": factor}))
         record(f"parameter change (scale={factor}) on the middle ReLU", t, r.meta["mode"])
+    # steady state of a seen plan: median of repeats (single calls are too noisy on a shared machine)
     t, r = timed(Plan(), mode="auto")
+    t = median_time(lambda: timed(Plan(), mode="auto"), repeats)
     record("plan seen before (identity, compiled)", t, r.meta["mode"])
     guided = build_method("guided_backprop", engine.graph).plan
     engine.compile(x, Target(), guided)
     t, r = timed(guided)
+    t = median_time(lambda: timed(guided), repeats)
     record("plan seen before (guided, compiled)", t, r.meta["mode"])
     return rows
 
