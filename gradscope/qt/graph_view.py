@@ -369,6 +369,18 @@ class GraphView(QGraphicsView):
         self._placeholder = self.scene().addText("Open a model (File ▸ Open model, or drop a .keras file here)")
         self._placeholder.setDefaultTextColor(QColor("#78909c"))
 
+    def show_message(self, text: str) -> None:
+        """Replace the graph with a line of text (while a model loads: the user sees what is happening)."""
+        scene = self.scene()
+        scene.clear()
+        self.items_by_id, self.edge_items, self._member_of = {}, {}, {}
+        self.layout_data = None
+        self._placeholder = scene.addText(text)
+        self._placeholder.setDefaultTextColor(QColor("#78909c"))
+        scene.setSceneRect(self._placeholder.boundingRect())
+        self.resetTransform()
+        self.centerOn(self._placeholder)
+
     # ------------------------------------------------------------------------------------------- building
     def set_layout(self, layout: GraphLayout, *, keep_view: bool = False) -> None:
         old_center = self.mapToScene(self.viewport().rect().center())

@@ -247,6 +247,7 @@ class MainWindow(QMainWindow):
     def _connect_session(self) -> None:
         s = self.session
         s.model_loaded.connect(self._on_model_loaded)
+        s.model_loading.connect(self._on_model_loading)
         s.layout_changed.connect(self._on_layout)
         s.selection_changed.connect(lambda node: self.graph_view.select_node(node))
         s.result_changed.connect(lambda *_: self._update_graph_state())
@@ -256,6 +257,7 @@ class MainWindow(QMainWindow):
         self._elapsed_timer.timeout.connect(self._show_elapsed)
         s.status_changed.connect(self._on_status)
         s.error_raised.connect(self._on_error)
+        s.error_raised.connect(lambda *_: self._graph_placeholder_if_empty())
         s.image_changed.connect(lambda *_: self._update_title())
         s.diagnosis_changed.connect(self._on_diagnosis)
         for sig in (
@@ -328,6 +330,12 @@ class MainWindow(QMainWindow):
         self.diagnostics_dock.raise_()
         self.diagnostics.run()
 
+    def _on_model_loading(self, name: object) -> None:
+        """An empty graph pane says what is loading; a shown graph stays until the new one is ready (if the
+        load fails, the current model is kept, and so is its graph)."""
+        if self.graph_view.layout_data is None:
+            self.graph_view.show_message(f"Loading {Path(str(name)).name}…")
+
     def _on_busy(self, label: str | None) -> None:
         self.progress.setVisible(label is not None)
         self.cancel_button.setVisible(label is not None)
@@ -336,6 +344,10 @@ class MainWindow(QMainWindow):
             self._elapsed_timer.start(250)
         else:
             self._elapsed_timer.stop()
+
+    def _graph_placeholder_if_empty(self) -> None:
+        if self.session.graph is None:
+            self.graph_view.show_message("Open a model (File ▸ Open model, or drop a .keras file here)")
 
     def _show_elapsed(self) -> None:
         label = self.session.busy

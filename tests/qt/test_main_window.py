@@ -257,3 +257,11 @@ def test_the_window_fits_a_1280x720_screen(window, qtbot, wait_idle, model_file,
     assert hint.width() <= 1280 and hint.height() <= 720, (hint.width(), hint.height())
     node = next(n for n in window.session.graph.nodes if n.id.endswith(":act"))
     assert node.label.splitlines()[0] == node.id  # the graph draws the id every file and command uses
+
+
+def test_the_graph_pane_says_what_is_loading(window, qtbot, wait_idle, model_file):
+    window.session.open_model(model_file)  # queued on the worker: the pane speaks at once
+    texts = [i.toPlainText() for i in window.graph_view.scene().items() if hasattr(i, "toPlainText")]
+    assert any("Loading" in t and model_file.name in t for t in texts), texts
+    wait_idle(window)
+    assert window.graph_view.layout_data is not None and window.graph_view.items_by_id
