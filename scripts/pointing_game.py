@@ -28,6 +28,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from gradscope.core.targets import Target  # noqa: E402
+from gradscope.engine.attribution import grad_cam_weighting  # noqa: E402
 from gradscope.io.demo import demo_meta, demo_model_path  # noqa: E402
 from gradscope.io.models import load_model  # noqa: E402
 from gradscope.io.synthetic import SHAPE_CLASSES, make_shapes_dataset  # noqa: E402
@@ -44,6 +45,8 @@ ROWS = [
     ("mwp", "mwp", {}),
     ("cmwp", "cmwp", {}),
     ("cmwp@res_relu", "cmwp", {"readout": "res_relu"}),
+    ("cmwp@conv4:act", "cmwp", {"readout": "conv4:act"}),
+    ("grad_cam", "grad_cam", {}),
     ("mwp@conv4:act", "mwp", {"readout": "conv4:act"}),
     ("mwp@res_relu", "mwp", {"readout": "res_relu"}),
     ("lrp_epsilon", "lrp_epsilon", {}),
@@ -93,6 +96,8 @@ def method_maps(engine, method, images: np.ndarray, labels: np.ndarray, batch: i
             signal = r.node_grads[node] if node else r.input_grad
             if method.times_input:
                 signal = signal * (r.node_values[node] if node else r.inputs[0])
+            if method.grad_cam:  # per sample: the channel weights are that image's mean gradient
+                signal = np.stack([grad_cam_weighting(g, a) for g, a in zip(signal, r.node_values[node])])
             maps = reduce_channels(signal, method.reduction)
             for k, i in enumerate(part):
                 out[i] = maps[k]

@@ -78,7 +78,12 @@ def gradient(graph: LayerGraph) -> Method:
 
 @register_method("grad_cam", "Grad-CAM: ReLU(sum_c mean(dy/dA_c) A_c) at the last feature map (Selvaraju 2017)")
 def grad_cam(graph: LayerGraph, layer: str | None = None) -> Method:
-    from gradscope.rules.builtin.linear_ops import classifier_node, feature_map_node
+    from gradscope.rules.builtin.linear_ops import (
+        classifier_node,
+        feature_map_node,
+        large_enough_map,
+        readout_min_size,
+    )
 
     if layer is not None:
         node = graph.node(layer)
@@ -88,6 +93,8 @@ def grad_cam(graph: LayerGraph, layer: str | None = None) -> Method:
         if node is None:  # no classifier to walk up from: the last node with a spatial output
             spatial = [n for n in graph.nodes if len(n.output_shape) == 4 and not n.is_input]
             node = spatial[-1] if spatial else None
+        if node is not None:  # a map too coarse to point at anything: the first larger one above it
+            node = large_enough_map(graph, node, readout_min_size(graph))
     if node is None or len(node.output_shape) < 3:
         raise PlanError(
             f"Grad-CAM needs a spatial feature map (H, W, C); model {graph.model_name!r} has none"
@@ -155,11 +162,17 @@ def mwp(
 
 @register_method("cmwp", "Contrastive MWP: MWP(W) - MWP(-W) at the classifier, read at the last feature map")
 def cmwp(
-    graph: LayerGraph, signed_input: str = "mwp_split", batchnorm: str = "identity", readout: str | None = None
+    graph: LayerGraph,
+    signed_input: str = "mwp_split",
+    batchnorm: str = "identity",
+    readout: str | None = None,
+    min_size: int | None = None,
 ) -> Method:
     from gradscope.rules.builtin.excitation import mwp_method
 
-    return mwp_method(graph, contrastive=True, signed_input=signed_input, batchnorm=batchnorm, readout=readout)
+    return mwp_method(
+        graph, contrastive=True, signed_input=signed_input, batchnorm=batchnorm, readout=readout, min_size=min_size
+    )
 
 
 # ------------------------------------------------------------------------- LRP (§2.5-2.6)

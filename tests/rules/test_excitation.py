@@ -341,3 +341,19 @@ def test_squeeze_excitation_gate_takes_no_signal(size):
         np.testing.assert_allclose(r.node_grads["gate"].reshape(2, -1).sum(1), 1.0, rtol=1e-4)  # z⁺: 1e-6 stab
         np.testing.assert_allclose(r.node_grads["conv:act"], r.node_grads["gate"], rtol=1e-6)
         np.testing.assert_allclose(r.input_grad.reshape(2, -1).sum(1), 1.0, rtol=1e-4)
+
+
+def test_default_readouts_are_never_a_too_coarse_map():
+    """Issue 12: c-MWP read the demo at a 4x4 node (pointing game 18 %); the default is now the last map whose
+    sides are at least readout_min_size (8x8 there), and an explicit min_size is honoured."""
+    from gradscope.io.demo import demo_model_path
+    from gradscope.io.models import load_model
+    from gradscope.rules.builtin.linear_ops import readout_min_size
+
+    graph = Engine(load_model(demo_model_path())).graph
+    assert readout_min_size(graph) == 7
+    for name in ("cmwp", "grad_cam"):
+        node = graph.node(build_method(name, graph).readout_node)
+        assert min(node.output_shape[1:3]) >= 7 and not node.op_type.startswith("ZeroPadding"), name
+    finer = graph.node(build_method("cmwp", graph, min_size=16).readout_node)
+    assert min(finer.output_shape[1:3]) >= 16

@@ -26,6 +26,7 @@ from gradscope.rules.builtin.linear_ops import (
     classifier_node,
     divide_mwp,
     feature_map_node,
+    large_enough_map,
     layer_op,
     negative,
     no_autograph,
@@ -34,6 +35,7 @@ from gradscope.rules.builtin.linear_ops import (
     pass_to_gated,
     pool_op,
     positive,
+    readout_min_size,
     redistribute,
     redistribute_sum,
     rule_selectors,
@@ -176,8 +178,11 @@ def mwp_method(
     signed_input: str = "mwp_split",
     batchnorm: str = "identity",
     readout: str | None = None,
+    min_size: int | None = None,
 ) -> Any:
-    """The ``mwp`` / ``cmwp`` presets: the plan, the read-out node and what the plan could not handle."""
+    """The ``mwp`` / ``cmwp`` presets: the plan, the read-out node and what the plan could not handle.
+    ``min_size``: smallest side of c-MWP's default read-out map (default ``readout_min_size``: 7, or 1/8 of a
+    smaller input)."""
     from gradscope.rules.methods import Method, changed_nodes
     from gradscope.rules.plan import Plan, PlanEntry
 
@@ -211,6 +216,8 @@ def mwp_method(
         entries.append(PlanEntry(top.id, "cmwp", cparams))
         if readout is None:
             feature = feature_map_node(graph, top)
+            if feature is not None:
+                feature = large_enough_map(graph, feature, readout_min_size(graph) if min_size is None else min_size)
             if feature is None:
                 warnings.append(
                     "cmwp: found no spatial feature map under the classifier; the map is read at the input."
@@ -228,5 +235,5 @@ def mwp_method(
         readout_node=readout_node,
         changed=changed_nodes(graph, plan),
         warnings=tuple(warnings),
-        options={"signed_input": signed_input, "batchnorm": batchnorm, "readout": readout},
+        options={"signed_input": signed_input, "batchnorm": batchnorm, "readout": readout, "min_size": min_size},
     )

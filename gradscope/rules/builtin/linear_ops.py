@@ -491,6 +491,30 @@ def classifier_node(graph: Any) -> NodeSpec | None:
         return None
 
 
+def readout_min_size(graph: Any) -> int:
+    """The smallest spatial side a default read-out may have: 7 (the 7x7 of the Excitation Backprop and
+    Grad-CAM papers on 224x224 inputs), or 1/8 of a smaller input's side, and never 1 (a 1x1 map is no map)."""
+    shape = graph.node(graph.input_ids[0]).output_shape
+    sides = [d for d in shape[1:3] if d] if len(shape) >= 4 else []
+    return max(2, min(7, min(sides) // 8)) if sides else 2
+
+
+def large_enough_map(graph: Any, node: NodeSpec, min_size: int) -> NodeSpec:
+    """``node``, or the first node above it (towards the input) whose spatial map is at least ``min_size`` on
+    each side: the demo's 4x4 last feature map gave an 18 % pointing game, its 8x8 one 98.5 %."""
+    current = node
+    while len(current.output_shape) >= 4 and current.inputs:
+        h, w = current.output_shape[1:3]
+        padding = current.op_type.startswith(("ZeroPadding", "Cropping"))  # the next conv's, not a block output
+        if not padding and (h is None or w is None or min(h, w) >= min_size):
+            return current
+        parent = graph.node(current.inputs[0])
+        if parent.is_input:
+            return current
+        current = parent
+    return current if len(current.output_shape) >= 4 else node
+
+
 def feature_map_node(graph: Any, below: NodeSpec) -> NodeSpec | None:
     """The output of the last spatial block under ``below``: the input of the global pool or flatten found
     walking up from ``below``'s input, or the first node there with a spatial output."""
