@@ -70,16 +70,16 @@ class Explanation:
     def warnings(self) -> list[str]:
         """What may make this map misleading: the method's own warnings, plan selectors that matched no node,
         non-finite logits, a degenerate map (all zero, constant, NaN/Inf). Empty when there is nothing to say."""
-        from gradscope.render import degeneracy
-
         out = list(self.method.warnings)
         out += [f"selector {s!r} matched no node: its rule is not applied" for s in self.result.unmatched]
         logits = np.asarray(self.result.logits)
         if logits.size and not np.isfinite(logits).all():
             out.append("the model's outputs are NaN/Inf for this input (check its weights): the class is meaningless")
-        why = degeneracy(self.saliency)
-        if why is not None:
-            out.append(f"the map is {why}: it carries no spatial information")
+        from gradscope.app.view import degenerate_note
+
+        note = degenerate_note(self.saliency, self.method.name)
+        if note:
+            out.append(note)
         return out
 
     @property

@@ -133,6 +133,20 @@ def overlay_images(
                          node, spatial, note)
 
 
+def degenerate_note(saliency: np.ndarray, method: str = "") -> str:
+    """A sentence when the map carries no information, with the likely cause; empty when it is fine."""
+    why = render.degeneracy(saliency)
+    if why is None:
+        return ""
+    cause = ""
+    if why == "all zero" and any(k in method for k in ("lrp", "mwp")):
+        cause = (" Likely: the stabiliser underflowed, or (c-MWP) the contrast is negative everywhere, which is"
+                 " common on untrained networks and untrained BatchNorm.")
+    elif why.startswith("non-finite"):
+        cause = " Likely: NaN/Inf in the model's weights or outputs, or a rule that divides by zero."
+    return f"The map is {why}: it shows nothing.{cause}"
+
+
 def as_rgb_uint8(image: np.ndarray) -> np.ndarray:
     """uint8 (H, W, 3) from a uint8 or [0, 1] float image, grey or RGB(A)."""
     a = np.asarray(image)

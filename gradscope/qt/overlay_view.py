@@ -21,6 +21,7 @@ from PySide6.QtWidgets import (
 )
 
 from gradscope.app.session import INPUT_KEY, NORMALIZATIONS, PREPROCESSINGS, REDUCTIONS, Session, colormaps
+from gradscope.app.view import degenerate_note
 from gradscope.core.errors import GradscopeError
 from gradscope.qt.images import to_pixmap
 
@@ -285,6 +286,9 @@ class OverlayView(QWidget):
         parts = [f"{method}; map {images.saliency.shape[0]}×{images.saliency.shape[1]}, range [{lo:.3g}, {hi:.3g}]"]
         if images.note:
             parts.append(images.note)
+        empty = degenerate_note(images.saliency, s.result_method or s.method_name)
+        if empty:
+            parts.append(empty)
         if s.input_note:
             parts.append(s.input_note)
         self.note.setText("  ".join(parts))

@@ -63,3 +63,12 @@ def test_peer_methods_in_the_session():
     assert s.view.grad_cam and s.view.readout_node not in (None, INPUT_KEY)
     m = s.overlay()
     assert m.spatial and np.all(m.saliency >= 0)  # ReLU of the weighted sum
+
+
+def test_a_degenerate_map_is_named_with_its_likely_cause():
+    from gradscope.app.view import degenerate_note
+
+    assert degenerate_note(np.zeros((4, 4)), "cmwp").startswith("The map is all zero")
+    assert "stabiliser" in degenerate_note(np.zeros((4, 4)), "lrp_epsilon")
+    assert "NaN" in degenerate_note(np.full((2, 2), np.nan), "gradient")
+    assert degenerate_note(np.eye(3), "gradient") == ""
