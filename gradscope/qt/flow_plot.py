@@ -70,7 +70,8 @@ class FlowPlot(QWidget):
         self.plot.setObjectName("flow_plot")
         self.plot.setMenuEnabled(False)
         self.plot.showGrid(x=False, y=True, alpha=0.25)
-        self.plot.setLabel("left", "log scale")
+        self.plot.setLabel("left", "mean |g| (log scale)")
+        self.legend = self.plot.addLegend(offset=(-10, 8), labelTextSize="8pt", brush=pg.mkBrush(255, 255, 255, 210))
         self.plot.getPlotItem().getViewBox().setMouseEnabled(x=True, y=False)
         self.plot.scene().sigMouseClicked.connect(self._on_click)
         self.plot.setToolTip("Orange: current plan, grey: baseline. × marks: no / zero / NaN gradient. Click a bar.")
@@ -87,12 +88,23 @@ class FlowPlot(QWidget):
         session.result_changed.connect(lambda *_: self.refresh())
         session.selection_changed.connect(lambda *_: self._on_selection())
         session.model_loaded.connect(lambda *_: self.refresh())
+        session.model_loading.connect(lambda *_: self._clear("loading the model…"))
 
     # ------------------------------------------------------------------------------------------- drawing
+    def _clear(self, caption: str) -> None:
+        """No bars (the previous model's would be read as this one's)."""
+        self.plot.clear()
+        self.legend.clear()
+        self.plot.getAxis("bottom").setTicks(None)
+        self.node_ids = []
+        self.caption.setText(caption)
+
     def refresh(self) -> None:
         s = self.session
         self.plot.clear()
+        self.legend.clear()
         key = METRICS[self.metric.currentText()]
+        self.plot.setLabel("left", f"{self.metric.currentText()} (log scale)")
         cur = s.stats("current")
         base = s.stats("baseline")
         self.node_ids = [n for n in (s.graph.ids() if s.graph else []) if n in cur or n in base]
@@ -119,22 +131,22 @@ class FlowPlot(QWidget):
         width = 0.4 if self.show_baseline.isChecked() else 0.8
         if self.show_baseline.isChecked():
             ok = np.isfinite(lb)
-            self.plot.addItem(
-                pg.BarGraphItem(
-                    x=x[ok] - 0.21, y0=floor, height=lb[ok] - floor, width=width, brush=_BASE_BRUSH, pen=pg.mkPen(None)
-                )
+            base_bars = pg.BarGraphItem(
+                x=x[ok] - 0.21, y0=floor, height=lb[ok] - floor, width=width, brush=_BASE_BRUSH, pen=pg.mkPen(None)
             )
+            self.plot.addItem(base_bars)
+            self.legend.addItem(base_bars, "baseline (no rules)")
         ok = np.isfinite(lc)
-        self.plot.addItem(
-            pg.BarGraphItem(
-                x=x[ok] + (0.21 if self.show_baseline.isChecked() else 0),
-                y0=floor,
-                height=lc[ok] - floor,
-                width=width,
-                brush=_PLAN_BRUSH,
-                pen=pg.mkPen(None),
-            )
+        plan_bars = pg.BarGraphItem(
+            x=x[ok] + (0.21 if self.show_baseline.isChecked() else 0),
+            y0=floor,
+            height=lc[ok] - floor,
+            width=width,
+            brush=_PLAN_BRUSH,
+            pen=pg.mkPen(None),
         )
+        self.plot.addItem(plan_bars)
+        self.legend.addItem(plan_bars, "current plan")
         skipped = s.skipped_nodes()
         bad = [i for i, n in enumerate(self.node_ids) if n in cur and cur[n].status != "ok" and n not in skipped]
         if bad:

@@ -265,3 +265,14 @@ def test_the_graph_pane_says_what_is_loading(window, qtbot, wait_idle, model_fil
     assert any("Loading" in t and model_file.name in t for t in texts), texts
     wait_idle(window)
     assert window.graph_view.layout_data is not None and window.graph_view.items_by_id
+
+
+def test_the_flow_plot_has_a_legend_and_names_its_statistic(window, qtbot, wait_idle, model_file, image_file):
+    _open(window, qtbot, wait_idle, model_file, image_file)
+    flow = window.flow
+    assert [label.text for _, label in flow.legend.items] == ["baseline (no rules)", "current plan"]
+    assert "mean |g|" in flow.plot.getAxis("left").labelText
+    window.session.open_model(model_file)  # while the next model loads, no stale bars
+    assert flow.node_ids == [] and "loading" in flow.caption.text()
+    wait_idle(window)
+    assert flow.node_ids
