@@ -99,3 +99,45 @@ def test_user_errors_are_one_line_without_traceback(model_file, image_dir, capsy
 def test_python_dash_m_runs_the_cli():
     out = subprocess.run([sys.executable, "-m", "gradscope", "--help"], capture_output=True, text=True, timeout=60)
     assert out.returncode == 0 and "explain" in out.stdout
+
+
+def test_ctrl_c_ends_a_rule_stuck_in_native_code(tmp_path):
+    """An endless tf.while_loop never returns to Python, so KeyboardInterrupt alone could not stop the CLI."""
+    import os
+    import signal
+    import time
+
+    rules = tmp_path / "spin_rules.py"
+    rules.write_text(
+        "import os\n"
+        "import tensorflow as tf\n"
+        "from gradscope import Rule, register_rule\n\n"
+        "@tf.function\n"
+        "def spin():\n"
+        "    return tf.while_loop(lambda i: i >= 0.0, lambda i: i + 1.0, [tf.constant(0.0)])\n\n"
+        "@register_rule('spin_forever')\n"
+        "class SpinForever(Rule):\n"
+        "    def backward(self, ctx, grad_outputs):\n"
+        "        open(os.environ['SPIN_MARKER'], 'w').write('x')\n"
+        "        spin()\n"
+        "        return list(grad_outputs)\n"
+    )
+    plan = tmp_path / "plan.json"
+    plan.write_text(json.dumps({"entries": [{"select": "conv1:act", "rule": "spin_forever"}]}))
+    marker = tmp_path / "started"
+    env = {**os.environ, "SPIN_MARKER": str(marker)}
+    cmd = [sys.executable, "-m", "gradscope", "explain", "--rules", str(rules), "--plan", str(plan),
+           "--out", str(tmp_path / "o.png")]
+    proc = subprocess.Popen(cmd, env=env, stderr=subprocess.PIPE, text=True)
+    try:
+        deadline = time.monotonic() + 120
+        while not marker.exists() and proc.poll() is None and time.monotonic() < deadline:
+            time.sleep(0.2)
+        assert marker.exists(), proc.stderr.read() if proc.poll() is not None else "the rule never started"
+        time.sleep(0.5)  # inside the native loop now
+        proc.send_signal(signal.SIGINT)
+        code = proc.wait(timeout=30)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert code == 130 and "interrupted" in proc.stderr.read()

@@ -307,9 +307,42 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _exit_on_interrupt_in_native_code(grace: float = 1.0) -> None:
+    """Make Ctrl-C work while TensorFlow runs native code (an endless ``tf.while_loop`` in a rule never returns
+    to Python, so KeyboardInterrupt is never raised). The C signal handler still writes to the wakeup fd: a
+    watcher thread gives Python ``grace`` seconds to raise KeyboardInterrupt, then ends the process (status
+    130). Writes are atomic, so nothing half-written is left. Main thread of a real process only."""
+    import os
+    import signal
+    import threading
+
+    if threading.current_thread() is not threading.main_thread() or signal.getsignal(signal.SIGINT) is not (
+        signal.default_int_handler
+    ):
+        return
+    try:
+        read_fd, write_fd = os.pipe()
+        os.set_blocking(write_fd, False)
+        signal.set_wakeup_fd(write_fd, warn_on_full_buffer=False)
+    except (OSError, ValueError):  # no pipes, or a wakeup fd someone else owns
+        return
+
+    def watch() -> None:
+        while True:
+            data = os.read(read_fd, 64)
+            if signal.SIGINT in data:
+                time.sleep(grace)
+                print("\ngradscope: interrupted (native code did not return)", file=sys.stderr, flush=True)
+                os._exit(130)
+
+    threading.Thread(target=watch, name="gradscope-interrupt", daemon=True).start()
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
+    if argv is None and args.command != "gui":  # a real command line (the GUI handles its own shutdown)
+        _exit_on_interrupt_in_native_code()
     try:
         if args.rule_plugins:
             from gradscope.rules.base import load_rule_plugins
