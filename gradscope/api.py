@@ -116,9 +116,19 @@ class Explanation:
         ``style``."""
         return self.images(**view_options).picture
 
-    def save(self, path: str | Path, *, inputs: Any = (), **view_options: Any) -> Path:
+    def save(
+        self,
+        path: str | Path,
+        *,
+        inputs: Any = (),
+        long_side: int | None = None,
+        colorbar: bool = False,
+        **view_options: Any,
+    ) -> Path:
         """Write the overlay PNG and its JSON sidecar (the schema every front end writes, ``app.export``).
-        ``inputs``: more files this result was computed from (e.g. a plan file), never overwritten."""
+        ``inputs``: more files this result was computed from (e.g. a plan file), never overwritten;
+        ``long_side``: the PNG's long side (default: the image's, at least 512 px); ``colorbar``: a colour bar
+        with the map's range under the picture."""
         from gradscope.app.export import overlay_sidecar, write_overlay
 
         view = self.view(**view_options)
@@ -137,7 +147,9 @@ class Explanation:
             view=view,
         )
         own = [self.sidecar.get("model_file"), self.sidecar.get("image")]
-        return write_overlay(path, images, sidecar, inputs=[*own, *inputs])
+        return write_overlay(
+            path, images, sidecar, inputs=[*own, *inputs], long_side=long_side, colorbar=colorbar
+        )
 
 
 def explain(

@@ -49,12 +49,13 @@ def test_explain_writes_overlay_and_sidecar(model_file, image_dir, tmp_path, cap
     code = main(["explain", str(model_file), str(image_dir / "astronaut.png"), "--target", "1", "--out", str(out)])
     assert code == 0, capsys.readouterr().err
     img = np.asarray(Image.open(out))
-    assert img.shape == (32, 40, 3)  # the overlay has the original image's size
+    assert img.shape == (410, 512, 3)  # the image's aspect (40x32), at least 512 px on the long side
     sidecar = json.loads(out.with_suffix(".json").read_text())
     assert sidecar["target"] == {"kind": "class", "index": 1, "class_index": 1}  # class_index: the one explained
     assert sidecar["method"] == "gradient"
     assert sidecar["model_file"] == str(model_file)
     assert sidecar["plan"]["entries"] == []
+    assert sidecar["export"] == {"size": [512, 410], "colorbar": False}
 
 
 def test_explain_with_plan_file_and_layer(model_file, image_dir, tmp_path, capsys):
@@ -141,3 +142,15 @@ def test_ctrl_c_ends_a_rule_stuck_in_native_code(tmp_path):
         if proc.poll() is None:
             proc.kill()
     assert code == 130 and "interrupted" in proc.stderr.read()
+
+
+def test_explain_at_a_chosen_size_with_a_colour_bar(model_file, image_dir, tmp_path, capsys):
+    out = tmp_path / "big.png"
+    code = main(["explain", str(model_file), str(image_dir / "astronaut.png"), "--size", "80", "--colorbar",
+                 "--out", str(out)])
+    assert code == 0, capsys.readouterr().err
+    img = np.asarray(Image.open(out))
+    assert img.shape[1] == 80 and img.shape[0] > 64  # 80x64 picture plus the bar below it
+    bar_row = img[64 + 4 + 2]  # inside the bar, after a 4 px gap: low end of the colormap left, high end right
+    assert not np.array_equal(bar_row[2], bar_row[-3])
+    assert json.loads(out.with_suffix(".json").read_text())["export"]["colorbar"] is True

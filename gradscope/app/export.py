@@ -14,6 +14,9 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+from PIL import Image, ImageDraw
+
 from gradscope import render
 from gradscope.app.view import OverlayImages, ViewSettings
 from gradscope.core.errors import GradscopeError
@@ -67,15 +70,66 @@ def refuse_overwriting(outputs: Iterable[str | Path], inputs: Iterable[str | Pat
             raise ExportError(f"{out} is one of this result's inputs; choose another output name.")
 
 
+MIN_LONG_SIDE = 512  # a 64x64 overlay is a thumbnail nobody can read: exports are at least this long
+
+
+def export_picture(images: OverlayImages, view: ViewSettings, *, long_side: int | None = None,
+                   colorbar: bool = False) -> np.ndarray:
+    """What an overlay export writes: the picture on screen, resized so its long side is ``long_side``
+    (default: the image's own size, at least ``MIN_LONG_SIDE``), with an optional colour bar below it."""
+    picture = images.picture
+    h, w = picture.shape[:2]
+    target = long_side if long_side else max(MIN_LONG_SIDE, h, w)
+    if target < 8:
+        raise ExportError(f"An overlay needs a long side of at least 8 pixels, got {target}.")
+    if max(h, w) != target:
+        scale = target / max(h, w)
+        size = (max(1, round(w * scale)), max(1, round(h * scale)))
+        # a heat map strip keeps its cells; a blend over a photo is smoothed
+        resample = Image.Resampling.NEAREST if images.blend is None else Image.Resampling.BILINEAR
+        picture = np.asarray(Image.fromarray(picture).resize(size, resample))
+    if colorbar:
+        picture = _with_colorbar(picture, view, images.saliency)
+    return picture
+
+
+def _with_colorbar(picture: np.ndarray, view: ViewSettings, saliency: np.ndarray) -> np.ndarray:
+    """The colormap as a strip under the picture, labelled with the map's range before normalisation."""
+    h, w = picture.shape[:2]
+    bar_h, pad = max(10, h // 32), max(4, h // 100)
+    ramp = np.linspace(-1.0 if view.normalization == "signed" else 0.0, 1.0, w)[None, :].repeat(bar_h, axis=0)
+    bar = render.apply_colormap(ramp, view.colormap, signed=view.normalization == "signed")
+    canvas = Image.new("RGB", (w, h + pad + bar_h + 14), "white")
+    canvas.paste(Image.fromarray(np.ascontiguousarray(picture[..., :3])), (0, 0))
+    canvas.paste(Image.fromarray(np.ascontiguousarray(bar)), (0, h + pad))
+    finite = np.asarray(saliency, np.float64)[np.isfinite(saliency)]
+    lo, hi = (float(finite.min()), float(finite.max())) if finite.size else (0.0, 0.0)
+    draw = ImageDraw.Draw(canvas)
+    draw.text((2, h + pad + bar_h + 1), f"{lo:.3g}", fill="black")
+    label = f"{hi:.3g}"
+    draw.text((w - 2 - draw.textlength(label), h + pad + bar_h + 1), label, fill="black")
+    return np.asarray(canvas)
+
+
 def write_overlay(
-    path: str | Path, images: OverlayImages, sidecar: dict[str, Any], *, inputs: Iterable[str | Path | None] = ()
+    path: str | Path,
+    images: OverlayImages,
+    sidecar: dict[str, Any],
+    *,
+    inputs: Iterable[str | Path | None] = (),
+    long_side: int | None = None,
+    colorbar: bool = False,
 ) -> Path:
-    """The overlay PNG (the blend, or the heat map where there is none) and its sidecar, both atomic."""
+    """The overlay PNG (the blend, or the heat map where there is none; see ``export_picture``) and its
+    sidecar, both atomic. The sidecar's ``export`` says the written size and whether a colour bar is drawn."""
     path = Path(path)
     if path.suffix.lower() != ".png":
         path = path.with_name(path.name + ".png") if path.suffix.lower() != ".json" else path.with_suffix(".png")
     refuse_overwriting([path, render.sidecar_path(path)], inputs)
-    return render.save_png(path, images.picture, sidecar)
+    view = ViewSettings.from_dict(sidecar.get("view") or {})
+    picture = export_picture(images, view, long_side=long_side, colorbar=colorbar)
+    size = [int(picture.shape[1]), int(picture.shape[0])]
+    return render.save_png(path, picture, {**sidecar, "export": {"size": size, "colorbar": colorbar}})
 
 
 def write_flow_csv(path: str | Path, current: list[dict[str, Any]], baseline: list[dict[str, Any]]) -> Path:

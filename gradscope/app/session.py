@@ -535,7 +535,7 @@ class Session(PlanEditingMixin, ModelLoadingMixin, JobsMixin):
         return [] if res is None else res.flow_table()
 
     # ------------------------------------------------------------------------------------------- export
-    def export_overlay(self, path: str | Path) -> Path:
+    def export_overlay(self, path: str | Path, *, long_side: int | None = None, colorbar: bool = False) -> Path:
         """The picture on screen as PNG, with the sidecar of the result it shows (``app.export``: the same
         pipeline and schema as ``gradscope explain`` and ``Explanation.save``)."""
         images = self.overlay()
@@ -555,7 +555,9 @@ class Session(PlanEditingMixin, ModelLoadingMixin, JobsMixin):
             changed_nodes=result.rules if result is not None else (),
             view=self.view,
         )
-        return export.write_overlay(path, images, sidecar, inputs=[self.model_path, self.image_path])
+        return export.write_overlay(
+            path, images, sidecar, inputs=[self.model_path, self.image_path], long_side=long_side, colorbar=colorbar
+        )
 
     def export_flow_csv(self, path: str | Path) -> Path:
         """Per-node statistics of baseline and current plan, one row per node in graph order."""

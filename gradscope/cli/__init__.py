@@ -173,6 +173,8 @@ def cmd_explain(args: argparse.Namespace) -> int:
             alpha=args.alpha,
             normalization=args.normalization,
             style=args.style,
+            long_side=args.size,
+            colorbar=args.colorbar,
         )
         written.append(dest)
         warnings = e.warnings if not many else [w for w in e.warnings if w not in e.method.warnings]
@@ -274,6 +276,9 @@ def build_parser() -> argparse.ArgumentParser:
                    help="channel reduction (default: the method's)")
     p.add_argument("--preprocessing", default="unit", choices=["unit", "raw", "caffe", "minus_one_one"],
                    help="how pixels are scaled for the model (default unit: /255)")
+    p.add_argument("--size", type=int, metavar="PX",
+                   help="long side of the PNG in pixels (default: the image's own, at least 512)")
+    p.add_argument("--colorbar", action="store_true", help="draw a colour bar with the map's range under it")
     p.add_argument("--strict", action="store_true",
                    help="exit 1 when a map may mislead (unmatched selector, NaN/Inf outputs, degenerate map)")
     _model_options(p)

@@ -82,7 +82,7 @@ def test_flow_plot_click_selects_and_exports(window, qtbot, wait_idle, model_fil
     with Image.open(png) as im:
         im.verify()
     with Image.open(png) as im:
-        assert im.format == "PNG" and im.size == (24, 24)
+        assert im.format == "PNG" and im.size == (512, 512)  # the 24x24 image, at least 512 px long
     assert png.with_suffix(".json").is_file()
     plot_png = flow.export_image(tmp_path / "flow.png")
     with Image.open(plot_png) as im:
