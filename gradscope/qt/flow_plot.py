@@ -7,10 +7,11 @@ from __future__ import annotations
 
 import math
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pyqtgraph as pg
-from PySide6.QtCore import Qt, Signal
+from PySide6.QtCore import QCoreApplication, Qt, Signal
 from PySide6.QtWidgets import (
     QCheckBox,
     QComboBox,
@@ -246,11 +247,24 @@ class FlowPlot(QWidget):
 
     # ------------------------------------------------------------------------------------------- export
     def export_image(self, path: str | Path) -> Path:
-        """PNG (or SVG when the name ends in .svg) of the flow plot."""
-        import pyqtgraph.exporters as exporters
-
+        """PNG (or SVG when the name ends in .svg) of the flow plot, titled with the model, statistic and plan."""
         path = Path(path)
         item = self.plot.getPlotItem()
+        s = self.session
+        model = s.graph.model_name if s.graph is not None else "no model"
+        plan = "no result" if s.result is None else (s.result_method or s.method_name)
+        item.setTitle(f"{model}: {self.metric.currentText()} per node, {plan} vs baseline", size="9pt")
+        QCoreApplication.processEvents()  # let the plot make room for the title before it is drawn
+        try:
+            self._export(path, item)
+        finally:
+            item.setTitle(None)  # the title is for the file; on screen the pane's header says it
+            QCoreApplication.processEvents()
+        return path
+
+    def _export(self, path: Path, item: Any) -> None:
+        import pyqtgraph.exporters as exporters
+
         if path.suffix.lower() == ".svg":
             # pyqtgraph's SVGExporter fails on some Qt 6 paths; Qt's own SVG painter draws the widget as is.
             from PySide6.QtCore import QRect, QSize
@@ -272,7 +286,6 @@ class FlowPlot(QWidget):
             exp = exporters.ImageExporter(item)
             exp.parameters()["width"] = max(800, int(self.plot.width()))
             exp.export(str(path))
-        return path
 
 
 def _short(node_id: str, n: int = 13) -> str:
