@@ -70,13 +70,9 @@ class Explanation:
     def warnings(self) -> list[str]:
         """What may make this map misleading: the method's own warnings, plan selectors that matched no node,
         non-finite logits, a degenerate map (all zero, constant, NaN/Inf). Empty when there is nothing to say."""
-        out = list(self.method.warnings)
-        out += [f"selector {s!r} matched no node: its rule is not applied" for s in self.result.unmatched]
-        logits = np.asarray(self.result.logits)
-        if logits.size and not np.isfinite(logits).all():
-            out.append("the model's outputs are NaN/Inf for this input (check its weights): the class is meaningless")
         from gradscope.app.view import degenerate_note
 
+        out = list(self.method.warnings) + self.result.warnings()
         note = degenerate_note(self.saliency, self.method.name)
         if note:
             out.append(note)
@@ -197,20 +193,13 @@ def explain(
                 f"Node {node!r} has output shape {engine.graph.node(node).output_shape}: a map needs a spatial "
                 "(H, W[, C]) or (L, C) output. Pick a convolutional layer or the input."
             )
-    if m.sampling is not None:
-        from gradscope.engine.attribution import integrated_gradients, smoothgrad
+    from gradscope.engine.attribution import sampled_input_grad, weighted_signal
 
+    if m.sampling is not None:
         if node is not None:
             raise GraphError(f"{m.sampling} reads its map at the model input; drop --layer/layer={node!r}.")
-        options = {k: v for k, v in m.options.items() if k in ("samples", "noise", "seed", "steps")}
-        fn = smoothgrad if m.sampling == "smoothgrad" else integrated_gradients
-        signal = fn(engine, x, target, m.plan, **options)[0]
-    if m.times_input:
-        signal = signal * forward
-    if m.grad_cam:
-        from gradscope.engine.attribution import grad_cam_weighting
-
-        signal = grad_cam_weighting(signal, forward)
+        signal = sampled_input_grad(engine, x, target, m.plan, m.sampling, m.options)[0]
+    signal = weighted_signal(signal, forward, times_input=m.times_input, grad_cam=m.grad_cam)
     saliency = reduce_channels(signal, reduction or m.reduction)
     sidecar = {
         "model": getattr(engine.model, "name", "model"),

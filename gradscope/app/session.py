@@ -42,7 +42,7 @@ from gradscope.core.files import write_text_atomic
 from gradscope.core.graph import LayerGraph
 from gradscope.core.results import BackwardResult, NodeStats
 from gradscope.core.targets import Target
-from gradscope.engine.attribution import grad_cam_weighting
+from gradscope.engine.attribution import sampled_input_grad, weighted_signal
 from gradscope.rules.plan import Plan
 
 # Re-exported: the front ends take the view's choices and the session-file names from here.
@@ -63,13 +63,8 @@ __all__ = [
 
 def sampled(engine: Any, x: Any, target: Target, plan: Plan, result: BackwardResult, sampling: tuple) -> Any:
     """``result`` with its input signal replaced by SmoothGrad's or integrated gradients' average (worker)."""
-    from gradscope.engine.attribution import integrated_gradients, smoothgrad
-
-    if isinstance(x, list):
-        raise GraphError(f"{sampling[0]} needs a model with one input.")
     kind, options = sampling
-    fn = smoothgrad if kind == "smoothgrad" else integrated_gradients
-    grad = fn(engine, x, target, plan, **options)
+    grad = sampled_input_grad(engine, x, target, plan, kind, options)
     meta = {**result.meta, "sampling": kind}
     return dataclasses.replace(result, input_grads=[grad, *result.input_grads[1:]], meta=meta)
 
@@ -315,9 +310,7 @@ class Session(PlanEditingMixin, ModelLoadingMixin, JobsMixin):
             "live": f"live, {out.result.meta.get('recomputed_nodes', 0)} node(s) recomputed",
             "compiled": "traced" if out.retraced else "compiled",
         }.get(mode, mode)
-        warnings = [f"selector {s!r} matched no node" for s in out.result.unmatched]
-        if np.size(out.result.logits) and not np.isfinite(out.result.logits).all():
-            warnings.append("the model's outputs are NaN/Inf for this input (check its weights)")
+        warnings = out.result.warnings()
         self.status_changed.emit(
             f"Gradients in {out.seconds:.2f} s ({how}); {len(out.result.rules)} node(s) with rules"
             + (f". Warning: {'; '.join(warnings)}." if warnings else "")
@@ -519,11 +512,7 @@ class Session(PlanEditingMixin, ModelLoadingMixin, JobsMixin):
             if node not in res.node_grads:
                 raise GraphError(f"No signal was captured at {node!r}.")
             sig, val = res.node_grads[node][0], res.node_values.get(node, [None])[0]
-        if self.view.times_input and val is not None and np.shape(val) == np.shape(sig):
-            sig = sig * val
-        if self.view.grad_cam and val is not None and np.shape(val) == np.shape(sig) and np.ndim(sig) >= 2:
-            sig = grad_cam_weighting(sig, val)
-        return np.asarray(sig)
+        return weighted_signal(sig, val, times_input=self.view.times_input, grad_cam=self.view.grad_cam)
 
     def overlay(self, node: str | None = ..., which: str = "current") -> OverlayImages:  # type: ignore[assignment]
         """The saliency map at ``node`` (default: ``readout``) as heat map and blend over the image."""

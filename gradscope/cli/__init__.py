@@ -143,7 +143,7 @@ def cmd_explain(args: argparse.Namespace) -> int:
     plan = Plan.load(args.plan) if args.plan else None
     target = Target.parse(args.target)
     method = None if (plan is not None and args.method is None) else (args.method or "gradient")
-    written, failed, warned = [], [], 0
+    written, failed, warned, method_warnings = [], [], 0, ()
     stems = [p.stem for p in images]
     for path in progress(images, lambda p: p.name, enabled=many and not args.quiet):
         try:
@@ -177,7 +177,8 @@ def cmd_explain(args: argparse.Namespace) -> int:
             colorbar=args.colorbar,
         )
         written.append(dest)
-        warnings = e.warnings if not many else [w for w in e.warnings if w not in e.method.warnings]
+        method_warnings = e.method.warnings
+        warnings = e.warnings if not many else [w for w in e.warnings if w not in method_warnings]
         prefix = f"{path.name}: " if many else ""
         for w in warnings:
             _warn(args, f"warning: {prefix}{w}")
@@ -189,7 +190,7 @@ def cmd_explain(args: argparse.Namespace) -> int:
                 f"{len(e.result.rules)} node(s) with rules, map at {e.node or 'input'} -> {dest}",
             )
     if many:
-        for w in e.method.warnings if written else []:
+        for w in method_warnings:  # once for the batch, not per image
             _warn(args, f"warning: {w}")
         _info(args, f"wrote {len(written)} overlays to {out}")
         if failed:

@@ -106,6 +106,14 @@ class BackwardResult:
     def input_grad(self) -> np.ndarray:
         return self.input_grads[0]
 
+    def warnings(self) -> list[str]:
+        """What makes this result misleading whatever the map: selectors that matched no node, NaN/Inf outputs."""
+        out = [f"selector {s!r} matched no node: its rule is not applied" for s in self.unmatched]
+        logits = np.asarray(self.logits)
+        if logits.size and not np.isfinite(logits).all():
+            out.append("the model's outputs are NaN/Inf for this input (check its weights): the class is meaningless")
+        return out
+
     def signal(self, node_id: str | None = None) -> np.ndarray:
         """The backward signal at ``node_id``'s output (None: the first model input)."""
         if node_id is None:

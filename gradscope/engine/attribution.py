@@ -69,6 +69,27 @@ def integrated_gradients(
     return (x - x0) * _mean_input_grad(engine, copies, fixed_target(engine, x, target), plan or Plan())
 
 
+def sampled_input_grad(engine: Any, x: Any, target: Target, plan: Plan, kind: str, options: dict) -> np.ndarray:
+    """The input signal of a sampling method preset (``Method.sampling``): SmoothGrad's or integrated gradients'
+    average, with the preset's options (others are ignored). One sample, one model input."""
+    if isinstance(x, (list, tuple)):
+        raise TargetError(f"{kind} needs a model with one input.")
+    fn = {"smoothgrad": smoothgrad, "integrated_gradients": integrated_gradients}[kind]
+    names = ("samples", "noise", "seed") if kind == "smoothgrad" else ("steps",)
+    return fn(engine, x, target, plan, **{k: v for k, v in options.items() if k in names})
+
+
+def weighted_signal(signal: np.ndarray, value: Any, *, times_input: bool, grad_cam: bool) -> np.ndarray:
+    """A read-out's signal as the method defines it: times the forward value (gradient x input) and/or with
+    Grad-CAM's channel weighting; a value of another shape (or none) leaves the signal as it is."""
+    fits = value is not None and np.shape(value) == np.shape(signal)
+    if times_input and fits:
+        signal = signal * value
+    if grad_cam and fits and np.ndim(signal) >= 2:
+        signal = grad_cam_weighting(signal, value)
+    return np.asarray(signal)
+
+
 def grad_cam_weighting(grad: np.ndarray, value: np.ndarray) -> np.ndarray:
     """Grad-CAM's per-channel weighting of a feature map: ``mean_hw(dy/dA)_c * A_c`` (Selvaraju et al. 2017);
     its channel sum, clamped at 0 (``sum_clamped``), is the Grad-CAM map. ``grad``/``value``: (H, W, C)."""
