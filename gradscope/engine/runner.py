@@ -452,9 +452,12 @@ class Engine:
                 row = sweep.stats.get(node_id)
                 node_stats[node_id] = NodeStats.none() if row is None else NodeStats.from_row(np.asarray(row))
 
-        def signal(node_id: str) -> np.ndarray:
+        def signal(node_id: str) -> Any:
             got = sweep.arrived.get(node_id)
-            return _numpy_or_zeros(None if got is None else got[0], values[self.exec.node_out_keys[node_id][0]])
+            if got is not None:
+                return got[0]
+            value = values[self.exec.node_out_keys[node_id][0]]
+            return np.zeros(value.shape, value.dtype.as_numpy_dtype)
 
         result = self._result(
             xs,
@@ -462,8 +465,8 @@ class Engine:
             plan,
             target,
             input_grads=[_numpy_or_zeros(g, x) for g, x in zip(sweep.input_grads, xs)],
-            node_grads={n: signal(n) for n in capture},
-            node_values={n: values[self.exec.node_out_keys[n][0]].numpy() for n in capture},
+            node_grads=LazyArrays({n: signal(n) for n in capture}),  # copied when read, as the compiled path
+            node_values=LazyArrays({n: values[self.exec.node_out_keys[n][0]] for n in capture}),
             stats=node_stats,
             predictions=values[self.exec.output_keys[0]].numpy(),
             logits=values[self.logits_key].numpy(),

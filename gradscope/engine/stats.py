@@ -46,3 +46,18 @@ def stats_rows(grads: Sequence[Any]) -> Any:
     all_finite = tf.reduce_all(tf.math.is_finite(sums[:, 0] + sums[:, 1]))
     bad = tf.cond(all_finite, lambda: tf.zeros([len(grads), 2]), bad_counts)
     return tf.concat([rows, bad], axis=1)
+
+
+@tf.function(input_signature=[tf.TensorSpec(None, tf.float32)], autograph=False)
+def _stats_row_any_shape(g: Any) -> Any:
+    return stats_rows([g])[0]
+
+
+def stats_row(grad: Any) -> Any:
+    """The statistics row of one gradient. Eagerly, the ~20 small ops of ``stats_rows`` cost ~6 ms per node
+    (1.0 s of a 2.6 s ResNet50 sweep); one function traced once for every shape costs ~0.7 ms. Inside a trace
+    the ops are inlined."""
+    grad = tf.cast(grad, tf.float32)
+    if tf.inside_function():
+        return stats_rows([grad])[0]
+    return _stats_row_any_shape(grad)

@@ -182,3 +182,27 @@ def test_reloading_an_edited_rule_file_runs_the_new_code(residual_engine, tmp_pa
     np.testing.assert_allclose(
         results[2.0]["live"].node_grads["stem"] - base.node_grads["stem"], 2 * d1, rtol=1e-4, atol=1e-7
     )
+
+
+def test_cold_nodes_use_their_recorded_vjp_even_when_a_tensor_is_used_twice():
+    """Cold nodes run the VJP recorded during the forward (no second layer call); a node that reads the same
+    tensor twice (x * x, x + x) must still get one gradient per use, as the compiled path does."""
+    from gradscope.backend import keras
+
+    inp = keras.Input((5,))
+    h = keras.layers.Dense(4, activation="tanh", name="h")(inp)
+    sq = keras.layers.Multiply(name="square")([h, h])
+    twice = keras.layers.Add(name="twice")([sq, sq])
+    out = keras.layers.Dense(3, name="logits")(twice)
+    engine = Engine(keras.Model(inp, out))
+    x = sample_input(engine.model, 2, seed=7)
+    live = engine.backward(x, Target(index=1), Plan(), capture="all", mode="live")
+    assert live.meta["eager_nodes"] == len(engine.stat_nodes)  # every node ran cold
+    assert all(engine.live._forward.tapes[n] is not None for n in ("square", "twice"))
+    compiled = engine.backward(x, Target(index=1), Plan(), capture="all", mode="compiled")
+    assert_same(live, compiled, engine.stat_nodes)
+    # independent check through the chain rule: d/dh sum_j W[j,1] * 2 h_j^2 = 4 h W[:,1]
+    w = engine.model.get_layer("logits").kernel.numpy()[:, 1]
+    hv = keras.Model(engine.model.input, engine.model.get_layer("h").output)(x).numpy()
+    assert "h:act" in engine.stat_nodes  # the signal at tanh's output
+    np.testing.assert_allclose(live.node_grads["h:act"], 4 * hv * w, rtol=1e-5, atol=1e-6)
