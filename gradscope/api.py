@@ -12,7 +12,7 @@ from typing import Any
 
 import numpy as np
 
-from gradscope.core.errors import GraphError
+from gradscope.core.errors import GraphError, PlanError
 from gradscope.core.results import BackwardResult
 from gradscope.core.targets import Target
 from gradscope.rules.methods import Method, build_method
@@ -36,6 +36,8 @@ def resolve_method(engine: Any, method: str | Method | None, plan: Plan | None, 
     """A ``Method`` from a preset name, or a plain one wrapping a user's plan (plan wins if both are given)."""
     if isinstance(method, Method):
         return method
+    if plan is not None and not isinstance(plan, Plan):
+        raise PlanError(f"plan must be a Plan (Plan.from_dict / Plan.load), not {type(plan).__name__}.")
     if plan is not None:
         base = build_method(method, engine.graph, **options) if method else None
         return Method(
@@ -51,6 +53,9 @@ def resolve_method(engine: Any, method: str | Method | None, plan: Plan | None, 
             changed=tuple(plan.resolve(engine.graph).rules),
         )
     return build_method(method or "gradient", engine.graph, **options)
+
+
+_VIEW_OPTIONS = {"cmap", "alpha", "normalization", "style"}
 
 
 @dataclass
@@ -102,8 +107,11 @@ class Explanation:
 
     def images(self, **view_options: Any) -> Any:
         """The ``OverlayImages`` (heat map, blend) through the same pipeline as the GUI and its exports."""
-        from gradscope.app.view import overlay_images
+        from gradscope.app.view import ViewError, overlay_images
 
+        unknown = sorted(set(view_options) - _VIEW_OPTIONS)
+        if unknown:
+            raise ViewError(f"Unknown view option(s) {', '.join(unknown)}; valid: {', '.join(sorted(_VIEW_OPTIONS))}.")
         return overlay_images(self.signal, self.image, self.view(**view_options), self.node)
 
     def render(self, **view_options: Any) -> np.ndarray:
@@ -143,9 +151,7 @@ class Explanation:
             view=view,
         )
         own = [self.sidecar.get("model_file"), self.sidecar.get("image")]
-        return write_overlay(
-            path, images, sidecar, inputs=[*own, *inputs], long_side=long_side, colorbar=colorbar
-        )
+        return write_overlay(path, images, sidecar, inputs=[*own, *inputs], long_side=long_side, colorbar=colorbar)
 
 
 def explain(
@@ -166,19 +172,18 @@ def explain(
     ``model``: a path, a keras.Model or an ``Engine`` (reuse one Engine across images: it caches traces).
     ``image``: a path or a uint8 array (H, W, 3). ``target``: a class index, a ``Target`` or None (top-1).
     """
-    from gradscope.io.images import load_image, prepare_input
+    from gradscope.app.view import REDUCTIONS, ViewError
+    from gradscope.io.images import load_image, prepare_input, rgb_image
     from gradscope.render import reduce_channels
 
+    if reduction is not None and reduction not in REDUCTIONS:
+        raise ViewError(f"Unknown channel reduction {reduction!r}; choose: {', '.join(REDUCTIONS)}.")
     engine = open_engine(model, safe_mode=safe_mode)
     source = str(image) if isinstance(image, (str, Path)) else "<array>"
-    img = load_image(image) if isinstance(image, (str, Path)) else np.asarray(image)
-    if img.dtype != np.uint8:
-        img = np.clip(img * (255.0 if img.max() <= 1.0 else 1.0), 0, 255).astype(np.uint8)
-    if img.ndim == 2:
-        img = np.repeat(img[..., None], 3, axis=-1)
+    img = rgb_image(load_image(image) if isinstance(image, (str, Path)) else image)
     x = prepare_input(img, engine.graph.node(engine.graph.input_ids[0]).output_shape, preprocessing)
     if not isinstance(target, Target):
-        target = Target(index=None if target is None else int(target))
+        target = Target(index=target)  # type: ignore[arg-type]  (Target checks it is a whole number)
     m = resolve_method(engine, method, plan, **(method_options or {}))
     node = layer or m.readout_node
     if node is not None and engine.graph.node(node).is_input:

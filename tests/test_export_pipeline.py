@@ -57,12 +57,19 @@ def test_an_export_never_replaces_an_input(files, tmp_path, capsys):
     assert plan.read_text() == before and not (tmp_path / "myplan.png").exists()
 
 
-def test_images_with_one_stem_get_one_overlay_each(files, tmp_path):
+def test_images_with_one_stem_get_one_overlay_each_and_the_renames_are_listed(files, tmp_path, capsys):
     folder = tmp_path / "imgs"
     folder.mkdir()
     picture = Image.open(files / "cat.png")
     picture.save(folder / "cat.png")
     picture.save(folder / "cat.jpg")
+    picture.save(folder / "cat_png.bmp")  # its natural name, cat_png_gradient.png, is cat.png's renamed one
     out = tmp_path / "out"
     assert main(["-q", "explain", str(files / "net.keras"), str(folder), "--out", str(out)]) == 0
-    assert len(list(out.glob("*.png"))) == 2
+    assert sorted(p.name for p in out.glob("*.png")) == [
+        "cat_jpg_gradient.png", "cat_png_gradient.png", "cat_png_gradient_2.png"
+    ]
+    err = capsys.readouterr().err
+    assert "3 output name(s) changed" in err
+    assert "cat.jpg -> cat_jpg_gradient.png (another image has the same name)" in err
+    assert "cat_png.bmp -> cat_png_gradient_2.png (an earlier image's overlay has this name)" in err

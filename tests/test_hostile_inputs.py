@@ -136,3 +136,25 @@ def test_a_full_disk_leaves_existing_files_intact(tmp_path, monkeypatch):
         Plan().save(plan_file)
     assert plan_file.read_text() == before
     assert [p.name for p in tmp_path.iterdir()] == ["plan.json"]  # no temporary file left behind
+
+
+def test_inf_and_nan_weights_are_named_in_the_result_warnings_and_strict_fails(tmp_path, capsys):
+    from gradscope.cli import main
+
+    model = tiny_cnn()
+    kernel = model.get_layer("c2").kernel
+    poisoned = kernel.numpy()
+    poisoned[0, 0, 0, :2] = [np.inf, np.nan]
+    kernel.assign(poisoned)
+    result = Engine(model).backward(np.ones((1, 12, 12, 3), np.float32), Target(), Plan())
+    lines = [w for w in result.warnings() if w.startswith("node ")]
+    assert lines == ["node 'c2' has 1 NaN and 1 Inf weight values (c2/kernel)"]
+    assert any("outputs are NaN/Inf" in w for w in result.warnings())
+    path = tmp_path / "poisoned.keras"
+    model.save(path)
+    image = tmp_path / "in.png"
+    Image.fromarray(np.full((12, 12, 3), 128, np.uint8)).save(image)
+    assert main(["explain", str(path), str(image), "--out", str(tmp_path / "o.png")]) == 0
+    assert "node 'c2' has 1 NaN and 1 Inf" in capsys.readouterr().err
+    assert main(["explain", str(path), str(image), "--strict", "--out", str(tmp_path / "s.png")]) == 1
+    assert Engine(tiny_cnn()).weight_problems() == []

@@ -4,9 +4,11 @@ from __future__ import annotations
 
 from typing import Any
 
+import numpy as np
+
 from gradscope.app.history import READOUT_FIELDS, Edit
 from gradscope.app.view import INPUT_KEY
-from gradscope.core.errors import GradscopeError
+from gradscope.core.errors import GradscopeError, PlanError
 from gradscope.rules.plan import Plan
 
 
@@ -52,6 +54,8 @@ class PlanEditingMixin:
         return self._manual_edit(new)
 
     def remove_entry(self, index: int) -> bool:
+        if isinstance(index, bool) or not isinstance(index, (int, np.integer)):
+            raise PlanError(f"A plan entry is removed by its position (an integer), not {index!r}.")
         if not 0 <= index < len(self.plan.entries):
             return False
         return self._manual_edit(self.plan.without(index))
@@ -137,8 +141,9 @@ class PlanEditingMixin:
             self._error("Method failed", str(exc), exc)
             return False
         self.method_name = name
-        self._take_readout(method.reduction, method.times_input, method.signed, method.readout_node,
-                           grad_cam=method.grad_cam)
+        self._take_readout(
+            method.reduction, method.times_input, method.signed, method.readout_node, grad_cam=method.grad_cam
+        )
         self.method_sampling = (method.sampling, dict(method.options)) if method.sampling else None
         plan = Plan(method.plan.entries, method.plan.name or name)
         ok = self.set_plan(plan)

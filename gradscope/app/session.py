@@ -31,17 +31,18 @@ from gradscope.app.view import (
     PREPROCESSINGS,
     REDUCTIONS,
     OverlayImages,
+    ViewError,
     ViewSettings,
     colormaps,
     overlay_images,
 )
 from gradscope.app.worker import InlineExecutor
-from gradscope.core.errors import GradscopeError, GraphError, ImageLoadError
+from gradscope.core.errors import GradscopeError, GraphError, ImageLoadError, TargetError
 from gradscope.core.events import Signal
 from gradscope.core.files import write_text_atomic
 from gradscope.core.graph import LayerGraph
 from gradscope.core.results import BackwardResult, NodeStats
-from gradscope.core.targets import Target
+from gradscope.core.targets import Target, whole_number
 from gradscope.engine.attribution import sampled_input_grad, weighted_signal
 from gradscope.rules.plan import Plan
 
@@ -166,22 +167,44 @@ class Session(PlanEditingMixin, ModelLoadingMixin, JobsMixin):
     def set_target(self, target: Target) -> None:
         if target == self.target:
             return
+        classes = self._class_count()
+        if target.kind == "class" and target.index is not None and classes and not 0 <= target.index < classes:
+            exc = TargetError(f"Class {target.index} does not exist: the model has {classes} classes.")
+            self._error("Bad target", str(exc), exc)
+            return
         self.target = target
         self.target_changed.emit(target)
         self._maybe_run()
 
+    def _class_count(self) -> int | None:
+        if self.graph is None or not self.graph.output_ids:
+            return None
+        shape = self.graph.node(self.graph.output_ids[0]).output_shape
+        return shape[-1] if len(shape) == 2 and shape[-1] else None
+
     def set_target_class(self, index: int | None) -> None:
-        self.set_target(Target(index=None if index is None else int(index)))
+        try:
+            target = Target(index=index)
+        except TargetError as exc:
+            self._error("Bad target", str(exc), exc)
+            return
+        self.set_target(target)
 
     def set_view(self, **changes: Any) -> None:
         if self._set_view_quiet(**changes):
             self.view_changed.emit(self.view)
 
     def _set_view_quiet(self, **changes: Any) -> bool:
-        for key in changes:
-            if not hasattr(self.view, key):
-                raise AttributeError(f"ViewSettings has no field {key!r}")
+        unknown = sorted(set(changes) - {f.name for f in dataclasses.fields(ViewSettings)})
+        if unknown:
+            raise ViewError(
+                f"Unknown view setting(s) {', '.join(unknown)}; valid: {', '.join(ViewSettings().to_dict())}."
+            )
         new = dataclasses.replace(self.view, **changes)
+        new.check()  # a bad value is refused here, not at the next export
+        readout = new.readout_node
+        if readout not in (None, INPUT_KEY) and (self.graph is None or readout not in self.graph):
+            raise ViewError(f"Cannot read the map at {readout!r}: no such node in this model.")
         if new == self.view:
             return False
         self.view = new
@@ -221,20 +244,22 @@ class Session(PlanEditingMixin, ModelLoadingMixin, JobsMixin):
         except GradscopeError as exc:
             self._error("Cannot open the image", str(exc), exc)
             return False
-        self.set_image(image, str(path), run=run)
-        return True
+        return self.set_image(image, str(path), run=run)
 
-    def set_image(self, image: np.ndarray, path: str | None = None, *, run: bool = True) -> None:
-        image = np.asarray(image)
-        if image.dtype != np.uint8:
-            image = np.clip(image * (255.0 if image.max() <= 1.0 else 1.0), 0, 255).astype(np.uint8)
-        if image.ndim == 2:
-            image = np.repeat(image[..., None], 3, axis=-1)
-        self.image, self.image_path = image[..., :3], path
+    def set_image(self, image: np.ndarray, path: str | None = None, *, run: bool = True) -> bool:
+        from gradscope.io.images import rgb_image
+
+        try:
+            image = rgb_image(image)
+        except ImageLoadError as exc:
+            self._error("Cannot use the image", str(exc), exc)
+            return False
+        self.image, self.image_path = image, path
         self.image_changed.emit(self.image)
         self._prepare_inputs()
         if run:
             self._maybe_run()
+        return True
 
     def _prepare_inputs(self) -> None:
         """The model's input batch from the image (numpy/Pillow only), or a seeded random batch for a model
@@ -412,9 +437,7 @@ class Session(PlanEditingMixin, ModelLoadingMixin, JobsMixin):
         if was_running and self.result_is_stale and self.result_plan is not None:
             self.method_name = self.result_method or self.method_name
             self.set_plan(self.result_plan, run=False)  # its result is the one on screen
-            self.status_changed.emit(
-                "Cancelled: back to the plan of the result shown (Ctrl+Z undoes this)." + note
-            )
+            self.status_changed.emit("Cancelled: back to the plan of the result shown (Ctrl+Z undoes this)." + note)
             return
         self.status_changed.emit("Cancelled." + note)
 
@@ -490,12 +513,14 @@ class Session(PlanEditingMixin, ModelLoadingMixin, JobsMixin):
         return {} if res is None else res.stats
 
     def class_label(self, index: int) -> str:
-        return f"{index} {self.class_names[index]}" if 0 <= index < len(self.class_names) else str(index)
+        known = isinstance(index, (int, np.integer)) and 0 <= index < len(self.class_names)
+        return f"{index} {self.class_names[index]}" if known else str(index)
 
     def top_k(self, k: int = 5) -> list[tuple[int, float]]:
         """The model's top-k classes for the first sample: (index, probability or score)."""
         res = self.result or self.baseline
-        if res is None or res.predictions.ndim != 2:
+        k = whole_number(k, "number of classes") or 0
+        if res is None or res.predictions.ndim != 2 or k < 1:
             return []
         p = res.predictions[0]
         order = np.argsort(-p, kind="stable")[:k]

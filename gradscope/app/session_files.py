@@ -54,7 +54,11 @@ def read_session_file(path: str | Path) -> dict[str, Any]:
     try:
         Plan.from_dict(data.get("plan") or {})
         Target.from_dict(data.get("target") or {})
-    except GradscopeError as exc:
+        view = data.get("view") or {}
+        if not isinstance(view, dict):
+            raise SessionFileError("'view' must be an object of view settings.")
+        ViewSettings.from_dict(view).check()
+    except (GradscopeError, TypeError) as exc:
         raise SessionFileError(f"{p.name}: {exc}") from None
     return data
 

@@ -46,9 +46,9 @@ class ViewSettings:
     def check(self) -> None:
         """Raise ``ViewError`` (a user error, one line) for a value no picture can be drawn with."""
         problems = []
-        if self.colormap.lower() not in render.available_colormaps():
+        if not isinstance(self.colormap, str) or self.colormap.lower() not in render.available_colormaps():
             problems.append(f"colormap {self.colormap!r} (choose: {', '.join(render.available_colormaps())})")
-        if not isinstance(self.alpha, (int, float)) or not 0.0 <= float(self.alpha) <= 1.0:
+        if isinstance(self.alpha, bool) or not isinstance(self.alpha, (int, float)) or not 0.0 <= self.alpha <= 1.0:
             problems.append(f"alpha {self.alpha!r} (a number from 0 to 1)")
         if self.normalization not in render.NORMALIZATIONS:
             problems.append(f"normalization {self.normalization!r} (choose: {', '.join(NORMALIZATIONS)})")
@@ -129,8 +129,9 @@ def overlay_images(
         heat = render.apply_colormap(m, view.colormap, signed=signed)
         if not spatial:
             note = "This node's output is not spatial: its signal is shown as a strip."
-    return OverlayImages(image, as_rgb_uint8(heat), None if overlay is None else as_rgb_uint8(overlay), saliency,
-                         node, spatial, note)
+    return OverlayImages(
+        image, as_rgb_uint8(heat), None if overlay is None else as_rgb_uint8(overlay), saliency, node, spatial, note
+    )
 
 
 def degenerate_note(saliency: np.ndarray, method: str = "") -> str:
@@ -140,8 +141,10 @@ def degenerate_note(saliency: np.ndarray, method: str = "") -> str:
         return ""
     cause = ""
     if why == "all zero" and any(k in method for k in ("lrp", "mwp")):
-        cause = (" Likely: the stabiliser underflowed, or (c-MWP) the contrast is negative everywhere, which is"
-                 " common on untrained networks and untrained BatchNorm.")
+        cause = (
+            " Likely: the stabiliser underflowed, or (c-MWP) the contrast is negative everywhere, which is"
+            " common on untrained networks and untrained BatchNorm."
+        )
     elif why.startswith("non-finite"):
         cause = " Likely: NaN/Inf in the model's weights or outputs, or a rule that divides by zero."
     return f"The map is {why}: it shows nothing.{cause}"

@@ -145,6 +145,8 @@ def cmd_explain(args: argparse.Namespace) -> int:
     method = None if (plan is not None and args.method is None) else (args.method or "gradient")
     written, failed, warned, method_warnings = [], [], 0, ()
     stems = [p.stem for p in images]
+    taken: set[str] = set()  # output names used in this batch
+    renamed: list[str] = []
     for path in progress(images, lambda p: p.name, enabled=many and not args.quiet):
         try:
             e = explain(
@@ -163,9 +165,7 @@ def cmd_explain(args: argparse.Namespace) -> int:
             failed.append(f"{path.name}: {exc}")  # one bad image must not stop the batch
             continue
         e.sidecar["model_file"] = args.model or _demo_model()
-        # cat.png and cat.jpg in one folder must not write one overlay twice
-        name = path.stem if stems.count(path.stem) == 1 else path.name.replace(".", "_")
-        dest = out / f"{name}_{e.method.name.replace(' ', '_')}.png" if many else out
+        dest = _batch_output(out, path, e.method.name, stems, taken, renamed) if many else out
         e.save(
             dest,
             inputs=[args.plan, *(images if many else [])],
@@ -193,6 +193,12 @@ def cmd_explain(args: argparse.Namespace) -> int:
         for w in method_warnings:  # once for the batch, not per image
             _warn(args, f"warning: {w}")
         _info(args, f"wrote {len(written)} overlays to {out}")
+        if renamed:
+            _warn(
+                args,
+                f"{len(renamed)} output name(s) changed so that no overlay replaces another:\n  "
+                + "\n  ".join(renamed),
+            )
         if failed:
             _warn(args, f"{len(failed)} image(s) could not be read:\n  " + "\n  ".join(failed))
             return EXIT_USER_ERROR
@@ -200,6 +206,24 @@ def cmd_explain(args: argparse.Namespace) -> int:
         _warn(args, "--strict: warnings make this a failure.")
         return 1
     return 0
+
+
+def _batch_output(out: Path, image: Path, method: str, stems: list[str], taken: set[str], renamed: list[str]) -> Path:
+    """``<stem>_<method>.png`` in ``out``; images that share a stem (cat.png, cat.jpg) keep their extension in
+    the name, and a name already written in this batch gets a number. Every such change is listed."""
+    method = method.replace(" ", "_")
+    name = f"{image.stem}_{method}.png"
+    why = ""
+    if stems.count(image.stem) > 1:
+        name, why = f"{image.name.replace('.', '_')}_{method}.png", "another image has the same name"
+    base, n = name[: -len(".png")], 1
+    while name.lower() in taken:
+        n += 1
+        name, why = f"{base}_{n}.png", "an earlier image's overlay has this name"
+    taken.add(name.lower())
+    if why:
+        renamed.append(f"{image.name} -> {name} ({why})")
+    return out / name
 
 
 def cmd_gui(args: argparse.Namespace) -> int:
@@ -222,22 +246,40 @@ def _delegate(module: str, function: str) -> Callable[[argparse.Namespace], int]
 
 # ------------------------------------------------------------------------------------------------- parser
 def _model_options(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--unsafe", action="store_true",
-                   help="allow unsafe deserialization (Lambda layers run code from the file): only for files you trust")
-    p.add_argument("--custom-objects", action="append", metavar="FILE",
-                   help="Python file registering the model's custom layers (repeatable)")
+    p.add_argument(
+        "--unsafe",
+        action="store_true",
+        help="allow unsafe deserialization (Lambda layers run code from the file): only for files you trust",
+    )
+    p.add_argument(
+        "--custom-objects",
+        action="append",
+        metavar="FILE",
+        help="Python file registering the model's custom layers (repeatable)",
+    )
     p.add_argument("--rules", action="append", metavar="FILE", help="Python file of user rules to load (repeatable)")
 
 
 def _diagnostic_options(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--input", action="append", metavar="FILE",
-                   help="input: image, .npy, or .npz with one array per model input (repeatable; default: random)")
+    p.add_argument(
+        "--input",
+        action="append",
+        metavar="FILE",
+        help="input: image, .npy, or .npz with one array per model input (repeatable; default: random)",
+    )
     p.add_argument("--label", help="labels for the loss: class indices (3 or 0,2,1) or a .npy file")
-    p.add_argument("--loss", choices=["auto", "compiled", "crossentropy", "mse"],
-                   help="loss for --label (default auto: compiled if any, else crossentropy for classifiers, else mse)")
+    p.add_argument(
+        "--loss",
+        choices=["auto", "compiled", "crossentropy", "mse"],
+        help="loss for --label (default auto: compiled if any, else crossentropy for classifiers, else mse)",
+    )
     p.add_argument("--target", help="without --label: class index, 'top', 'neuron:NODE:i,j,c' or 'channel:NODE:c'")
-    p.add_argument("--preprocessing", default="unit", choices=["unit", "raw", "caffe", "minus_one_one"],
-                   help="how image pixels are scaled (default unit: /255)")
+    p.add_argument(
+        "--preprocessing",
+        default="unit",
+        choices=["unit", "raw", "caffe", "minus_one_one"],
+        help="how image pixels are scaled (default unit: /255)",
+    )
     p.add_argument("--json", action="store_true", help="print the report as JSON")
     _model_options(p)
 
@@ -248,8 +290,11 @@ def build_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("--debug", action="store_true", help="show tracebacks of internal errors")
     parser.add_argument("-q", "--quiet", action="store_true", help="print only results")
-    parser.add_argument("--rule-plugins", action="store_true",
-                        help="also load the rule plugins installed packages offer (code: see `gradscope rules`)")
+    parser.add_argument(
+        "--rule-plugins",
+        action="store_true",
+        help="also load the rule plugins installed packages offer (code: see `gradscope rules`)",
+    )
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
     p = sub.add_parser("graph", help="print the model's layer graph as a table")
@@ -266,22 +311,41 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--plan", help="plan JSON file (selector -> rule + params); overrides --method's plan")
     p.add_argument("--layer", help="read the map at this node id (default: the method's, else the input)")
     p.add_argument("--out", default="overlay.png", help="output PNG, or a folder for a folder of images")
-    p.add_argument("--cmap", help="colormap (jet, viridis, inferno, gray, coolwarm, ...; default: jet, bwr for "
-                   "signed methods)")
-    p.add_argument("--style", default="caffe", choices=["caffe", "alpha"],
-                   help="caffe (default): the map's strength sets its opacity; alpha: a plain blend")
+    p.add_argument(
+        "--cmap", help="colormap (jet, viridis, inferno, gray, coolwarm, ...; default: jet, bwr for signed methods)"
+    )
+    p.add_argument(
+        "--style",
+        default="caffe",
+        choices=["caffe", "alpha"],
+        help="caffe (default): the map's strength sets its opacity; alpha: a plain blend",
+    )
     p.add_argument("--alpha", type=float, default=0.5, help="overlay opacity 0..1 for --style alpha (default 0.5)")
-    p.add_argument("--normalization", choices=["minmax", "percentile", "abs", "signed"],
-                   help="how the map is scaled (default: minmax, signed for signed methods)")
-    p.add_argument("--reduction", choices=["max_abs", "sum", "sum_clamped", "l2", "abs_sum"],
-                   help="channel reduction (default: the method's)")
-    p.add_argument("--preprocessing", default="unit", choices=["unit", "raw", "caffe", "minus_one_one"],
-                   help="how pixels are scaled for the model (default unit: /255)")
-    p.add_argument("--size", type=int, metavar="PX",
-                   help="long side of the PNG in pixels (default: the image's own, at least 512)")
+    p.add_argument(
+        "--normalization",
+        choices=["minmax", "percentile", "abs", "signed"],
+        help="how the map is scaled (default: minmax, signed for signed methods)",
+    )
+    p.add_argument(
+        "--reduction",
+        choices=["max_abs", "sum", "sum_clamped", "l2", "abs_sum"],
+        help="channel reduction (default: the method's)",
+    )
+    p.add_argument(
+        "--preprocessing",
+        default="unit",
+        choices=["unit", "raw", "caffe", "minus_one_one"],
+        help="how pixels are scaled for the model (default unit: /255)",
+    )
+    p.add_argument(
+        "--size", type=int, metavar="PX", help="long side of the PNG in pixels (default: the image's own, at least 512)"
+    )
     p.add_argument("--colorbar", action="store_true", help="draw a colour bar with the map's range under it")
-    p.add_argument("--strict", action="store_true",
-                   help="exit 1 when a map may mislead (unmatched selector, NaN/Inf outputs, degenerate map)")
+    p.add_argument(
+        "--strict",
+        action="store_true",
+        help="exit 1 when a map may mislead (unmatched selector, NaN/Inf outputs, degenerate map)",
+    )
     _model_options(p)
     p.set_defaults(func=cmd_explain)
 
@@ -300,8 +364,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--png", metavar="FILE", help="write a chart of the flow to FILE")
     p.set_defaults(func=_delegate("gradscope.cli.diagnose", "cmd_flow"))
 
-    p = sub.add_parser("diagnose", help="find trainable variables that get no gradient and the op that cuts the path "
-                       "(exit code 1 if any)")
+    p = sub.add_parser(
+        "diagnose",
+        help="find trainable variables that get no gradient and the op that cuts the path (exit code 1 if any)",
+    )
     p.add_argument("model", nargs="?", help=".keras or .h5 file (default: the bundled demo model)")
     _diagnostic_options(p)
     p.set_defaults(func=_delegate("gradscope.cli.diagnose", "cmd_diagnose"))

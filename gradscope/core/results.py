@@ -107,8 +107,10 @@ class BackwardResult:
         return self.input_grads[0]
 
     def warnings(self) -> list[str]:
-        """What makes this result misleading whatever the map: selectors that matched no node, NaN/Inf outputs."""
+        """What makes this result misleading whatever the map: selectors that matched no node, NaN/Inf weights
+        (``meta["weight_problems"]``, from the engine) and NaN/Inf outputs."""
         out = [f"selector {s!r} matched no node: its rule is not applied" for s in self.unmatched]
+        out += list(self.meta.get("weight_problems", ()))
         logits = np.asarray(self.logits)
         if logits.size and not np.isfinite(logits).all():
             out.append("the model's outputs are NaN/Inf for this input (check its weights): the class is meaningless")

@@ -9,6 +9,25 @@ from gradscope.core.errors import TargetError
 TARGET_KINDS = ("class", "neuron", "channel", "loss")
 
 
+def whole_number(value: object, what: str) -> int | None:
+    """``value`` as an int (None stays None): ints, numpy integers, integral floats and digit strings ("3", as
+    read from a form or a JSON file); anything else is a TargetError, not a silent truncation of 3.7 to 3."""
+    if value is None:
+        return None
+    if isinstance(value, str):
+        text = value.strip()
+        if text.lstrip("-").isdigit():
+            return int(text)
+    elif not isinstance(value, bool):
+        try:
+            number = float(value)  # type: ignore[arg-type]
+            if number.is_integer():
+                return int(number)
+        except (TypeError, ValueError, OverflowError):
+            pass
+    raise TargetError(f"The {what} must be a whole number, not {value!r}.")
+
+
 @dataclass(frozen=True)
 class Target:
     """The scalar whose gradient is taken, summed over the batch (samples stay independent).
@@ -36,8 +55,14 @@ class Target:
             raise TargetError("A neuron target needs `neuron=(i, j, ...)` (index without the batch axis).")
         if self.kind == "channel" and self.channel is None:
             raise TargetError("A channel target needs `channel=c`.")
+        for name in ("index", "channel"):
+            object.__setattr__(self, name, whole_number(getattr(self, name), f"target {name}"))
         if self.neuron is not None:
-            object.__setattr__(self, "neuron", tuple(int(i) for i in self.neuron))
+            try:
+                neuron = tuple(whole_number(i, "neuron index") for i in self.neuron)
+            except TypeError:
+                raise TargetError(f"A neuron index is a tuple of integers, not {self.neuron!r}.") from None
+            object.__setattr__(self, "neuron", neuron)
 
     def trace_key(self) -> tuple:
         """The part that changes the traced graph (a class index does not: it is fed as a tensor)."""

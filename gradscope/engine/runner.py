@@ -58,6 +58,7 @@ class Engine:
         self._trace_stop: Any = None  # set while a cancellable compile traces (see ``compile``)
         self.live = LiveBackward(self)
         self._live_steps = all(s.kind in ("call", "activation", "alias") for s in self.exec.steps)  # no opaque model
+        self._weight_problems: list[str] | None = None
         self._seen: OrderedDict[tuple, None] = OrderedDict()  # keys answered live once ("auto" compiles at 2nd)
 
     # ------------------------------------------------------------------------------------------- structure
@@ -70,6 +71,25 @@ class Engine:
             step = self._step_of[producer.id]
             return step.in_keys[0]
         return out_key
+
+    def weight_problems(self) -> list[str]:
+        """One line per layer whose weights hold NaN or Inf (such a model gives blank maps and NaN logits
+        reported as a class). Checked once per engine (the engine never changes weights): ~20 ms on ResNet50."""
+        if self._weight_problems is None:
+            problems = []
+            for node in self.graph.nodes:
+                step = self._step_of.get(node.id)
+                if step is None or step.kind == "activation":
+                    continue
+                variables = [v for v in getattr(step.operation, "weights", []) or [] if "float" in str(v.dtype)]
+                bad = [(v, _non_finite_counts(v)) for v in variables]
+                bad = [(v, n) for v, n in bad if n[0] or n[1]]
+                if bad:
+                    nan, inf = sum(n[0] for _, n in bad), sum(n[1] for _, n in bad)
+                    names = ", ".join(getattr(v, "path", None) or v.name for v, _ in bad[:3])
+                    problems.append(f"node {node.id!r} has {nan} NaN and {inf} Inf weight values ({names})")
+            self._weight_problems = problems
+        return list(self._weight_problems)
 
     @property
     def softmax_stripped(self) -> bool:
@@ -513,6 +533,7 @@ class Engine:
             unmatched=resolution.unmatched,
             meta={
                 **meta,
+                "weight_problems": self.weight_problems(),
                 "softmax_stripped": self.softmax_stripped,
                 "target": target.to_dict(),
                 "plan": plan.to_dict(),
@@ -562,6 +583,14 @@ class Engine:
         xs = self._as_inputs(inputs)
         out = self.model(xs[0] if len(xs) == 1 else xs, training=False)
         return np.asarray(out[0] if isinstance(out, (list, tuple)) else out)
+
+
+def _non_finite_counts(variable: Any) -> tuple[int, int]:
+    value = tf.convert_to_tensor(variable)
+    if bool(tf.reduce_all(tf.math.is_finite(value))):
+        return 0, 0
+    count = lambda mask: int(tf.reduce_sum(tf.cast(mask, tf.int64)))  # noqa: E731
+    return count(tf.math.is_nan(value)), count(tf.math.is_inf(value))
 
 
 def _numpy_or_zeros(g: Any, like: Any) -> np.ndarray:

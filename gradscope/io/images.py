@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -69,18 +70,12 @@ def list_images(folder: str | Path) -> list[Path]:
     if not p.is_dir():
         raise ImageLoadError(f"{p} is not a folder.")
     return sorted(
-        (
-            f
-            for f in p.iterdir()
-            if f.is_file() and f.suffix.lower() in IMAGE_EXTENSIONS and not f.name.startswith(".")
-        ),
+        (f for f in p.iterdir() if f.is_file() and f.suffix.lower() in IMAGE_EXTENSIONS and not f.name.startswith(".")),
         key=lambda f: f.name,
     )
 
 
-def prepare_input(
-    image: np.ndarray, input_shape: Sequence[int | None], preprocessing: str = "unit"
-) -> np.ndarray:
+def prepare_input(image: np.ndarray, input_shape: Sequence[int | None], preprocessing: str = "unit") -> np.ndarray:
     """A float32 batch ``(1, H, W, C)`` for a model whose input shape is ``(H, W, C)`` (batch dim optional).
 
     The image (uint8 (H, W), (H, W, 1), (H, W, 3) or (H, W, 4); float images in [0, 1] are accepted) is
@@ -95,9 +90,7 @@ def prepare_input(
     from PIL import Image
 
     if preprocessing not in PREPROCESSING:
-        raise ImageLoadError(
-            f"Unknown preprocessing {preprocessing!r}; choose one of {', '.join(PREPROCESSING)}."
-        )
+        raise ImageLoadError(f"Unknown preprocessing {preprocessing!r}; choose one of {', '.join(PREPROCESSING)}.")
     shape = tuple(input_shape)
     if len(shape) == 4:
         shape = shape[1:]
@@ -154,8 +147,22 @@ def _to_mode(img, mode: str):
     return img.convert(mode)
 
 
-def _as_uint8(image: np.ndarray) -> np.ndarray:
-    a = np.asarray(image)
+def rgb_image(image: Any) -> np.ndarray:
+    """An image given as an array (uint8 0-255, float 0-1 or 0-255, bool; gray, RGB or RGBA) as uint8 RGB
+    (H, W, 3), or an ImageLoadError saying what is wrong (shape, emptiness, NaN, not numbers)."""
+    a = _as_uint8(image)
+    return np.repeat(a[..., None], 3, axis=-1) if a.ndim == 2 else a
+
+
+def _as_uint8(image: Any) -> np.ndarray:
+    try:
+        a = np.asarray(image)
+    except (TypeError, ValueError) as exc:
+        raise ImageLoadError(f"Not an image array: {exc}") from None
+    if not (a.dtype == bool or np.issubdtype(a.dtype, np.number)) or np.iscomplexobj(a):
+        raise ImageLoadError(f"An image array holds numbers, not {a.dtype}.")
+    if a.size == 0:
+        raise ImageLoadError(f"The image array is empty (shape {a.shape}).")
     if a.ndim == 3 and a.shape[-1] == 1:
         a = a[..., 0]
     elif a.ndim == 3 and a.shape[-1] == 4:

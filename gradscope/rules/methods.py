@@ -7,6 +7,7 @@ giving the plain gradient.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -62,7 +63,7 @@ def build_method(name: str, graph: LayerGraph, **options: Any) -> Method:
         raise PlanError(f"Unknown method {name!r}. Known methods: {', '.join(sorted(_METHODS))}.")
     try:
         return _METHODS[name][0](graph, **options)
-    except TypeError as exc:
+    except (TypeError, ValueError, OverflowError) as exc:
         raise PlanError(f"Method {name!r}: bad options {options}: {exc}") from None
 
 
@@ -98,22 +99,44 @@ def grad_cam(graph: LayerGraph, layer: str | None = None) -> Method:
     if node is None or len(node.output_shape) < 3:
         raise PlanError(
             f"Grad-CAM needs a spatial feature map (H, W, C); model {graph.model_name!r} has none"
-            + (f" at {layer!r}" if layer else "") + ". Give one with layer=NODE."
+            + (f" at {layer!r}" if layer else "")
+            + ". Give one with layer=NODE."
         )
-    return Method("grad_cam", Plan(name="grad_cam"), reduction="sum_clamped", readout_node=node.id, grad_cam=True,
-                  options={"layer": layer})
+    return Method(
+        "grad_cam",
+        Plan(name="grad_cam"),
+        reduction="sum_clamped",
+        readout_node=node.id,
+        grad_cam=True,
+        options={"layer": layer},
+    )
 
 
 @register_method("smoothgrad", "SmoothGrad: mean input gradient over noisy copies (Smilkov et al. 2017)")
 def smoothgrad(graph: LayerGraph, samples: int = 16, noise: float = 0.15, seed: int = 0) -> Method:
-    return Method("smoothgrad", Plan(name="smoothgrad"), reduction="max_abs", sampling="smoothgrad",
-                  options={"samples": int(samples), "noise": float(noise), "seed": int(seed)})
+    if int(samples) < 1 or not math.isfinite(float(noise)) or float(noise) < 0:
+        raise ValueError(f"samples must be >= 1 and noise a number >= 0 (got {samples!r} and {noise!r})")
+    return Method(
+        "smoothgrad",
+        Plan(name="smoothgrad"),
+        reduction="max_abs",
+        sampling="smoothgrad",
+        options={"samples": int(samples), "noise": float(noise), "seed": int(seed)},
+    )
 
 
 @register_method("integrated_gradients", "Integrated gradients from a black baseline (Sundararajan et al. 2017)")
 def integrated_gradients(graph: LayerGraph, steps: int = 32) -> Method:
-    return Method("integrated_gradients", Plan(name="integrated_gradients"), reduction="sum", signed=True,
-                  sampling="integrated_gradients", options={"steps": int(steps)})
+    if int(steps) < 1:
+        raise ValueError(f"steps must be >= 1 (got {steps!r})")
+    return Method(
+        "integrated_gradients",
+        Plan(name="integrated_gradients"),
+        reduction="sum",
+        signed=True,
+        sampling="integrated_gradients",
+        options={"steps": int(steps)},
+    )
 
 
 @register_method("gradient_x_input", "Gradient times input (at the input or any layer)")
