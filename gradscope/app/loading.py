@@ -101,7 +101,7 @@ class ModelLoadingMixin:
         self.layout_changed.emit(self.layout)
         self.status_changed.emit(
             f"Opened {Path(path).name if path else self.graph.model_name}: {len(self.graph)} nodes "
-            f"(layout {self.layout.seconds * 1000:.0f} ms)"
+            f"(layout {self.layout.seconds * 1000:.0f} ms)" + "".join(f". {note}" for note in self.graph.notes)
         )
         if restore is not None:
             if self._validate(restore.plan):

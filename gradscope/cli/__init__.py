@@ -90,6 +90,8 @@ def cmd_graph(args: argparse.Namespace) -> int:
         print(json.dumps(engine.graph.to_dict(), indent=2))
     else:
         print(engine.graph.to_table())
+        for note in engine.graph.notes:
+            print(f"\nnote: {note}")
     return 0
 
 

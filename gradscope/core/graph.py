@@ -56,6 +56,7 @@ class LayerGraph:
     output_ids: tuple[str, ...]
     model_name: str = "model"
     groups: tuple[str, ...] = ()  # ids of nested models, outermost first
+    notes: tuple[str, ...] = ()  # how the graph was obtained, when that is worth telling (subclassed models)
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "_by_id", {n.id: n for n in self.nodes})
@@ -119,6 +120,7 @@ class LayerGraph:
             "input_ids": list(self.input_ids),
             "output_ids": list(self.output_ids),
             "groups": list(self.groups),
+            "notes": list(self.notes),
             "nodes": [
                 {
                     "id": n.id,

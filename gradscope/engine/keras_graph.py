@@ -15,6 +15,8 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
+import numpy as np
+
 from gradscope.backend import keras
 from gradscope.core.errors import GraphError
 from gradscope.core.graph import LayerGraph, NodeSpec, Shape
@@ -119,13 +121,70 @@ def _functional_of(model: Any) -> Any:
     if type(model).__name__ == "Sequential" or hasattr(model, "_functional"):
         functional = getattr(model, "_functional", None)
         if functional is None:
-            raise GraphError(
-                f"Sequential model {model.name!r} is not built: give it an Input or call it on data once."
-            )
+            raise GraphError(f"Sequential model {model.name!r} is not built: give it an Input or call it on data once.")
         return functional
     if hasattr(model, "_nodes_by_depth") and hasattr(model, "_inputs") and model._inputs:
         return model
     return None
+
+
+def _trace_subclassed(model: Any) -> tuple[Any, list[Any], tuple[str, ...]]:
+    """A subclassed model as a graph of its own layers: its ``call`` run on symbolic inputs of the shape it was
+    built with records a functional graph of the same layer objects (and ``keras.ops``), so rules apply per
+    layer and the weights are the model's. A ``call`` that cannot run symbolically (Python branches on tensor
+    values, ...) leaves the model as one opaque node, and the note says why. Returns (functional or None,
+    symbolic inputs, notes)."""
+    inputs = _symbolic_inputs(model)
+    structure = inputs[0] if len(inputs) == 1 else inputs
+    try:
+        outputs = model.call(structure)
+        functional = keras.Model(structure, outputs, name=model.name)
+    except Exception as exc:  # noqa: BLE001 - any failure of user code means: run it whole
+        reason = f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"
+        note = (
+            f"Subclassed model {model.name!r}: its call() could not run on symbolic inputs ({reason[:200]}), so "
+            "it is one node: its gradient flow is exact but rules cannot be set inside it. Build it from Keras "
+            "layers and keras.ops (no Python branches on tensor values) to see its layers."
+        )
+        return None, inputs, (note,)
+    note = f"Subclassed model {model.name!r}: its call() was traced on symbolic inputs; the nodes are its layers."
+    return functional, list(functional.inputs), (note,)
+
+
+def _symbolic_inputs(model: Any) -> list[Any]:
+    """``keras.Input``s of the shapes a subclassed model was built with (``get_build_config``)."""
+    built = getattr(model, "built", False)
+    shapes = ((model.get_build_config() if built else None) or {}).get("input_shape")
+    if shapes is None and built:  # Keras' own symbolic build failed, so it recorded no shape
+        raise GraphError(
+            f"Subclassed model {model.name!r}: Keras recorded no input shape for it, because its call() cannot run "
+            "on symbolic inputs (e.g. a Python `if` on a tensor value). gradscope needs a call() made of Keras "
+            "layers and keras.ops, or a build(input_shape) method that builds its layers."
+        )
+    if shapes is None:
+        raise GraphError(
+            f"Model {model.name!r} is a subclassed model that was never built, so its input shape is unknown. "
+            "Call it on data once (or model.build(shape)) before saving or opening it."
+        )
+    if isinstance(shapes, dict):
+        raise GraphError(f"Model {model.name!r} takes a dict of inputs; gradscope opens tensor or list inputs.")
+    nested = bool(shapes) and isinstance(shapes[0], (list, tuple))
+    return [
+        keras.Input(shape=tuple(shape)[1:], name=f"input_{i}" if nested else "input")
+        for i, shape in enumerate(shapes if nested else [shapes])
+    ]
+
+
+def _symbolic_outputs(model: Any, inputs: list[Any]) -> Any:
+    outputs = getattr(model, "outputs", None)
+    if outputs:
+        return outputs
+    structure = inputs[0] if len(inputs) == 1 else inputs
+    try:
+        return model.compute_output_spec(structure)
+    except Exception:  # noqa: BLE001 - a call() that only runs on values: run it once on zeros
+        zeros = keras.tree.map_structure(lambda t: np.zeros([1, *t.shape[1:]], t.dtype), structure)
+        return keras.tree.map_structure(lambda y: keras.KerasTensor((None, *y.shape[1:]), y.dtype), model(zeros))
 
 
 def _shape(t: Any) -> Shape:
@@ -277,12 +336,10 @@ def build_exec_graph(model: Any) -> ExecGraph:
         raise GraphError(f"Expected a keras.Model, got {type(model).__name__}.")
     b = _Builder()
     functional = _functional_of(model)
+    notes: tuple[str, ...] = ()
     model_inputs = functional.inputs if functional is not None else getattr(model, "inputs", None)
-    if not model_inputs:
-        raise GraphError(
-            f"Model {model.name!r} has no symbolic inputs (a subclassed model that was never built on an Input). "
-            "Save it as a functional or Sequential model, or call it on data before opening it."
-        )
+    if functional is None and not model_inputs:
+        functional, model_inputs, notes = _trace_subclassed(model)
     input_keys = []
     for t in model_inputs:
         layer = t._keras_history[0]
@@ -311,7 +368,7 @@ def build_exec_graph(model: Any) -> ExecGraph:
             op_type=type(model).__name__,
             inputs=tuple(b.producer[k] for k in input_keys),
             input_shapes=tuple(_shape(t) for t in model_inputs),
-            output_shapes=tuple(_shape(t) for t in model.outputs),
+            output_shapes=tuple(_shape(t) for t in keras.tree.flatten(_symbolic_outputs(model, model_inputs))),
             dtype="float32",
             params=_count_params(model)[0],
             trainable_params=_count_params(model)[1],
@@ -323,14 +380,13 @@ def build_exec_graph(model: Any) -> ExecGraph:
     if missing:
         raise GraphError(f"Model {model.name!r}: {len(missing)} output(s) are not connected to its inputs.")
     output_ids = tuple(dict.fromkeys(b.producer[k] for k in output_keys))
-    nodes = tuple(
-        NodeSpec(**{**n.__dict__, "is_output": True}) if n.id in output_ids else n for n in b.nodes
-    )
+    nodes = tuple(NodeSpec(**{**n.__dict__, "is_output": True}) if n.id in output_ids else n for n in b.nodes)
     graph = LayerGraph(
         nodes=nodes,
         input_ids=tuple(b.producer[k] for k in input_keys),
         output_ids=output_ids,
         model_name=model.name,
         groups=tuple(b.groups),
+        notes=notes,
     )
     return ExecGraph(b.steps, graph, input_keys, output_keys, b.node_out_keys, b.operations)

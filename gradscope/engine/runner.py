@@ -414,8 +414,15 @@ class Engine:
                 f"An operation on the backward path has no registered gradient: {exc}. "
                 "Run `gradscope diagnose MODEL` to see which layer it belongs to."
             ) from exc
-        except BaseException:
+        except BaseException as exc:
             self._forget(fn)
+            if self.graph.notes and isinstance(exc, (TypeError, ValueError)) and not self._live_steps:
+                # an opaque subclassed model whose call() only runs on concrete values (see keras_graph)
+                raise GraphError(
+                    f"{self.graph.notes[0]} Its call() does not run inside tf.function either "
+                    f"({type(exc).__name__}: {str(exc).strip().splitlines()[-1][:200]}), so gradscope cannot take "
+                    "its gradient."
+                ) from exc
             raise
         elapsed = time.perf_counter() - t0
         none_nodes = set(meta.get("none_nodes", []))
