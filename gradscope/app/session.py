@@ -582,6 +582,10 @@ class Session(PlanEditingMixin, ModelLoadingMixin, JobsMixin):
         self.plan.save(path)
         return path
 
+    def export_plan_snippet(self, path: str | Path) -> Path:
+        """The plan as a Python training script (``plan_model``), to take a fix found here into training."""
+        return export.write_plan_snippet(path, self.plan, self.model_path, method=self.method_name)
+
     def import_plan(self, path: str | Path) -> bool:
         try:
             plan = Plan.load(path)

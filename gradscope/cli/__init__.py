@@ -95,6 +95,20 @@ def cmd_graph(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_snippet(args: argparse.Namespace) -> int:
+    from gradscope.app.export import write_plan_snippet
+    from gradscope.rules.methods import build_method
+    from gradscope.rules.plan import Plan
+
+    engine = _engine(args)
+    plan = Plan.load(args.plan) if args.plan else build_method(args.method or "gradient", engine.graph).plan
+    plan.resolve(engine.graph)  # an unknown node or rule is an error now, not in the training script
+    path = write_plan_snippet(args.out, plan, args.model or _demo_model(), method=args.method or "")
+    entries = len(plan.entries)
+    _info(args, f"wrote {path} ({entries} plan {'entry' if entries == 1 else 'entries'})")
+    return 0
+
+
 def cmd_methods(args: argparse.Namespace) -> int:
     from gradscope.rules.methods import available_methods
 
@@ -350,6 +364,14 @@ def build_parser() -> argparse.ArgumentParser:
     )
     _model_options(p)
     p.set_defaults(func=cmd_explain)
+
+    p = sub.add_parser("snippet", help="write a Python training script that uses a plan (plan_model)")
+    p.add_argument("model", nargs="?", help=".keras or .h5 file (default: the bundled demo model)")
+    p.add_argument("--method", help="method preset whose plan to use (see `gradscope methods`)")
+    p.add_argument("--plan", help="plan JSON file (overrides --method)")
+    p.add_argument("--out", default="train_with_plan.py", help="output .py file")
+    _model_options(p)
+    p.set_defaults(func=cmd_snippet)
 
     p = sub.add_parser("methods", help="list method presets")
     p.set_defaults(func=cmd_methods)

@@ -194,10 +194,16 @@ class MainWindow(QMainWindow):
         act(f, "Export flow plot (PNG/SVG)…", self.export_flow_image_dialog, None, "The gradient-flow plot")
         act(f, "Export flow CSV…", self.export_flow_csv_dialog, None, "Per-node gradient statistics as CSV")
         act(f, "Export plan JSON…", self.export_plan_dialog, None, "The plan as JSON")
+        act(f, "Export plan as Python…", self.export_snippet_dialog, None, "A training script that uses this plan")
         act(f, "Import plan JSON…", self.import_plan_dialog, None, "Replace the plan with one from a JSON file")
         act(f, "Load rule file…", self.inspector.rule_editor._load_file, None, "Import user rules from a Python file")
-        act(f, "Load installed rule plugins…", self.load_rule_plugins_dialog, None,
-            "Import the rules installed packages offer (shows them first)")
+        act(
+            f,
+            "Load installed rule plugins…",
+            self.load_rule_plugins_dialog,
+            None,
+            "Import the rules installed packages offer (shows them first)",
+        )
         f.addSeparator()
         act(f, "&Quit", self.close, QKeySequence.StandardKey.Quit)
 
@@ -511,6 +517,13 @@ class MainWindow(QMainWindow):
         path, _ = QFileDialog.getSaveFileName(self, "Export flow CSV", self._default_name("_flow.csv"), "CSV (*.csv)")
         if path:
             self._guard(lambda: self.session.export_flow_csv(path), "Cannot export the CSV")
+
+    def export_snippet_dialog(self) -> None:
+        path, _ = QFileDialog.getSaveFileName(
+            self, "Export plan as Python", self._default_name("_train_with_plan.py"), "Python (*.py)"
+        )
+        if path:
+            self._guard(lambda: self.session.export_plan_snippet(path), "Cannot export the plan")
 
     def export_plan_dialog(self) -> None:
         path, _ = QFileDialog.getSaveFileName(self, "Export plan", self._default_name("_plan.json"), "JSON (*.json)")

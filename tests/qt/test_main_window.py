@@ -276,3 +276,19 @@ def test_the_flow_plot_has_a_legend_and_names_its_statistic(window, qtbot, wait_
     assert flow.node_ids == [] and "loading" in flow.caption.text()
     wait_idle(window)
     assert flow.node_ids
+
+
+def test_file_menu_exports_the_plan_as_a_python_script(window, qtbot, wait_idle, model_file, image_file, tmp_path,
+                                                       monkeypatch):
+    from PySide6.QtWidgets import QFileDialog
+
+    _open(window, qtbot, wait_idle, model_file, image_file)
+    window.session.add_rule("c2", "scale", {"factor": 2.0})
+    wait_idle(window)
+    target = tmp_path / "train_fix.py"
+    monkeypatch.setattr(QFileDialog, "getSaveFileName", lambda *a, **k: (str(target), "Python (*.py)"))
+    action = next(a for a in window.menuBar().actions()[0].menu().actions() if a.text() == "Export plan as Python…")
+    action.trigger()
+    text = target.read_text()
+    assert "plan_model(model, PLAN)" in text and "'factor': 2.0" in text and str(model_file) in text
+    compile(text, str(target), "exec")  # valid Python
