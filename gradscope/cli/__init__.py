@@ -289,6 +289,7 @@ def _diagnostic_options(p: argparse.ArgumentParser) -> None:
         choices=["auto", "compiled", "crossentropy", "mse"],
         help="loss for --label (default auto: compiled if any, else crossentropy for classifiers, else mse)",
     )
+    p.add_argument("--output", help="multi-output models: the output node the loss reads (default: all, compiled)")
     p.add_argument("--target", help="without --label: class index, 'top', 'neuron:NODE:i,j,c' or 'channel:NODE:c'")
     p.add_argument(
         "--preprocessing",

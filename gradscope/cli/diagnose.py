@@ -116,6 +116,7 @@ def cmd_flow(args: Any) -> int:
         weight_grads=not getattr(args, "no_weights", False),
         target=target,
         plan=plan,
+        output=getattr(args, "output", None),
     )
     print(json.dumps(report.to_dict(), indent=2, default=str) if getattr(args, "json", False) else report.to_text())
     if getattr(args, "csv", None):
@@ -138,7 +139,7 @@ def cmd_diagnose(args: Any) -> int:
     labels = _cli_labels(getattr(args, "label", None))
     target = Target.parse(args.target) if getattr(args, "target", None) else None
     if labels is not None or getattr(args, "loss", None):
-        target = Target(kind="loss", loss=getattr(args, "loss", None))
+        target = Target(kind="loss", loss=getattr(args, "loss", None), node=getattr(args, "output", None))
     if labels is not None and labels.ndim == 1 and labels.size == 1:
         labels = np.repeat(labels, len(xs[0]) if xs else 2)
     report = diagnose_model(engine, None if xs is None else (xs if len(xs) > 1 else xs[0]), target, labels=labels)

@@ -72,7 +72,7 @@ class Target:
         if self.kind == "class":
             return "top-1 class logit" if self.index is None else f"logit of class {self.index}"
         if self.kind == "loss":
-            return f"training loss ({self.loss or 'auto'})"
+            return f"training loss ({self.loss or 'auto'}{f', output {self.node}' if self.node else ''})"
         if self.kind == "neuron":
             return f"neuron {self.neuron} of {self.node or 'the output'}"
         return f"channel {self.channel} of {self.node or 'the output'}"
@@ -92,11 +92,12 @@ class Target:
 
     @classmethod
     def parse(cls, text: str | None) -> Target:
-        """CLI form: ``7`` (class), ``top`` , ``neuron:NODE:i,j,k``, ``channel:NODE:c``, ``loss[:NAME]``."""
+        """CLI form: ``7`` (class), ``top`` , ``neuron:NODE:i,j,k``, ``channel:NODE:c``, ``loss[:NAME[:OUTPUT]]``."""
         if text is None or text in ("", "top", "top1"):
             return cls()
         if text == "loss" or text.startswith("loss:"):
-            return cls(kind="loss", loss=text.partition(":")[2] or None)
+            name, _, output = text.partition(":")[2].partition(":")
+            return cls(kind="loss", loss=name or None, node=output or None)
         if text.lstrip("-").isdigit():
             return cls(index=int(text))
         kind, _, rest = text.partition(":")

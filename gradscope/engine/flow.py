@@ -360,18 +360,20 @@ def gradient_flow(
     target: Target | None = None,
     plan: Any = None,
     thresholds: FlowThresholds | None = None,
+    output: str | None = None,
 ) -> FlowReport:
     """Per-layer gradient flow of one backward pass.
 
     With ``labels`` the target is the training loss (``loss``: "auto" (default), "compiled", "crossentropy",
-    "mse"; see ``gradscope.engine.loss_targets``); without, ``target`` (default: the top-1 logit).
+    "mse"; see ``gradscope.engine.loss_targets``; ``output``: the output node it reads, for multi-output models);
+    without, ``target`` (default: the top-1 logit).
     ``weight_grads``: also the weights' gradients and ``|grad W| / |W|`` (opt-in in the engine: ~1.7x cost).
     ``plan``: rules to apply (compare a modified backward pass with the baseline ``plan=None``).
     """
     engine = as_engine(engine_or_model)
     thresholds = thresholds or FlowThresholds()
     if labels is not None:
-        target = Target(kind="loss", loss=loss)
+        target = Target(kind="loss", loss=loss, node=output)
     elif loss is not None:
         from gradscope.core.errors import TargetError
 

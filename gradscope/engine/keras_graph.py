@@ -60,6 +60,8 @@ class ExecGraph:
     node_out_keys: dict[str, list[Any]]
     #: node id -> keras Layer/Operation (activation nodes map to the layer they were split from)
     operations: dict[str, Any]
+    #: the node producing each model output, in output order (two outputs may come from one node)
+    output_nodes: list[str] = field(default_factory=list)
 
 
 def activation_name(fn: Any) -> str:
@@ -389,4 +391,5 @@ def build_exec_graph(model: Any) -> ExecGraph:
         groups=tuple(b.groups),
         notes=notes,
     )
-    return ExecGraph(b.steps, graph, input_keys, output_keys, b.node_out_keys, b.operations)
+    output_nodes = [b.producer[k] for k in output_keys]
+    return ExecGraph(b.steps, graph, input_keys, output_keys, b.node_out_keys, b.operations, output_nodes)

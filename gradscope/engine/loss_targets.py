@@ -14,6 +14,9 @@ Losses (``Target(kind="loss", loss=...)``):
 - ``"auto"`` (or None): ``compiled`` if the model was compiled with a loss, else ``crossentropy`` for a
   ``(batch, classes)`` output, else ``mse``.
 
+Multi-output models: ``Target(kind="loss", node=OUTPUT_ID)`` puts the loss on one output (labels for that
+output); the ``compiled`` loss covers every output, as ``fit`` does (labels: a list, one array per output).
+
 Labels are data, not part of the trace: the engine feeds them as a tensor input like the class index.
 The batch is averaged (Keras' default ``sum_over_batch_size``), so weight gradients are those of one training
 step; the logit targets sum over the batch instead.
@@ -58,43 +61,69 @@ def resolve(engine: Any, target: Target) -> Target:
         raise TargetError(
             "The model has no compiled loss (it was saved without compile()). Use loss 'crossentropy' or 'mse'."
         )
-    if len(engine.exec.output_keys) > 1:
-        raise TargetError("Loss targets support single-output models only (this model has several outputs).")
+    outputs = _output_nodes(engine)
+    node = target.node
+    if node is not None and node not in outputs:
+        raise TargetError(f"{node!r} is not a model output; the outputs are {', '.join(outputs)}.")
+    if len(outputs) > 1 and node is None and name != "compiled":
+        raise TargetError(
+            f"The model has {len(outputs)} outputs ({', '.join(outputs)}): choose the one the loss reads "
+            "(node=OUTPUT, CLI --output) or use the model's compiled loss, which covers all of them."
+        )
+    if name == "compiled" and node is not None and len(outputs) > 1:
+        raise TargetError("The compiled loss covers every output; do not choose one (or use crossentropy/mse).")
+    node = node if node is not None and len(outputs) > 1 else None
     if name == "crossentropy":
-        shape = engine.graph.node(engine.graph.output_ids[0]).output_shape
+        shape = engine.graph.node(_output_node(engine, node)).output_shape
         if len(shape) != 2:
             raise TargetError(
                 f"Cross-entropy needs a (batch, classes) output; the model outputs {shape}. Use loss 'mse'."
             )
-        if _output_activation(engine) == "sigmoid":
+        if engine.graph.node(_output_node(engine, node)).activation == "sigmoid":
             raise TargetError(
                 "The model ends in a sigmoid, not a softmax: categorical cross-entropy does not apply. "
                 "Use loss 'compiled' (compile the model with binary_crossentropy) or 'mse'."
             )
-    return Target(kind="loss", loss=name)
+    return Target(kind="loss", loss=name, node=node)
 
 
-def _output_activation(engine: Any) -> str | None:
-    return engine.graph.node(engine.graph.output_ids[0]).activation
+def _output_nodes(engine: Any) -> list[str]:
+    """The node producing each model output, in the model's output order."""
+    return list(engine.exec.output_nodes)
+
+
+def _output_position(engine: Any, node: str | None) -> int:
+    return 0 if node is None else _output_nodes(engine).index(node)
+
+
+def _output_node(engine: Any, node: str | None) -> str:
+    return _output_nodes(engine)[_output_position(engine, node)]
+
+
+def _uses_stripped_logits(engine: Any, target: Target) -> bool:
+    """The engine strips the softmax of the first output only."""
+    return engine.softmax_stripped and _output_position(engine, target.node) == 0
 
 
 def reads_logits(engine: Any, target: Target) -> bool:
     """Whether the cross-entropy is computed from logits (True) or from softmax probabilities."""
-    return engine.softmax_stripped or _output_activation(engine) != "softmax"
+    activation = engine.graph.node(_output_node(engine, target.node)).activation
+    return _uses_stripped_logits(engine, target) or activation != "softmax"
 
 
 def describe(engine: Any, target: Target) -> str:
     if target.loss == "compiled":
         loss = engine.model.loss
         return f"compiled loss ({getattr(loss, 'name', loss)})"
+    where = f" of output {target.node!r}" if target.node else ""
     if target.loss == "crossentropy":
         source = (
             "from the logits (softmax stripped)"
-            if engine.softmax_stripped
+            if _uses_stripped_logits(engine, target)
             else ("from the logits" if reads_logits(engine, target) else "from the softmax probabilities")
         )
-        return f"cross-entropy {source}, batch mean"
-    return "mean squared error, mean over all elements"
+        return f"cross-entropy{where} {source}, batch mean"
+    return f"mean squared error{where}, mean over all elements"
 
 
 def prepare_labels(engine: Any, target: Target, labels: Any, batch: int) -> Any:
@@ -103,19 +132,19 @@ def prepare_labels(engine: Any, target: Target, labels: Any, batch: int) -> Any:
         return tf.zeros([0], tf.float32)
     if labels is None:
         raise TargetError("A loss target needs labels (one class index per sample, or targets for 'mse').")
+    n_outputs = len(engine.exec.output_keys)
+    if target.loss == "compiled" and n_outputs > 1:
+        if not isinstance(labels, (list, tuple)) or len(labels) != n_outputs:
+            raise TargetError(f"The compiled loss of a {n_outputs}-output model needs a list of {n_outputs} labels.")
+        return [_compiled_labels(np.asarray(one), batch) for one in labels]
     arr = np.asarray(labels)
     if arr.dtype.kind not in "biuf":
         raise TargetError(f"Labels must be numbers, got {arr.dtype}.")
-    out_shape = engine.graph.node(engine.graph.output_ids[0]).output_shape
+    out_shape = engine.graph.node(_output_node(engine, target.node)).output_shape
     if target.loss == "crossentropy" and (arr.dtype.kind != "f" or arr.ndim <= 1):
         return _class_labels(arr, batch, out_shape[-1])
     if target.loss == "compiled":  # the compiled loss decides what it accepts: check only the batch
-        arr = arr.astype(np.int32 if arr.dtype.kind in "biu" else np.float32)
-        if arr.ndim == 0 or (arr.shape[0] == 1 and batch > 1):  # one label for every sample
-            arr = np.broadcast_to(arr.reshape(arr.shape[1:]) if arr.ndim else arr, (batch, *arr.shape[1:]))
-        if arr.shape[0] != batch:
-            raise TargetError(f"Got labels for {arr.shape[0]} samples; the batch has {batch}.")
-        return tf.convert_to_tensor(np.ascontiguousarray(arr))
+        return _compiled_labels(arr, batch)
     arr = arr.astype(np.float32)
     if arr.ndim == len(out_shape) - 1:  # one target for every sample
         arr = np.broadcast_to(arr, (batch, *arr.shape))
@@ -125,6 +154,17 @@ def prepare_labels(engine: Any, target: Target, labels: Any, batch: int) -> Any:
         or any(w is not None and w != d for w, d in zip(out_shape[1:], arr.shape[1:]))
     ):
         raise TargetError(f"Labels of shape {arr.shape} do not match the model output {out_shape} (batch {batch}).")
+    return tf.convert_to_tensor(np.ascontiguousarray(arr))
+
+
+def _compiled_labels(arr: np.ndarray, batch: int) -> Any:
+    if arr.dtype.kind not in "biuf":
+        raise TargetError(f"Labels must be numbers, got {arr.dtype}.")
+    arr = arr.astype(np.int32 if arr.dtype.kind in "biu" else np.float32)
+    if arr.ndim == 0 or (arr.shape[0] == 1 and batch > 1):  # one label for every sample
+        arr = np.broadcast_to(arr.reshape(arr.shape[1:]) if arr.ndim else arr, (batch, *arr.shape[1:]))
+    if arr.shape[0] != batch:
+        raise TargetError(f"Got labels for {arr.shape[0]} samples; the batch has {batch}.")
     return tf.convert_to_tensor(np.ascontiguousarray(arr))
 
 
@@ -143,13 +183,15 @@ def _class_labels(arr: np.ndarray, batch: int, n_classes: int | None) -> Any:
 
 def loss_scalar(engine: Any, target: Target, values: dict, labels: Any) -> Any:
     """The loss as a scalar tensor, inside the engine's traced function."""
-    output = values[engine.exec.output_keys[0]]
     if target.loss == "compiled":
-        return engine.model.compute_loss(x=None, y=labels, y_pred=output, training=False)
+        outputs = [values[k] for k in engine.exec.output_keys]
+        y_pred = outputs if len(outputs) > 1 else outputs[0]
+        return engine.model.compute_loss(x=None, y=labels, y_pred=y_pred, training=False)
+    output = values[engine.exec.output_keys[_output_position(engine, target.node)]]
     if target.loss == "mse":
         return tf.reduce_mean(tf.square(tf.cast(output, tf.float32) - labels))
     from_logits = reads_logits(engine, target)
-    scores = tf.cast(values[engine.logits_key] if engine.softmax_stripped else output, tf.float32)
+    scores = tf.cast(values[engine.logits_key] if _uses_stripped_logits(engine, target) else output, tf.float32)
     if labels.dtype.is_integer:
         per_sample = keras.losses.sparse_categorical_crossentropy(labels, scores, from_logits=from_logits)
     else:
