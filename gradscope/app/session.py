@@ -62,10 +62,19 @@ __all__ = [
 ]
 
 
-def sampled(engine: Any, x: Any, target: Target, plan: Plan, result: BackwardResult, sampling: tuple) -> Any:
-    """``result`` with its input signal replaced by SmoothGrad's or integrated gradients' average (worker)."""
+def sampled(
+    engine: Any, x: Any, target: Target, plan: Plan, result: BackwardResult, sampling: tuple, token: Any = None
+) -> Any:
+    """``result`` with its input signal replaced by SmoothGrad's or integrated gradients' average (worker);
+    ``token`` gets the progress and stops the work between two passes when cancelled."""
     kind, options = sampling
-    grad = sampled_input_grad(engine, x, target, plan, kind, options)
+
+    def progress(done: int, total: int) -> None:
+        if token is not None:
+            token.report(f"{kind}: {done} of {total} copies...")
+            token.check()
+
+    grad = sampled_input_grad(engine, x, target, plan, kind, options, progress)
     meta = {**result.meta, "sampling": kind}
     return dataclasses.replace(result, input_grads=[grad, *result.input_grads[1:]], meta=meta)
 
@@ -313,7 +322,7 @@ class Session(PlanEditingMixin, ModelLoadingMixin, JobsMixin):
                 result = with_input_stats(engine.backward(x, target, plan, capture="all"))
             if sampling is not None:
                 token.report(f"{sampling[0]}: averaging the input gradient over copies...")
-                result = with_input_stats(sampled(engine, x, target, plan, result, sampling))
+                result = with_input_stats(sampled(engine, x, target, plan, result, sampling, token))
             for res in (result, base):
                 for node in shown:
                     if node in res.node_grads:

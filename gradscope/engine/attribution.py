@@ -8,6 +8,7 @@ the model classifies differently still explains the same class.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
@@ -16,7 +17,9 @@ from gradscope.core.errors import TargetError
 from gradscope.core.targets import Target
 from gradscope.rules.plan import Plan
 
-_CHUNK = 16  # copies per backward pass
+_CHUNK = 16  # copies per backward pass (every pass has this batch, padded: one trace for all of them)
+
+Progress = Callable[[int, int], None]  # (copies done, copies in all); may raise Cancelled to stop
 
 
 def fixed_target(engine: Any, x: np.ndarray, target: Target) -> Target:
@@ -29,18 +32,35 @@ def fixed_target(engine: Any, x: np.ndarray, target: Target) -> Target:
     return Target(index=int(np.argmax(logits[0])))
 
 
-def _mean_input_grad(engine: Any, copies: np.ndarray, target: Target, plan: Plan) -> np.ndarray:
+def _mean_input_grad(
+    engine: Any, copies: np.ndarray, target: Target, plan: Plan, progress: Progress | None = None
+) -> np.ndarray:
+    """The mean input gradient over ``copies``, in compiled passes of one batch size (the last one padded with
+    copies of the first), so that all of them run through one trace."""
     total = np.zeros(copies.shape[1:], np.float64)
-    for start in range(0, len(copies), _CHUNK):
-        chunk = copies[start : start + _CHUNK]
-        result = engine.backward(chunk, target, plan, stats=False)
-        total += np.asarray(result.input_grad, np.float64).sum(axis=0)
+    size = min(_CHUNK, len(copies))
+    for start in range(0, len(copies), size):
+        chunk = copies[start : start + size]
+        n = len(chunk)
+        if n < size:
+            chunk = np.concatenate([chunk, np.repeat(copies[:1], size - n, axis=0)])
+        result = engine.backward(chunk, target, plan, stats=False, mode="compiled")
+        total += np.asarray(result.input_grad[:n], np.float64).sum(axis=0)
+        if progress is not None:
+            progress(start + n, len(copies))
     return (total / len(copies))[None].astype(np.float32)
 
 
 def smoothgrad(
-    engine: Any, x: np.ndarray, target: Target, plan: Plan | None = None, *, samples: int = 16,
-    noise: float = 0.15, seed: int = 0,
+    engine: Any,
+    x: np.ndarray,
+    target: Target,
+    plan: Plan | None = None,
+    *,
+    samples: int = 16,
+    noise: float = 0.15,
+    seed: int = 0,
+    progress: Progress | None = None,
 ) -> np.ndarray:
     """Mean input gradient over ``samples`` copies of ``x`` (one sample) with Gaussian noise of standard
     deviation ``noise * (max(x) - min(x))`` (Smilkov et al. 2017; their default 10-20 %)."""
@@ -50,12 +70,18 @@ def smoothgrad(
     sigma = noise * float(x.max() - x.min())
     rng = np.random.default_rng(seed)
     copies = x + rng.normal(0.0, sigma, (samples, *x.shape[1:])).astype(np.float32)
-    return _mean_input_grad(engine, copies, fixed_target(engine, x, target), plan or Plan())
+    return _mean_input_grad(engine, copies, fixed_target(engine, x, target), plan or Plan(), progress)
 
 
 def integrated_gradients(
-    engine: Any, x: np.ndarray, target: Target, plan: Plan | None = None, *, steps: int = 32,
+    engine: Any,
+    x: np.ndarray,
+    target: Target,
+    plan: Plan | None = None,
+    *,
+    steps: int = 32,
     baseline: np.ndarray | None = None,
+    progress: Progress | None = None,
 ) -> np.ndarray:
     """``(x - x0) * mean gradient`` on the straight path from ``x0`` (default: zeros) to ``x``, midpoint rule
     with ``steps`` points (Sundararajan et al. 2017). Under the identity plan the attributions sum to about
@@ -66,17 +92,19 @@ def integrated_gradients(
     x0 = np.zeros_like(x) if baseline is None else np.broadcast_to(np.asarray(baseline, np.float32), x.shape)
     alphas = ((np.arange(steps) + 0.5) / steps).astype(np.float32).reshape(-1, *([1] * (x.ndim - 1)))
     copies = x0 + alphas * (x - x0)
-    return (x - x0) * _mean_input_grad(engine, copies, fixed_target(engine, x, target), plan or Plan())
+    return (x - x0) * _mean_input_grad(engine, copies, fixed_target(engine, x, target), plan or Plan(), progress)
 
 
-def sampled_input_grad(engine: Any, x: Any, target: Target, plan: Plan, kind: str, options: dict) -> np.ndarray:
+def sampled_input_grad(
+    engine: Any, x: Any, target: Target, plan: Plan, kind: str, options: dict, progress: Progress | None = None
+) -> np.ndarray:
     """The input signal of a sampling method preset (``Method.sampling``): SmoothGrad's or integrated gradients'
     average, with the preset's options (others are ignored). One sample, one model input."""
     if isinstance(x, (list, tuple)):
         raise TargetError(f"{kind} needs a model with one input.")
     fn = {"smoothgrad": smoothgrad, "integrated_gradients": integrated_gradients}[kind]
     names = ("samples", "noise", "seed") if kind == "smoothgrad" else ("steps",)
-    return fn(engine, x, target, plan, **{k: v for k, v in options.items() if k in names})
+    return fn(engine, x, target, plan, progress=progress, **{k: v for k, v in options.items() if k in names})
 
 
 def weighted_signal(signal: np.ndarray, value: Any, *, times_input: bool, grad_cam: bool) -> np.ndarray:

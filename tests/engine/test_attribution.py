@@ -92,3 +92,23 @@ def test_grad_cam_matches_the_numpy_formula(smooth_net):
     g, a = tape.gradient(score, a).numpy()[0], a.numpy()[0]
     expected = np.maximum((g.mean(axis=(0, 1)) * a).sum(axis=-1), 0.0)
     np.testing.assert_allclose(e.saliency, expected, rtol=1e-4, atol=1e-6)
+
+
+def test_sampling_passes_share_one_trace_report_progress_and_stop_when_cancelled():
+    from gradscope.core.errors import Cancelled
+
+    keras.utils.set_random_seed(8)
+    inp = keras.Input((6, 6, 2))
+    model = keras.Model(inp, keras.layers.Dense(3)(keras.layers.Flatten()(inp)))
+    engine = Engine(model)
+    seen = []
+    before = engine.trace_count
+    smoothgrad(engine, _x()[..., :2][:, :6, :6], Target(index=1), samples=40, progress=lambda d, t: seen.append((d, t)))
+    assert engine.trace_count - before == 1  # 16 + 16 + 8 (padded to 16): one batch size, one trace
+    assert seen == [(16, 40), (32, 40), (40, 40)]
+
+    def stop(done, total):
+        raise Cancelled("Cancelled.")
+
+    with pytest.raises(Cancelled):
+        integrated_gradients(engine, _x()[..., :2][:, :6, :6], Target(index=1), steps=64, progress=stop)
