@@ -219,3 +219,30 @@ def explain(
         "reduction": reduction or m.reduction,
     }
     return Explanation(img, signal, saliency, result, m, node, target, sidecar)
+
+
+def sanity(
+    model: Any,
+    image: Any,
+    *,
+    method: str | Method | None = "gradient",
+    plan: Plan | None = None,
+    target: Target | int | None = None,
+    preprocessing: str = "unit",
+    checks: tuple[str, ...] = ("conservation", "randomisation", "finite_differences"),
+    tolerance: float = 0.05,
+    safe_mode: bool = True,
+) -> Any:
+    """Sanity checks of a method or plan on one image (``gradscope.engine.sanity``): layer-wise conservation,
+    the model-randomisation test (Adebayo et al. 2018) and finite differences on the paths no rule changes.
+    Returns a ``SanityReport`` (``to_text()``, ``to_dict()``)."""
+    from gradscope.engine.sanity import sanity_checks
+    from gradscope.io.images import load_image, prepare_input, rgb_image
+
+    engine = open_engine(model, safe_mode=safe_mode)
+    img = rgb_image(load_image(image) if isinstance(image, (str, Path)) else image)
+    x = prepare_input(img, engine.graph.node(engine.graph.input_ids[0]).output_shape, preprocessing)
+    if not isinstance(target, Target):
+        target = Target(index=target)  # type: ignore[arg-type]
+    m = resolve_method(engine, method, plan)
+    return sanity_checks(engine, x, target, m.plan, method=m.name, checks=checks, tolerance=tolerance)

@@ -50,7 +50,7 @@ class JobsMixin:
         rid = self._next_id()
         self._latest[kind] = rid
         if kind == "load":  # a new model makes every pending pass on the old one pointless
-            for other in ("run", "layout", "diagnose", "compile"):
+            for other in ("run", "layout", "diagnose", "compile", "sanity"):
                 self._cancel_kind(other)
                 self._active.pop(other, None)
 
@@ -96,6 +96,7 @@ class JobsMixin:
             "run": "The backward pass failed",
             "layout": "Layout failed",
             "diagnose": "Diagnostics failed",
+            "sanity": "Sanity checks failed",
         }
         # An unexpected bug still becomes a message, never a crash.
         message = str(exc) if isinstance(exc, GradscopeError) else f"{type(exc).__name__}: {exc}"

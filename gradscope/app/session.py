@@ -151,6 +151,7 @@ class Session(PlanEditingMixin, ModelLoadingMixin, JobsMixin):
         self.error_raised = Signal("error_raised")  # (title, message, exception)
         self.rules_changed = Signal("rules_changed")  # (names of newly loaded rules)
         self.diagnosis_changed = Signal("diagnosis_changed")  # (DiagnosisReport or None)
+        self.sanity_ready = Signal("sanity_ready")  # (SanityReport) of the plan on screen
         self.rules_ready = False  # built-in rules imported (they import TensorFlow: done on the worker)
 
     def start(self) -> None:
@@ -400,6 +401,26 @@ class Session(PlanEditingMixin, ModelLoadingMixin, JobsMixin):
             return diagnose_model(engine, x, target)
 
         self._submit("diagnose", "Running diagnostics...", job, self._on_diagnosis)
+        return True
+
+    def sanity_checks(self) -> bool:
+        """Conservation, model randomisation and finite differences for the current plan and input, on the
+        worker (``engine.sanity``), with progress and cancel; the report arrives with ``sanity_ready``."""
+        if self._engine is None or self.inputs is None:
+            self._error("No model", "Open a model first, then run the sanity checks.", None)
+            return False
+        engine, x, target, plan, method = self._engine, self.inputs, self.target, self.plan, self.method_name
+
+        def job(token: Any) -> Any:
+            from gradscope.engine.sanity import check_cancel, sanity_checks
+
+            return sanity_checks(engine, x, target, plan, method=method, progress=check_cancel(token))
+
+        def done(report: Any) -> None:
+            self.status_changed.emit(f"Sanity checks of {report.method} done.")
+            self.sanity_ready.emit(report)
+
+        self._submit("sanity", "Running sanity checks...", job, done)
         return True
 
     def _on_diagnosis(self, report: Any) -> None:

@@ -109,6 +109,34 @@ def cmd_snippet(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_sanity(args: argparse.Namespace) -> int:
+    from gradscope.api import sanity
+    from gradscope.core.targets import Target
+    from gradscope.rules.plan import Plan
+
+    known = ("conservation", "randomisation", "finite_differences")
+    checks = tuple(c.strip() for c in args.checks.split(",") if c.strip())
+    unknown = [c for c in checks if c not in known]
+    if unknown:
+        raise GradscopeError(f"Unknown check(s) {', '.join(unknown)}; choose from {', '.join(known)}.")
+    report = sanity(
+        _engine(args),
+        args.image or _demo_image(),
+        method=None if args.plan and not args.method else (args.method or "gradient"),
+        plan=Plan.load(args.plan) if args.plan else None,
+        target=Target.parse(args.target),
+        checks=checks,
+    )
+    if args.json:
+        import json
+
+        print(json.dumps(report.to_dict(), indent=2))
+    else:
+        print(report.to_text())
+    failed = any(r.flagged for r in report.conservation) or any(r.flagged for r in report.finite_differences)
+    return 1 if args.strict and failed else 0
+
+
 def cmd_methods(args: argparse.Namespace) -> int:
     from gradscope.rules.methods import available_methods
 
@@ -373,6 +401,22 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--out", default="train_with_plan.py", help="output .py file")
     _model_options(p)
     p.set_defaults(func=cmd_snippet)
+
+    p = sub.add_parser("sanity", help="sanity checks of a method or plan: conservation, randomisation, finite diffs")
+    p.add_argument("model", nargs="?", help=".keras or .h5 file (default: the bundled demo model)")
+    p.add_argument("image", nargs="?", help="image file (default: a bundled demo image)")
+    p.add_argument("--method", help="method preset (default: gradient)")
+    p.add_argument("--plan", help="plan JSON file (overrides --method's plan)")
+    p.add_argument("--target", help="class index or 'top' (default)")
+    p.add_argument(
+        "--checks",
+        default="conservation,randomisation,finite_differences",
+        help="comma-separated subset of conservation, randomisation, finite_differences",
+    )
+    p.add_argument("--json", action="store_true", help="print the report as JSON")
+    p.add_argument("--strict", action="store_true", help="exit 1 when conservation or finite differences fail")
+    _model_options(p)
+    p.set_defaults(func=cmd_sanity)
 
     p = sub.add_parser("methods", help="list method presets")
     p.set_defaults(func=cmd_methods)

@@ -151,6 +151,11 @@ class LiveBackward:
         self._ready: OrderedDict[tuple, None] = OrderedDict()  # kernel keys whose tf.function is traced (LRU)
         self._signatures: dict[str, Any] = {}  # node id -> _layer_signature (a config never changes)
 
+    def forget(self) -> None:
+        """Drop the cached forward values and the last sweep (the model's weights changed)."""
+        self._forward = None
+        self._memo = None
+
     # ------------------------------------------------------------------------------------------- forward
     def forward(self, xs: Sequence[Any]) -> _Forward:
         digest = hashlib.sha1()

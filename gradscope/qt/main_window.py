@@ -12,15 +12,17 @@ from pathlib import Path
 from typing import Any
 
 from PySide6.QtCore import QSettings, Qt, QTimer, Signal
-from PySide6.QtGui import QAction, QKeySequence
+from PySide6.QtGui import QAction, QFontDatabase, QKeySequence
 from PySide6.QtWidgets import (
     QComboBox,
+    QDialog,
     QDockWidget,
     QFileDialog,
     QHBoxLayout,
     QLabel,
     QMainWindow,
     QMessageBox,
+    QPlainTextEdit,
     QProgressBar,
     QPushButton,
     QScrollArea,
@@ -229,6 +231,13 @@ class MainWindow(QMainWindow):
         act(r, "Cancel", s.cancel, "Esc", "Cancel the running work")
         r.addSeparator()
         act(r, "Run diagnostics", self.diagnose, "Ctrl+D", "Which trainable variables get no gradient, and why")
+        act(
+            r,
+            "Sanity checks of this plan",
+            s.sanity_checks,
+            "Ctrl+K",
+            "Conservation, model randomisation (Adebayo et al. 2018) and finite differences",
+        )
 
         h = bar.addMenu("&Help")
         act(h, "Keyboard shortcuts", self._show_shortcuts)
@@ -266,6 +275,7 @@ class MainWindow(QMainWindow):
         s.error_raised.connect(lambda *_: self._graph_placeholder_if_empty())
         s.image_changed.connect(lambda *_: self._update_title())
         s.diagnosis_changed.connect(self._on_diagnosis)
+        s.sanity_ready.connect(self._show_sanity)
         for sig in (
             s.model_loaded,
             s.result_changed,
@@ -329,6 +339,21 @@ class MainWindow(QMainWindow):
             self.diagnostics_dock.show()
             # after the dock has taken its share of the window, so the fit uses the graph's new size
             QTimer.singleShot(0, self.graph_view.show_diagnosis)
+
+    def _show_sanity(self, report: Any) -> None:
+        """The sanity report as monospace text (copyable), non-modal so the map stays usable beside it."""
+        dialog = QDialog(self)
+        dialog.setObjectName("sanity_dialog")
+        dialog.setWindowTitle(f"Sanity checks: {report.method}")
+        text = QPlainTextEdit(report.to_text())
+        text.setReadOnly(True)
+        text.setFont(QFontDatabase.systemFont(QFontDatabase.SystemFont.FixedFont))
+        layout = QVBoxLayout(dialog)
+        layout.addWidget(text)
+        dialog.resize(760, 420)
+        dialog.setAttribute(Qt.WidgetAttribute.WA_DeleteOnClose)
+        self.sanity_dialog = dialog
+        dialog.show()
 
     def diagnose(self) -> None:
         """Show the diagnostics panel and run the path diagnostics on the worker."""

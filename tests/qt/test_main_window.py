@@ -292,3 +292,16 @@ def test_file_menu_exports_the_plan_as_a_python_script(window, qtbot, wait_idle,
     text = target.read_text()
     assert "plan_model(model, PLAN)" in text and "'factor': 2.0" in text and str(model_file) in text
     compile(text, str(target), "exec")  # valid Python
+
+
+def test_run_menu_sanity_checks_show_a_report(window, qtbot, wait_idle, model_file, image_file):
+    from PySide6.QtWidgets import QPlainTextEdit
+
+    _open(window, qtbot, wait_idle, model_file, image_file)
+    menus = {a.text().replace("&", ""): a.menu() for a in window.menuBar().actions()}
+    action = next(a for a in menus["Run"].actions() if a.text() == "Sanity checks of this plan")
+    action.trigger()
+    wait_idle(window)
+    qtbot.waitUntil(lambda: getattr(window, "sanity_dialog", None) is not None, timeout=30000)
+    text = window.sanity_dialog.findChild(QPlainTextEdit).toPlainText()
+    assert "Model randomisation" in text and "Conservation" in text
