@@ -98,8 +98,9 @@ def bench_model(name: str, ctor, size: int, batches: list[int], repeats: int) ->
     for m in plans * 2:
         explain(engine, image, method=m).render()
     latency = (time.perf_counter() - t0) / (2 * len(plans))
-    rows.append({"model": name, "batch": 1, "case": "rule change -> overlay (traced plan)", "seconds": latency,
-                 "ratio": None})
+    rows.append(
+        {"model": name, "batch": 1, "case": "rule change -> overlay (traced plan)", "seconds": latency, "ratio": None}
+    )
     print(f"{name:<12} b1   rule change -> new overlay (traced plan)  {latency * 1000:9.1f} ms", flush=True)
     return rows
 
@@ -243,28 +244,29 @@ def bench_memory(edits: int) -> list[dict]:
 
 
 def bench_layout(sizes: list[int]) -> list[dict]:
-    """Graph layout time for model-shaped DAGs (a chain with residual skips), if the GUI layout module exists."""
-    try:
-        from gradscope.render.graph_layout import compute_layout
-    except ImportError:
-        return []
-    from gradscope.core.graph import LayerGraph, NodeSpec
+    """Graph layout of model-shaped DAGs: flat (every node a box) and as the GUI opens them (blocks collapsed)."""
+    from gradscope.render.graph_layout import compute_layout, default_collapsed
+    from tests.render.graphs import model_shaped_graph
 
     rows = []
     for n in sizes:
-        nodes = [NodeSpec(id="n0", name="n0", op_type="InputLayer", inputs=(), input_shapes=(), output_shapes=((1,),),
-                          dtype="float32", is_input=True)]
-        for i in range(1, n):
-            inputs = (f"n{i - 1}",) + ((f"n{i - 3}",) if i % 3 == 0 and i >= 3 else ())
-            nodes.append(NodeSpec(id=f"n{i}", name=f"n{i}", op_type="Conv2D", inputs=inputs, input_shapes=(),
-                                  output_shapes=((1,),), dtype="float32"))
-        graph = LayerGraph(tuple(nodes), ("n0",), (f"n{n - 1}",))
-        t0 = time.perf_counter()
-        compute_layout(graph)
-        t = time.perf_counter() - t0
-        row = {"model": f"synthetic {n} nodes", "batch": "-", "case": "graph layout", "seconds": t, "ratio": None}
-        rows.append(row)
-        print(f"layout {n:>5} nodes {t * 1000:9.1f} ms", flush=True)
+        graph = model_shaped_graph(n)
+        for case, collapsed_of in (("collapsed (as opened)", default_collapsed), ("flat", lambda g: set())):
+            if case == "flat" and n > 2000:
+                continue  # minutes in grandalf; the GUI never lays out a big graph flat at once
+            t0 = time.perf_counter()
+            layout = compute_layout(graph, collapsed_of(graph))
+            t = time.perf_counter() - t0
+            rows.append(
+                {
+                    "model": f"model-shaped {n} nodes",
+                    "batch": "-",
+                    "case": f"graph layout, {case}",
+                    "seconds": t,
+                    "ratio": None,
+                }
+            )
+            print(f"layout {n:>5} nodes, {case:<22} {len(layout.boxes):>5} boxes {t * 1000:9.1f} ms", flush=True)
     return rows
 
 
@@ -274,7 +276,11 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=5)
     parser.add_argument("--latency", action="store_true", help="only the click -> result rows (ResNet50 b1)")
     parser.add_argument("--memory", type=int, metavar="EDITS", help="only RSS over EDITS plan edits (demo model)")
+    parser.add_argument("--layout", action="store_true", help="only the graph layout rows (200 to 5,000 nodes)")
     args = parser.parse_args()
+    if args.layout:
+        write_rows(bench_layout([200, 1000, 2000, 5000]), "layout", {})
+        return
     if args.memory:
         write_rows(bench_memory(args.memory), "memory", {"edits": args.memory})
         return
@@ -290,7 +296,7 @@ def main() -> None:
             ("ResNet50", keras.applications.ResNet50, 224, [1, 8]),
             ("MobileNetV2", keras.applications.MobileNetV2, 224, [1, 8]),
         ]
-        layouts = [200, 1000, 4000]
+        layouts = [200, 1000, 5000]
     rows = []
     for name, ctor, size, batches in specs:
         rows += bench_model(name, ctor, size, batches, args.repeats)
@@ -300,8 +306,13 @@ def main() -> None:
 
 def write_rows(rows: list[dict], stem: str, extra: dict) -> None:
     RESULTS.mkdir(exist_ok=True)
-    meta = {"python": platform.python_version(), "tensorflow": tf.__version__, "keras": keras.__version__,
-            "cpu_count": os.cpu_count(), **extra}
+    meta = {
+        "python": platform.python_version(),
+        "tensorflow": tf.__version__,
+        "keras": keras.__version__,
+        "cpu_count": os.cpu_count(),
+        **extra,
+    }
     (RESULTS / f"{stem}.json").write_text(json.dumps({"meta": meta, "rows": rows}, indent=2))
     with open(RESULTS / f"{stem}.csv", "w", newline="") as f:
         w = csv.DictWriter(f, fieldnames=["model", "batch", "case", "seconds", "ratio", "rss_mb"], restval="")

@@ -54,7 +54,7 @@ class ModelLoadingMixin:
 
     def _build_engine(self, model: Any, token: Any) -> dict[str, Any]:
         from gradscope.engine.runner import Engine
-        from gradscope.render.graph_layout import compute_layout
+        from gradscope.render.graph_layout import compute_layout, default_collapsed
         from gradscope.rules.base import available_rules
 
         available_rules()  # import the built-in rules here, not on the GUI thread
@@ -63,8 +63,9 @@ class ModelLoadingMixin:
         token.check()
         weights = weight_info(engine)
         token.report("Laying out the graph...")
-        layout = compute_layout(engine.graph, should_stop=lambda: token.cancelled)
-        return {"engine": engine, "graph": engine.graph, "weights": weights, "layout": layout}
+        collapsed = default_collapsed(engine.graph)  # a large graph opens as its blocks (expand on click)
+        layout = compute_layout(engine.graph, collapsed, should_stop=lambda: token.cancelled)
+        return {"engine": engine, "graph": engine.graph, "weights": weights, "layout": layout, "collapsed": collapsed}
 
     def _on_model_ready(self, out: dict[str, Any], path: str | None) -> None:
         if not self.rules_ready:  # the load job imported them on the worker
@@ -78,7 +79,7 @@ class ModelLoadingMixin:
         self.custom_objects_file = out.get("custom_objects_file")
         self.class_names = find_class_names(path) if path else []
         self.diagnosis = None
-        self.collapsed = set()
+        self.collapsed = set(out.get("collapsed", ()))
         self.result = self.baseline = None
         self.result_plan = self.result_method = None
         self._baseline_key = None

@@ -229,10 +229,21 @@ class Session(PlanEditingMixin, ModelLoadingMixin, JobsMixin):
         self.selection_changed.emit(node_id)
 
     def set_collapsed(self, group: str, collapsed: bool) -> None:
-        """Collapse or expand a nested model in the graph view (the layout is recomputed off this thread)."""
+        """Collapse or expand a group (nested model or block) in the graph view (laid out off this thread)."""
         changed = (group in self.collapsed) != collapsed
         (self.collapsed.add if collapsed else self.collapsed.discard)(group)
         if changed and self.graph is not None:
+            self._submit_layout()
+
+    def collapse_all(self, collapse: bool) -> None:
+        """Collapse every group (nested models and name blocks) or expand them all, in one layout."""
+        if self.graph is None:
+            return
+        from gradscope.render.graph_layout import display_groups
+
+        wanted = set(display_groups(self.graph).paths) if collapse else set()
+        if wanted != self.collapsed:
+            self.collapsed = wanted
             self._submit_layout()
 
     def set_preprocessing(self, mode: str) -> None:

@@ -193,14 +193,14 @@ class NodeItem(QGraphicsItem):
 
 
 class GroupFrameItem(QGraphicsItem):
-    """The frame of an expanded nested model; double-click its title bar to collapse it."""
+    """The frame of an expanded group (nested model or block); double-click its title bar to collapse it."""
 
     def __init__(self, frame: GroupFrame, view: GraphView) -> None:
         super().__init__()
         self.frame = frame
         self._view = view
         self.setZValue(0)
-        self.setToolTip(f"Nested model {frame.id}: double-click the title to collapse it")
+        self.setToolTip(f"{frame.id}: double-click the title to collapse it")
 
     def boundingRect(self) -> QRectF:
         f = self.frame
@@ -217,7 +217,11 @@ class GroupFrameItem(QGraphicsItem):
         font.setItalic(True)
         p.setFont(font)
         p.setPen(QColor("#455a64"))
-        p.drawText(QRectF(r.x() + 10, r.y() + 2, r.width() - 20, 16), Qt.AlignmentFlag.AlignLeft, f"▾ {self.frame.id}")
+        p.drawText(
+            QRectF(r.x() + 10, r.y() + 2, r.width() - 20, 16),
+            Qt.AlignmentFlag.AlignLeft,
+            f"▾ {self.frame.id.split('/')[-1]}",
+        )
 
     def mouseDoubleClickEvent(self, event) -> None:  # noqa: N802
         if event.pos().y() < self.frame.y0 + 22:
@@ -665,7 +669,7 @@ def _tooltip(item: NodeItem, stats: dict[str, NodeStats], rules: dict[str, str],
             "targets: the pre-softmax logit is explained, so no gradient arrives here."
         )
     if box.collapsed_group is not None:
-        return f"<b>{box.collapsed_group}</b> (nested model, {len(box.members)} nodes)<br>Double-click to expand."
+        return f"<b>{box.collapsed_group}</b> ({box.subtitle})<br>Double-click to expand."
     lines = [f"<b>{box.title}</b> <code>{box.id}</code>", box.subtitle]
     if item.diag_role is not None:
         note = f" ({item.diag_note})" if item.diag_note and item.diag_role == "cut" else ""

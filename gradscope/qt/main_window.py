@@ -41,6 +41,7 @@ from gradscope.qt.graph_view import GraphView
 from gradscope.qt.inspector import InspectorWidget
 from gradscope.qt.overlay_view import OverlayView
 from gradscope.qt.worker import QtExecutor
+from gradscope.render.graph_layout import display_groups
 
 MODEL_FILTER = "Keras models (*.keras *.h5 *.hdf5)"
 IMAGE_FILTER = "Images (*.png *.jpg *.jpeg *.bmp *.webp *.tif *.tiff)"
@@ -119,15 +120,15 @@ class MainWindow(QMainWindow):
             ("Fit", "Fit the whole graph (F)", self.graph_view.fit_all),
             ("Find", "Find a node by name (Ctrl+F)", self.graph_view.focus_search),
             ("Diagnose", "Find where gradients stop: the op that cuts each variable's path (Ctrl+D)", self.diagnose),
-            ("Collapse nested", "Collapse every nested model into one box", lambda: self._collapse_all(True)),
-            ("Expand nested", "Expand every nested model", lambda: self._collapse_all(False)),
+            ("Collapse groups", "Collapse every block and nested model into one box", lambda: self._collapse_all(True)),
+            ("Expand all", "Expand every block and nested model", lambda: self._collapse_all(False)),
         ):
             b = QToolButton()
             b.setText(text)
             b.setToolTip(tip)
             b.clicked.connect(slot)
             tools.addWidget(b)
-            if text.endswith("nested"):
+            if text in ("Collapse groups", "Expand all"):  # shown when the graph has groups
                 b.setVisible(False)
                 setattr(self, "_btn_" + text.split()[0].lower(), b)
         gl.addLayout(tools)
@@ -219,8 +220,8 @@ class MainWindow(QMainWindow):
         act(v, "Zoom in", lambda: self.graph_view.zoom(1.25), None, "Ctrl+= in the graph")
         act(v, "Zoom out", lambda: self.graph_view.zoom(0.8), None, "Ctrl+- in the graph")
         act(v, "Find node…", self.graph_view.focus_search, QKeySequence.StandardKey.Find)
-        act(v, "Collapse nested models", lambda: self._collapse_all(True))
-        act(v, "Expand nested models", lambda: self._collapse_all(False))
+        act(v, "Collapse groups", lambda: self._collapse_all(True))
+        act(v, "Expand all groups", lambda: self._collapse_all(False))
         v.addSeparator()
         toggle = self.diagnostics_dock.toggleViewAction()
         toggle.setText("Diagnostics panel")
@@ -291,7 +292,7 @@ class MainWindow(QMainWindow):
         path = self.session.model_path
         if path:
             self._add_recent(path)
-        has_groups = bool(graph.groups)
+        has_groups = bool(display_groups(graph).paths)
         self._btn_collapse.setVisible(has_groups)
         self._btn_expand.setVisible(has_groups)
         self.graph_title.setText(f"<b>Layer graph</b> — {graph.model_name}, {len(graph)} nodes")
@@ -632,15 +633,7 @@ class MainWindow(QMainWindow):
 
     # ------------------------------------------------------------------------------------------- misc
     def _collapse_all(self, collapse: bool) -> None:
-        g = self.session.graph
-        if g is None:
-            return
-        for group in g.groups:
-            if "/" not in group:  # collapsing the outermost level hides the inner ones too
-                self.session.set_collapsed(group, collapse)
-        if not collapse:
-            for group in g.groups:
-                self.session.set_collapsed(group, False)
+        self.session.collapse_all(collapse)
 
     def _update_title(self) -> None:
         s = self.session

@@ -87,33 +87,94 @@ def shape_text(node: NodeSpec) -> str:
     return "x".join("?" if d is None else str(d) for d in node.output_shape[1:]) or "scalar"
 
 
-def _collapsed_root(group: str | None, collapsed: Iterable[str]) -> str | None:
+AUTO_GROUP_MIN_NODES = 60  # graphs smaller than this are drawn flat (only nested models are groups)
+
+
+@dataclass(frozen=True)
+class DisplayGroups:
+    """How the graph view groups nodes: each node's group path ('outer/inner', None: top level) and every group
+    path, parents first. Nested models are groups; on large graphs, so are the blocks Keras' layer names spell
+    out ("conv2_block1_1_conv" is in "conv2/conv2_block1"). Drawing only: plans, selectors and the engine never
+    see these groups."""
+
+    of: dict[str, str | None]
+    paths: tuple[str, ...]
+    nested: frozenset[str]  # the paths that are nested models (the rest come from names)
+
+    def top_level(self) -> list[str]:
+        return [p for p in self.paths if "/" not in p]
+
+
+def display_groups(graph: LayerGraph) -> DisplayGroups:
+    of: dict[str, str | None] = {n.id: n.group for n in graph.nodes}
+    nested = frozenset(graph.groups)
+    free = [n for n in graph.nodes if n.group is None and not n.is_input]
+    if len(graph) < AUTO_GROUP_MIN_NODES or not free:
+        return DisplayGroups(of, tuple(graph.groups), nested)
+    stems = {n.id: n.id.split(":")[0].split("_") for n in free}
+    counts: dict[str, int] = {}
+    for tokens in stems.values():
+        for depth in (1, 2):
+            if len(tokens) > depth:
+                prefix = "_".join(tokens[:depth])
+                counts[prefix] = counts.get(prefix, 0) + 1
+    limit = len(free) // 2  # a "group" of most of the model (MobileNet's "block") groups nothing
+
+    def qualifies(prefix: str) -> bool:
+        return 3 <= counts.get(prefix, 0) <= limit and prefix not in of  # never a node's own id
+
+    paths: dict[str, None] = dict.fromkeys(graph.groups)
+    for n in free:
+        tokens = stems[n.id]
+        parts = [
+            "_".join(tokens[:depth]) for depth in (1, 2) if len(tokens) > depth and qualifies("_".join(tokens[:depth]))
+        ]
+        if parts:
+            path = "/".join(parts)
+            of[n.id] = path
+            for k in range(1, len(parts) + 1):
+                paths.setdefault("/".join(parts[:k]))
+    return DisplayGroups(of, tuple(paths), nested)
+
+
+def default_collapsed(graph: LayerGraph) -> set[str]:
+    """What a large graph opens with: every group collapsed, so expanding a stage shows its blocks, and
+    expanding a block its layers (a small graph opens flat)."""
+    if len(graph) < AUTO_GROUP_MIN_NODES:
+        return set()
+    return set(display_groups(graph).paths)
+
+
+def _collapsed_root(group: str | None, collapsed: frozenset[str] | set[str]) -> str | None:
     """The outermost collapsed group containing ``group`` (groups nest as 'outer/inner')."""
     if group is None:
         return None
-    best = None
-    for c in collapsed:
-        if (group == c or group.startswith(c + "/")) and (best is None or len(c) < len(best)):
-            best = c
-    return best
+    parts = group.split("/")
+    for k in range(1, len(parts) + 1):
+        prefix = "/".join(parts[:k])
+        if prefix in collapsed:
+            return prefix
+    return None
 
 
 def visible_graph(
-    graph: LayerGraph, collapsed: Iterable[str] = ()
+    graph: LayerGraph, collapsed: Iterable[str] = (), groups: DisplayGroups | None = None
 ) -> tuple[list[tuple[str, str, str, str | None, str | None, tuple[str, ...]]], list[tuple[str, str]]]:
     """Boxes ``(id, title, subtitle, group, collapsed_group, members)`` and deduplicated edges after collapsing."""
-    collapsed = [c for c in collapsed if c in graph.groups]
+    groups = groups or display_groups(graph)
+    collapsed = frozenset(collapsed) & frozenset(groups.paths)
     rep: dict[str, str] = {}
     boxes: dict[str, tuple] = {}
     members: dict[str, list[str]] = {}
     for n in graph.nodes:
-        root = _collapsed_root(n.group, collapsed)
+        group = groups.of[n.id]
+        root = _collapsed_root(group, collapsed)
         if root is None:
             rep[n.id] = n.id
             # the title is the node's id (inside its group's frame, the part after the group's "/"), the name JSON,
             # the CLI and diagnostics use; a split activation is "conv1:act", not the layer's "conv1:relu"
             title = n.id[len(n.group) + 1 :] if n.group and n.id.startswith(n.group + "/") else n.id
-            boxes[n.id] = (n.id, title, f"{n.op_type}  {shape_text(n)}", n.group, None)
+            boxes[n.id] = (n.id, title, f"{n.op_type}  {shape_text(n)}", group, None)
         else:
             box_id = GROUP_PREFIX + root
             rep[n.id] = box_id
@@ -125,7 +186,7 @@ def visible_graph(
     for box_id, (bid, title, sub, group, cgroup) in boxes.items():
         mem = tuple(members.get(box_id, ()))
         if cgroup is not None:
-            sub = f"nested model  {len(mem)} nodes"
+            sub = f"{'nested model' if cgroup in groups.nested else 'block'}  {len(mem)} nodes"
         out_boxes.append((bid, title, sub, group, cgroup, mem))
     edges: dict[tuple[str, str], None] = {}
     for src, dst in graph.edges():
@@ -144,8 +205,9 @@ def compute_layout(
 ) -> GraphLayout:
     """Lay the (visible) graph out top to bottom: inputs at the top, outputs at the bottom."""
     t0 = time.perf_counter()
-    collapsed = frozenset(c for c in collapsed if c in graph.groups)
-    boxes, edges = visible_graph(graph, collapsed)
+    groups = display_groups(graph)
+    collapsed = frozenset(collapsed) & frozenset(groups.paths)
+    boxes, edges = visible_graph(graph, collapsed, groups)
     positions: dict[str, tuple[float, float]] = {}
     routes: dict[tuple[str, str], list[tuple[float, float]]] = {}
     engine = "grandalf"
@@ -167,7 +229,7 @@ def compute_layout(
         # Start/end on the box borders, not the centres, so arrows stay visible.
         pts = [(pts[0][0], out[a].y + NODE_H / 2), *pts[1:-1], (pts[-1][0], out[b].y - NODE_H / 2)]
         paths.append(EdgePath(a, b, tuple(pts)))
-    frames = _group_frames(graph, out, collapsed)
+    frames = _group_frames(groups, out, collapsed)
     return GraphLayout(out, paths, frames, collapsed, engine, time.perf_counter() - t0)
 
 
@@ -241,15 +303,19 @@ def _layered_positions(ids: list[str], edges: list[tuple[str, str]]) -> dict[str
     return pos
 
 
-def _group_frames(graph: LayerGraph, boxes: dict[str, NodeBox], collapsed: frozenset[str]) -> list[GroupFrame]:
+def _group_frames(groups: DisplayGroups, boxes: dict[str, NodeBox], collapsed: frozenset[str]) -> list[GroupFrame]:
     frames = []
-    max_depth = max((g.count("/") for g in graph.groups), default=0)
-    for gid in graph.groups:
+    max_depth = max((g.count("/") for g in groups.paths), default=0)
+    inside_of: dict[str, list[NodeBox]] = {}  # group path -> the boxes drawn inside it (at any depth)
+    for b in boxes.values():
+        if b.group is not None:
+            parts = b.group.split("/")
+            for k in range(1, len(parts) + 1):
+                inside_of.setdefault("/".join(parts[:k]), []).append(b)
+    for gid in groups.paths:
         if _collapsed_root(gid, collapsed) is not None:
             continue
-        inside = [
-            b for b in boxes.values() if b.group is not None and (b.group == gid or b.group.startswith(gid + "/"))
-        ]
+        inside = inside_of.get(gid)
         if not inside:
             continue
         # Outer frames get more padding than the ones nested in them; the title row stays inside the gap

@@ -278,8 +278,9 @@ def test_the_flow_plot_has_a_legend_and_names_its_statistic(window, qtbot, wait_
     assert flow.node_ids
 
 
-def test_file_menu_exports_the_plan_as_a_python_script(window, qtbot, wait_idle, model_file, image_file, tmp_path,
-                                                       monkeypatch):
+def test_file_menu_exports_the_plan_as_a_python_script(
+    window, qtbot, wait_idle, model_file, image_file, tmp_path, monkeypatch
+):
     from PySide6.QtWidgets import QFileDialog
 
     _open(window, qtbot, wait_idle, model_file, image_file)
@@ -305,3 +306,45 @@ def test_run_menu_sanity_checks_show_a_report(window, qtbot, wait_idle, model_fi
     qtbot.waitUntil(lambda: getattr(window, "sanity_dialog", None) is not None, timeout=30000)
     text = window.sanity_dialog.findChild(QPlainTextEdit).toPlainText()
     assert "Model randomisation" in text and "Conservation" in text
+
+
+def test_a_large_model_opens_as_its_blocks_and_expands_on_double_click(window, qtbot, wait_idle, tmp_path):
+    import keras
+    from PySide6.QtCore import QPointF
+    from PySide6.QtGui import QMouseEvent
+
+    keras.utils.set_random_seed(0)
+    x = i = keras.Input((4,))
+    for stage in (1, 2, 3):
+        for block in range(1, 7):
+            name = f"s{stage}_block{block}"
+            h = keras.layers.Dense(4, name=f"{name}_1_dense")(x)
+            h = keras.layers.ReLU(name=f"{name}_1_relu")(h)
+            h = keras.layers.Dense(4, name=f"{name}_2_dense")(h)
+            x = keras.layers.Add(name=f"{name}_add")([x, h])
+    path = tmp_path / "blocks.keras"
+    keras.Model(i, keras.layers.Dense(3, name="head")(x)).save(path)
+    window.open_model(str(path))
+    wait_idle(window)
+    view = window.graph_view
+    assert len(window.session.graph) == 74 and set(view.items_by_id) == {
+        "input_layer",
+        "group:s1",
+        "group:s2",
+        "group:s3",
+        "head",
+    }
+    item = view.items_by_id["group:s2"]
+    event = QMouseEvent(
+        QMouseEvent.Type.MouseButtonDblClick,
+        QPointF(0, 0),
+        QPointF(0, 0),
+        Qt.MouseButton.LeftButton,
+        Qt.MouseButton.LeftButton,
+        Qt.KeyboardModifier.NoModifier,
+    )
+    item.mouseDoubleClickEvent(event)
+    qtbot.waitUntil(lambda: "group:s2/s2_block1" in view.items_by_id, timeout=30_000)
+    assert "s2_block1_1_dense" not in view.items_by_id  # one level at a time
+    window._collapse_all(False)
+    qtbot.waitUntil(lambda: "s2_block1_1_dense" in view.items_by_id, timeout=30_000)
