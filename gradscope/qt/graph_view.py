@@ -67,6 +67,9 @@ DIAGNOSIS_TEXT = {
 _DIAG_RANK = {"cut": 0, "blocked": 1, "path": 2, "unused": 3, "never_read": 4}
 
 
+LEGIBLE_ZOOM = 0.45  # below this a box's text cannot be read
+
+
 def ramp_color(t: float) -> QColor:
     t = min(max(t, 0.0), 1.0) * (len(_RAMP) - 1)
     i = min(int(t), len(_RAMP) - 2)
@@ -422,14 +425,8 @@ class GraphView(QGraphicsView):
         self._on_search_text(self.search.text())
 
     def initial_view(self) -> None:
-        """Fit the whole graph when it is readable that way; otherwise show its top at a readable zoom."""
+        """The graph as Fit shows it (see ``fit_all``)."""
         self.fit_all()
-        if self.transform().m11() < 0.45:
-            self.resetTransform()
-            self.scale(0.75, 0.75)
-            if self.layout_data and self.layout_data.boxes:
-                top = min(self.layout_data.boxes.values(), key=lambda b: b.y)
-                self.centerOn(top.x, top.y + self.viewport().height() / 2 / 0.75 - 60)
 
     def set_node_state(
         self,
@@ -559,13 +556,22 @@ class GraphView(QGraphicsView):
         self.scale(factor, factor)
 
     def fit_all(self) -> None:
-        if self.layout_data and self.layout_data.boxes:
-            x0, y0, x1, y1 = self.layout_data.bounds
-            self.fitInView(QRectF(x0 - 20, y0 - 20, x1 - x0 + 40, y1 - y0 + 40), Qt.AspectRatioMode.KeepAspectRatio)
-            if self.transform().m11() > 1.2:
-                self.resetTransform()
-                self.scale(1.2, 1.2)
-                self.centerOn((x0 + x1) / 2, (y0 + y1) / 2)
+        """Fit the whole graph if its boxes stay legible that way (zoom >= ``LEGIBLE_ZOOM``); else fit its width
+        (at least at the legible zoom) and show its top: a tall graph scrolls instead of shrinking to a line."""
+        if not (self.layout_data and self.layout_data.boxes):
+            return
+        x0, y0, x1, y1 = self.layout_data.bounds
+        w, h = x1 - x0 + 40, y1 - y0 + 40
+        vw, vh = max(self.viewport().width(), 1), max(self.viewport().height(), 1)
+        whole = min(vw / w, vh / h, 1.2)
+        self.resetTransform()
+        if whole >= LEGIBLE_ZOOM:
+            self.scale(whole, whole)
+            self.centerOn((x0 + x1) / 2, (y0 + y1) / 2)
+            return
+        zoom = max(min(vw / w, 1.2), LEGIBLE_ZOOM)
+        self.scale(zoom, zoom)
+        self.centerOn((x0 + x1) / 2, y0 - 20 + vh / 2 / zoom)
 
     def wheelEvent(self, event) -> None:  # noqa: N802
         delta = event.angleDelta().y()

@@ -314,7 +314,7 @@ def test_a_large_model_opens_as_its_blocks_and_expands_on_double_click(window, q
     from PySide6.QtGui import QMouseEvent
 
     keras.utils.set_random_seed(0)
-    x = i = keras.Input((4,))
+    x = i = keras.Input((4,), name="tokens")
     for stage in (1, 2, 3):
         for block in range(1, 7):
             name = f"s{stage}_block{block}"
@@ -328,7 +328,7 @@ def test_a_large_model_opens_as_its_blocks_and_expands_on_double_click(window, q
     wait_idle(window)
     view = window.graph_view
     assert len(window.session.graph) == 74 and set(view.items_by_id) == {
-        "input_layer",
+        "tokens",
         "group:s1",
         "group:s2",
         "group:s3",
@@ -348,3 +348,22 @@ def test_a_large_model_opens_as_its_blocks_and_expands_on_double_click(window, q
     assert "s2_block1_1_dense" not in view.items_by_id  # one level at a time
     window._collapse_all(False)
     qtbot.waitUntil(lambda: "s2_block1_1_dense" in view.items_by_id, timeout=30_000)
+
+
+def test_fit_keeps_a_tall_graph_legible_and_shows_its_top(window, qtbot, wait_idle, tmp_path):
+    import keras
+
+    from gradscope.qt.graph_view import LEGIBLE_ZOOM
+
+    x = i = keras.Input((3,), name="first")
+    for k in range(50):
+        x = keras.layers.Dense(3, name=f"d{k}")(x)
+    path = tmp_path / "tall.keras"
+    keras.Model(i, x).save(path)
+    window.open_model(str(path))
+    wait_idle(window)
+    view = window.graph_view
+    view.fit_all()
+    assert view.transform().m11() >= LEGIBLE_ZOOM  # not a one-pixel line
+    top = view.items_by_id["first"]
+    assert view.mapToScene(view.viewport().rect()).boundingRect().intersects(top.sceneBoundingRect())
