@@ -127,17 +127,35 @@ class Explanation:
         inputs: Any = (),
         long_side: int | None = None,
         colorbar: bool = False,
+        map_only: bool = False,
         **view_options: Any,
     ) -> Path:
         """Write the overlay PNG and its JSON sidecar (the schema every front end writes, ``app.export``).
         ``inputs``: more files this result was computed from (e.g. a plan file), never overwritten;
         ``long_side``: the PNG's long side (default: the image's, at least 512 px); ``colorbar``: a colour bar
-        with the map's range under the picture."""
-        from gradscope.app.export import overlay_sidecar, write_overlay
+        with the map's range under the picture; ``map_only``: the coloured map without the image."""
+        from gradscope.app.export import write_overlay
+
+        images = self.images(**view_options)
+        own = [self.sidecar.get("model_file"), self.sidecar.get("image")]
+        sidecar = self._export_sidecar(**view_options)
+        return write_overlay(
+            path, images, sidecar, inputs=[*own, *inputs], long_side=long_side, colorbar=colorbar, map_only=map_only
+        )
+
+    def save_signal(self, path: str | Path, *, inputs: Any = ()) -> Path:
+        """The raw signal behind the map (``self.signal``: float32, before channel reduction) as ``.npy``, with
+        a JSON sidecar of the same schema as the overlay's."""
+        from gradscope.app.export import write_signal
+
+        own = [self.sidecar.get("model_file"), self.sidecar.get("image")]
+        return write_signal(path, self.signal, self._export_sidecar(), inputs=[*own, *inputs])
+
+    def _export_sidecar(self, **view_options: Any) -> dict[str, Any]:
+        from gradscope.app.export import overlay_sidecar
 
         view = self.view(**view_options)
-        images = self.images(**view_options)
-        sidecar = overlay_sidecar(
+        return overlay_sidecar(
             model_name=self.sidecar.get("model"),
             model_file=self.sidecar.get("model_file"),
             image=self.sidecar.get("image"),
@@ -150,8 +168,6 @@ class Explanation:
             changed_nodes=self.result.rules,
             view=view,
         )
-        own = [self.sidecar.get("model_file"), self.sidecar.get("image")]
-        return write_overlay(path, images, sidecar, inputs=[*own, *inputs], long_side=long_side, colorbar=colorbar)
 
 
 def explain(

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import csv
 import io
+import json
 from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
@@ -74,11 +75,17 @@ MIN_LONG_SIDE = 512  # a 64x64 overlay is a thumbnail nobody can read: exports a
 
 
 def export_picture(
-    images: OverlayImages, view: ViewSettings, *, long_side: int | None = None, colorbar: bool = False
+    images: OverlayImages,
+    view: ViewSettings,
+    *,
+    long_side: int | None = None,
+    colorbar: bool = False,
+    map_only: bool = False,
 ) -> np.ndarray:
-    """What an overlay export writes: the picture on screen, resized so its long side is ``long_side``
-    (default: the image's own size, at least ``MIN_LONG_SIDE``), with an optional colour bar below it."""
-    picture = images.picture
+    """What an overlay export writes: the picture on screen (``map_only``: the coloured map without the image),
+    resized so its long side is ``long_side`` (default: the image's own size, at least ``MIN_LONG_SIDE``), with
+    an optional colour bar below it."""
+    picture = images.heat if map_only else images.picture
     h, w = picture.shape[:2]
     target = long_side if long_side else max(MIN_LONG_SIDE, h, w)
     if target < 8:
@@ -87,7 +94,7 @@ def export_picture(
         scale = target / max(h, w)
         size = (max(1, round(w * scale)), max(1, round(h * scale)))
         # a heat map strip keeps its cells; a blend over a photo is smoothed
-        resample = Image.Resampling.NEAREST if images.blend is None else Image.Resampling.BILINEAR
+        resample = Image.Resampling.NEAREST if images.blend is None or map_only else Image.Resampling.BILINEAR
         picture = np.asarray(Image.fromarray(picture).resize(size, resample))
     if colorbar:
         picture = _with_colorbar(picture, view, images.saliency)
@@ -120,17 +127,35 @@ def write_overlay(
     inputs: Iterable[str | Path | None] = (),
     long_side: int | None = None,
     colorbar: bool = False,
+    map_only: bool = False,
 ) -> Path:
-    """The overlay PNG (the blend, or the heat map where there is none; see ``export_picture``) and its
-    sidecar, both atomic. The sidecar's ``export`` says the written size and whether a colour bar is drawn."""
+    """The overlay PNG (the blend, or the heat map where there is none; ``map_only``: the heat map alone; see
+    ``export_picture``) and its sidecar, both atomic. The sidecar's ``export`` says the written size, whether a
+    colour bar is drawn and whether the picture is the map alone."""
     path = Path(path)
     if path.suffix.lower() != ".png":
         path = path.with_name(path.name + ".png") if path.suffix.lower() != ".json" else path.with_suffix(".png")
     refuse_overwriting([path, render.sidecar_path(path)], inputs)
     view = ViewSettings.from_dict(sidecar.get("view") or {})
-    picture = export_picture(images, view, long_side=long_side, colorbar=colorbar)
+    picture = export_picture(images, view, long_side=long_side, colorbar=colorbar, map_only=map_only)
     size = [int(picture.shape[1]), int(picture.shape[0])]
-    return render.save_png(path, picture, {**sidecar, "export": {"size": size, "colorbar": colorbar}})
+    export = {"size": size, "colorbar": colorbar, "map_only": map_only}
+    return render.save_png(path, picture, {**sidecar, "export": export})
+
+
+def write_signal(path: str | Path, signal: np.ndarray, sidecar: dict[str, Any], *, inputs: Iterable = ()) -> Path:
+    """The raw signal behind a map (one sample, float32, before channel reduction and normalisation) as
+    ``.npy``, with the same sidecar as the overlay (``export.kind`` = "signal"), both atomic."""
+    path = Path(path)
+    if path.suffix.lower() != ".npy":
+        path = path.with_name(path.name + ".npy")
+    side = path.with_suffix(".json")
+    refuse_overwriting([path, side], inputs)
+    array = np.ascontiguousarray(np.asarray(signal, np.float32))
+    write_atomic(path, lambda f: np.save(f, array, allow_pickle=False))
+    meta = {**sidecar, "export": {"kind": "signal", "shape": list(array.shape), "dtype": "float32"}}
+    write_atomic(side, lambda f: f.write((json.dumps(meta, indent=2, sort_keys=True) + "\n").encode()))
+    return path
 
 
 def write_flow_csv(path: str | Path, current: list[dict[str, Any]], baseline: list[dict[str, Any]]) -> Path:

@@ -18,8 +18,8 @@ from typing import Any
 
 import numpy as np
 
-from gradscope.app import export
 from gradscope.app.editing import PlanEditingMixin
+from gradscope.app.exporting import ExportingMixin
 from gradscope.app.history import PlanHistory
 from gradscope.app.jobs import JobsMixin
 from gradscope.app.loading import ModelLoadingMixin
@@ -91,7 +91,7 @@ class RunOutput:
 
 
 # ------------------------------------------------------------------------------------------------ session
-class Session(PlanEditingMixin, ModelLoadingMixin, JobsMixin):
+class Session(PlanEditingMixin, ModelLoadingMixin, ExportingMixin, JobsMixin):
     """One open model and everything shown about it."""
 
     def __init__(self, executor: Any = None, *, auto_run: bool = True) -> None:
@@ -588,44 +588,6 @@ class Session(PlanEditingMixin, ModelLoadingMixin, JobsMixin):
     def flow_rows(self, which: str = "current") -> list[dict[str, Any]]:
         res = self.result if which == "current" else self.baseline
         return [] if res is None else res.flow_table()
-
-    # ------------------------------------------------------------------------------------------- export
-    def export_overlay(self, path: str | Path, *, long_side: int | None = None, colorbar: bool = False) -> Path:
-        """The picture on screen as PNG, with the sidecar of the result it shows (``app.export``: the same
-        pipeline and schema as ``gradscope explain`` and ``Explanation.save``)."""
-        images = self.overlay()
-        result = self.result
-        predicted = int(result.target_indices[0]) if result is not None and result.target_indices.size else None
-        sidecar = export.overlay_sidecar(
-            model_name=self.graph.model_name if self.graph is not None else None,
-            model_file=self.model_path,
-            image=self.image_path,
-            preprocessing=self.preprocessing,
-            target=self.target,
-            predicted_class=predicted,
-            # the result shown (and exported) may belong to the previous plan while a newer one computes
-            method=self.result_method or self.method_name,
-            plan=self.plan if self.result_plan is None else self.result_plan,
-            readout_node=images.node,
-            changed_nodes=result.rules if result is not None else (),
-            view=self.view,
-        )
-        return export.write_overlay(
-            path, images, sidecar, inputs=[self.model_path, self.image_path], long_side=long_side, colorbar=colorbar
-        )
-
-    def export_flow_csv(self, path: str | Path) -> Path:
-        """Per-node statistics of baseline and current plan, one row per node in graph order."""
-        return export.write_flow_csv(path, self.flow_rows("current"), self.flow_rows("baseline"))
-
-    def export_plan(self, path: str | Path) -> Path:
-        path = Path(path)
-        self.plan.save(path)
-        return path
-
-    def export_plan_snippet(self, path: str | Path) -> Path:
-        """The plan as a Python training script (``plan_model``), to take a fix found here into training."""
-        return export.write_plan_snippet(path, self.plan, self.model_path, method=self.method_name)
 
     def import_plan(self, path: str | Path) -> bool:
         try:

@@ -219,7 +219,10 @@ def cmd_explain(args: argparse.Namespace) -> int:
             style=args.style,
             long_side=args.size,
             colorbar=args.colorbar,
+            map_only=args.map_only,
         )
+        if args.npy:
+            e.save_signal(dest.with_name(dest.stem + "_signal.npy"), inputs=[args.plan, *(images if many else [])])
         written.append(dest)
         method_warnings = e.method.warnings
         warnings = e.warnings if not many else [w for w in e.warnings if w not in method_warnings]
@@ -356,6 +359,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--plan", help="plan JSON file (selector -> rule + params); overrides --method's plan")
     p.add_argument("--layer", help="read the map at this node id (default: the method's, else the input)")
     p.add_argument("--out", default="overlay.png", help="output PNG, or a folder for a folder of images")
+    p.add_argument("--map-only", action="store_true", help="write the coloured map without the image under it")
+    p.add_argument("--npy", action="store_true", help="also write the raw signal as <out>_signal.npy (+ .json)")
     p.add_argument(
         "--cmap", help="colormap (jet, viridis, inferno, gray, coolwarm, ...; default: jet, bwr for signed methods)"
     )

@@ -196,6 +196,8 @@ class MainWindow(QMainWindow):
         act(f, "Export overlay PNG…", self.export_overlay_dialog, "Ctrl+E", "The overlay as PNG + JSON sidecar")
         act(f, "Export flow plot (PNG/SVG)…", self.export_flow_image_dialog, None, "The gradient-flow plot")
         act(f, "Export flow CSV…", self.export_flow_csv_dialog, None, "Per-node gradient statistics as CSV")
+        act(f, "Export map only…", self.export_map_dialog, None, "The coloured map without the image (PNG)")
+        act(f, "Export signal (.npy)…", self.export_signal_dialog, None, "The raw signal behind the map, as NumPy")
         act(f, "Export plan JSON…", self.export_plan_dialog, None, "The plan as JSON")
         act(f, "Export plan as Python…", self.export_snippet_dialog, None, "A training script that uses this plan")
         act(f, "Import plan JSON…", self.import_plan_dialog, None, "Replace the plan with one from a JSON file")
@@ -543,6 +545,16 @@ class MainWindow(QMainWindow):
         path, _ = QFileDialog.getSaveFileName(self, "Export flow CSV", self._default_name("_flow.csv"), "CSV (*.csv)")
         if path:
             self._guard(lambda: self.session.export_flow_csv(path), "Cannot export the CSV")
+
+    def export_map_dialog(self) -> None:
+        path, _ = QFileDialog.getSaveFileName(self, "Export map only", self._default_name("_map.png"), "PNG (*.png)")
+        if path:
+            self._guard(lambda: self.session.export_overlay(path, map_only=True), "Cannot export the map")
+
+    def export_signal_dialog(self) -> None:
+        path, _ = QFileDialog.getSaveFileName(self, "Export signal", self._default_name("_signal.npy"), "NumPy (*.npy)")
+        if path:
+            self._guard(lambda: self.session.export_signal(path), "Cannot export the signal")
 
     def export_snippet_dialog(self) -> None:
         path, _ = QFileDialog.getSaveFileName(
