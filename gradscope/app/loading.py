@@ -64,7 +64,8 @@ class ModelLoadingMixin:
         weights = weight_info(engine)
         token.report("Laying out the graph...")
         collapsed = default_collapsed(engine.graph)  # a large graph opens as its blocks (expand on click)
-        layout = compute_layout(engine.graph, collapsed, should_stop=lambda: token.cancelled)
+        direction = getattr(self, "layout_direction", "TB")
+        layout = compute_layout(engine.graph, collapsed, should_stop=lambda: token.cancelled, direction=direction)
         return {"engine": engine, "graph": engine.graph, "weights": weights, "layout": layout, "collapsed": collapsed}
 
     def _on_model_ready(self, out: dict[str, Any], path: str | None) -> None:
@@ -123,10 +124,10 @@ class ModelLoadingMixin:
     def _submit_layout(self) -> None:
         from gradscope.render.graph_layout import compute_layout
 
-        graph, collapsed = self.graph, frozenset(self.collapsed)
+        graph, collapsed, direction = self.graph, frozenset(self.collapsed), self.layout_direction
 
         def job(token: Any) -> Any:
-            return compute_layout(graph, collapsed, should_stop=lambda: token.cancelled)
+            return compute_layout(graph, collapsed, should_stop=lambda: token.cancelled, direction=direction)
 
         self._submit("layout", "Laying out the graph...", job, self._on_layout)
 

@@ -124,6 +124,7 @@ class Session(PlanEditingMixin, ModelLoadingMixin, ExportingMixin, JobsMixin):
         self.last_run_seconds: float | None = None
         self.last_error: str | None = None
         self.collapsed: set[str] = set()
+        self.layout_direction = "TB"  # graph view: "TB" top to bottom, "LR" left to right
         self.class_names: list[str] = []  # from a description file beside the model, if there is one
         self.custom_objects_file: str | None = None  # the .py file the open model's custom layers came from
         #: What the last ``open_model`` asked for (path, safe_mode, custom_objects_file): a front end retries it
@@ -234,6 +235,15 @@ class Session(PlanEditingMixin, ModelLoadingMixin, ExportingMixin, JobsMixin):
         (self.collapsed.add if collapsed else self.collapsed.discard)(group)
         if changed and self.graph is not None:
             self._submit_layout()
+
+    def set_layout_direction(self, direction: str) -> None:
+        """Lay the graph out top to bottom ("TB") or left to right ("LR")."""
+        if direction not in ("TB", "LR"):
+            raise GraphError(f"A layout runs 'TB' (top to bottom) or 'LR' (left to right), not {direction!r}.")
+        if direction != self.layout_direction:
+            self.layout_direction = direction
+            if self.graph is not None:
+                self._submit_layout()
 
     def collapse_all(self, collapse: bool) -> None:
         """Collapse every group (nested models and name blocks) or expand them all, in one layout."""

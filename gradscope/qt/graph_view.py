@@ -569,6 +569,11 @@ class GraphView(QGraphicsView):
             self.scale(whole, whole)
             self.centerOn((x0 + x1) / 2, (y0 + y1) / 2)
             return
+        if self.layout_data.direction == "LR":  # a long graph left to right: fit its height, show its start
+            zoom = max(min(vh / h, 1.2), LEGIBLE_ZOOM)
+            self.scale(zoom, zoom)
+            self.centerOn(x0 - 20 + vw / 2 / zoom, (y0 + y1) / 2)
+            return
         zoom = max(min(vw / w, 1.2), LEGIBLE_ZOOM)
         self.scale(zoom, zoom)
         self.centerOn((x0 + x1) / 2, y0 - 20 + vh / 2 / zoom)

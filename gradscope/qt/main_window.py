@@ -222,6 +222,10 @@ class MainWindow(QMainWindow):
         act(v, "Zoom in", lambda: self.graph_view.zoom(1.25), None, "Ctrl+= in the graph")
         act(v, "Zoom out", lambda: self.graph_view.zoom(0.8), None, "Ctrl+- in the graph")
         act(v, "Find node…", self.graph_view.focus_search, QKeySequence.StandardKey.Find)
+        self.lr_action = act(
+            v, "Left-to-right layout", self._toggle_direction, "Ctrl+L", "Lay the graph out left to right"
+        )
+        self.lr_action.setCheckable(True)
         act(v, "Collapse groups", lambda: self._collapse_all(True))
         act(v, "Expand all groups", lambda: self._collapse_all(False))
         v.addSeparator()
@@ -644,6 +648,9 @@ class MainWindow(QMainWindow):
         return str(Path(self._last_dir()) / f"{stem}{suffix}")
 
     # ------------------------------------------------------------------------------------------- misc
+    def _toggle_direction(self) -> None:
+        self.session.set_layout_direction("LR" if self.lr_action.isChecked() else "TB")
+
     def _collapse_all(self, collapse: bool) -> None:
         self.session.collapse_all(collapse)
 

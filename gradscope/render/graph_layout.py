@@ -62,6 +62,7 @@ class GraphLayout:
     collapsed: frozenset[str] = frozenset()
     engine: str = "grandalf"
     seconds: float = 0.0
+    direction: str = "TB"  # "TB" top to bottom, "LR" left to right
 
     def box_of(self, node_id: str) -> NodeBox | None:
         """The box that shows ``node_id`` (its own, or its collapsed nested model's)."""
@@ -202,35 +203,45 @@ def compute_layout(
     *,
     use_grandalf: bool = True,
     should_stop: Callable[[], bool] | None = None,
+    direction: str = "TB",
 ) -> GraphLayout:
-    """Lay the (visible) graph out top to bottom: inputs at the top, outputs at the bottom."""
+    """Lay the (visible) graph out top to bottom (``direction`` "TB": inputs at the top) or left to right
+    ("LR": inputs on the left; laid out top to bottom with the box sides swapped, then transposed)."""
+    if direction not in ("TB", "LR"):
+        raise ValueError(f"direction must be 'TB' or 'LR', not {direction!r}")
     t0 = time.perf_counter()
+    lr = direction == "LR"
     groups = display_groups(graph)
     collapsed = frozenset(collapsed) & frozenset(groups.paths)
     boxes, edges = visible_graph(graph, collapsed, groups)
+    size = (NODE_H, NODE_W) if lr else (NODE_W, NODE_H)  # (across a layer, along the flow) before transposing
     positions: dict[str, tuple[float, float]] = {}
     routes: dict[tuple[str, str], list[tuple[float, float]]] = {}
     engine = "grandalf"
     if use_grandalf:
         try:
-            positions, routes = _grandalf_positions([b[0] for b in boxes], edges, should_stop)
+            positions, routes = _grandalf_positions([b[0] for b in boxes], edges, should_stop, size)
         except Exception:  # a layout quirk must not stop the model from opening
             positions, routes = {}, {}
     if not positions:
         engine = "layered"
-        positions = _layered_positions([b[0] for b in boxes], edges)
+        positions = _layered_positions([b[0] for b in boxes], edges, size)
+    flip = (lambda p: (p[1], p[0])) if lr else (lambda p: p)
     out = {}
     for bid, title, sub, group, cgroup, mem in boxes:
-        x, y = positions[bid]
+        x, y = flip(positions[bid])
         out[bid] = NodeBox(bid, x, y, NODE_W, NODE_H, title, sub, group, cgroup, mem)
     paths = []
     for a, b in edges:
-        pts = routes.get((a, b)) or [(out[a].x, out[a].y), (out[b].x, out[b].y)]
+        pts = [flip(p) for p in routes.get((a, b)) or [positions[a], positions[b]]]
         # Start/end on the box borders, not the centres, so arrows stay visible.
-        pts = [(pts[0][0], out[a].y + NODE_H / 2), *pts[1:-1], (pts[-1][0], out[b].y - NODE_H / 2)]
+        if lr:
+            pts = [(out[a].x + NODE_W / 2, pts[0][1]), *pts[1:-1], (out[b].x - NODE_W / 2, pts[-1][1])]
+        else:
+            pts = [(pts[0][0], out[a].y + NODE_H / 2), *pts[1:-1], (pts[-1][0], out[b].y - NODE_H / 2)]
         paths.append(EdgePath(a, b, tuple(pts)))
     frames = _group_frames(groups, out, collapsed)
-    return GraphLayout(out, paths, frames, collapsed, engine, time.perf_counter() - t0)
+    return GraphLayout(out, paths, frames, collapsed, engine, time.perf_counter() - t0, direction)
 
 
 class _View:
@@ -248,14 +259,17 @@ class _EdgeView:
 
 
 def _grandalf_positions(
-    ids: list[str], edges: list[tuple[str, str]], should_stop: Callable[[], bool] | None
+    ids: list[str],
+    edges: list[tuple[str, str]],
+    should_stop: Callable[[], bool] | None,
+    size: tuple[float, float] = (NODE_W, NODE_H),
 ) -> tuple[dict[str, tuple[float, float]], dict[tuple[str, str], list[tuple[float, float]]]]:
     from grandalf.graphs import Edge, Graph, Vertex
     from grandalf.layouts import SugiyamaLayout
 
     vs = {i: Vertex(i) for i in ids}
     for v in vs.values():
-        v.view = _View(NODE_W, NODE_H)
+        v.view = _View(*size)
     es = []
     for a, b in edges:
         e = Edge(vs[a], vs[b])
@@ -280,11 +294,13 @@ def _grandalf_positions(
             positions[v.data] = (v.view.xy[0] + shift, v.view.xy[1])
         for e in comp.sE:
             routes[(e.v[0].data, e.v[1].data)] = [(x + shift, y) for x, y in e.view.points]
-        x_offset = max(xs) + shift + NODE_W + 3 * _X_SPACE
+        x_offset = max(xs) + shift + size[0] + 3 * _X_SPACE
     return positions, routes
 
 
-def _layered_positions(ids: list[str], edges: list[tuple[str, str]]) -> dict[str, tuple[float, float]]:
+def _layered_positions(
+    ids: list[str], edges: list[tuple[str, str]], size: tuple[float, float] = (NODE_W, NODE_H)
+) -> dict[str, tuple[float, float]]:
     """Longest-path layers, nodes in each layer in graph order (the fallback layout)."""
     parents: dict[str, list[str]] = {i: [] for i in ids}
     for a, b in edges:
@@ -297,9 +313,9 @@ def _layered_positions(ids: list[str], edges: list[tuple[str, str]]) -> dict[str
         per_rank.setdefault(rank[i], []).append(i)
     pos = {}
     for r, row in per_rank.items():
-        width = len(row) * (NODE_W + _X_SPACE)
+        width = len(row) * (size[0] + _X_SPACE)
         for k, i in enumerate(row):
-            pos[i] = (k * (NODE_W + _X_SPACE) - width / 2, r * (NODE_H + _Y_SPACE))
+            pos[i] = (k * (size[0] + _X_SPACE) - width / 2, r * (size[1] + _Y_SPACE))
     return pos
 
 

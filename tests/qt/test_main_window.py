@@ -367,3 +367,13 @@ def test_fit_keeps_a_tall_graph_legible_and_shows_its_top(window, qtbot, wait_id
     assert view.transform().m11() >= LEGIBLE_ZOOM  # not a one-pixel line
     top = view.items_by_id["first"]
     assert view.mapToScene(view.viewport().rect()).boundingRect().intersects(top.sceneBoundingRect())
+
+
+def test_view_menu_lays_the_graph_out_left_to_right(window, qtbot, wait_idle, model_file, image_file):
+    _open(window, qtbot, wait_idle, model_file, image_file)
+    window.lr_action.trigger()
+    qtbot.waitUntil(lambda: window.graph_view.layout_data.direction == "LR", timeout=30_000)
+    boxes = window.graph_view.layout_data.boxes
+    assert boxes["c2"].x > boxes["c1"].x
+    window.lr_action.trigger()
+    qtbot.waitUntil(lambda: window.graph_view.layout_data.direction == "TB", timeout=30_000)

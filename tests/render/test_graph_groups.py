@@ -60,3 +60,18 @@ def test_nested_models_stay_their_own_groups():
     layout = compute_layout(graph, set(graph.groups))
     box = next(b for b in layout.boxes.values() if b.collapsed_group)
     assert box.subtitle.startswith("nested model")
+
+
+def test_left_to_right_layout_runs_along_x_without_overlaps():
+    graph = model_shaped_graph(40)  # flat
+    layout = compute_layout(graph, direction="LR")
+    assert layout.direction == "LR"
+    first, last = layout.boxes["input_1"], layout.boxes[graph.nodes[-1].id]
+    assert last.x > first.x + 10 * first.w  # the flow runs left to right
+    boxes = list(layout.boxes.values())
+    for i, a in enumerate(boxes):
+        for b in boxes[i + 1 :]:
+            assert abs(a.x - b.x) >= a.w or abs(a.y - b.y) >= a.h, (a.id, b.id)
+    for edge in layout.edges:  # edges leave a box on its right side and enter the next on its left side
+        assert edge.points[0][0] == layout.boxes[edge.src].x + first.w / 2
+        assert edge.points[-1][0] == layout.boxes[edge.dst].x - first.w / 2
