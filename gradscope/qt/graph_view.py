@@ -33,6 +33,7 @@ from PySide6.QtWidgets import (
 )
 
 from gradscope.core.results import NodeStats
+from gradscope.qt.minimap import Minimap
 from gradscope.render.graph_layout import GraphLayout, GroupFrame, NodeBox
 
 # A light sequential ramp: black text stays readable on every step but the last.
@@ -373,6 +374,7 @@ class GraphView(QGraphicsView):
         self.search.returnPressed.connect(self.next_match)
         self.scene().selectionChanged.connect(self._on_scene_selection)
         self._add_shortcuts()
+        self.minimap = Minimap(self)
         self._placeholder = self.scene().addText("Open a model (File ▸ Open model, or drop a .keras file here)")
         self._placeholder.setDefaultTextColor(QColor("#78909c"))
 
@@ -425,8 +427,8 @@ class GraphView(QGraphicsView):
         self._on_search_text(self.search.text())
 
     def initial_view(self) -> None:
-        """The graph as Fit shows it (see ``fit_all``)."""
-        self.fit_all()
+        self.fit_all()  # as Fit shows it, with the overview when the graph does not fit
+        self.minimap.refresh()
 
     def set_node_state(
         self,
@@ -554,6 +556,7 @@ class GraphView(QGraphicsView):
         current = self.transform().m11()
         factor = min(max(factor, 0.02 / current), 4.0 / current)
         self.scale(factor, factor)
+        self.minimap.refresh()
 
     def fit_all(self) -> None:
         """Fit the whole graph if its boxes stay legible that way (zoom >= ``LEGIBLE_ZOOM``); else fit its width
@@ -628,6 +631,7 @@ class GraphView(QGraphicsView):
     def resizeEvent(self, event) -> None:  # noqa: N802
         super().resizeEvent(event)
         self.search.move(self.viewport().width() - self.search.width() - 10, 10)
+        self.minimap.refresh()
 
     def keyPressEvent(self, event) -> None:  # noqa: N802
         if event.key() == Qt.Key.Key_Escape and self.search.hasFocus():

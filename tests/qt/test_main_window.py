@@ -377,3 +377,34 @@ def test_view_menu_lays_the_graph_out_left_to_right(window, qtbot, wait_idle, mo
     assert boxes["c2"].x > boxes["c1"].x
     window.lr_action.trigger()
     qtbot.waitUntil(lambda: window.graph_view.layout_data.direction == "TB", timeout=30_000)
+
+
+def test_the_minimap_shows_when_the_graph_overflows_and_moves_the_view(window, qtbot, wait_idle, tmp_path):
+    import keras
+    from PySide6.QtCore import QPointF
+    from PySide6.QtGui import QMouseEvent
+
+    x = i = keras.Input((3,), name="first")
+    for k in range(50):
+        x = keras.layers.Dense(3, name=f"d{k}")(x)
+    path = tmp_path / "tall.keras"
+    keras.Model(i, x).save(path)
+    window.open_model(str(path))
+    wait_idle(window)
+    view, minimap = window.graph_view, window.graph_view.minimap
+    assert minimap.isVisible()  # 51 boxes in a column do not fit at a legible zoom
+    before = view.mapToScene(view.viewport().rect().center())
+    bottom = minimap.mapFromScene(view.items_by_id["d49"].sceneBoundingRect().center())
+    event = QMouseEvent(
+        QMouseEvent.Type.MouseButtonPress,
+        QPointF(bottom),
+        QPointF(bottom),
+        Qt.MouseButton.LeftButton,
+        Qt.MouseButton.LeftButton,
+        Qt.KeyboardModifier.NoModifier,
+    )
+    minimap.mousePressEvent(event)
+    after = view.mapToScene(view.viewport().rect().center())
+    assert after.y() > before.y() + 500  # the view moved down to the last layers
+    view.zoom(0.05)  # everything fits: no overview
+    assert not minimap.isVisible()
