@@ -28,6 +28,7 @@ from gradscope.app.session import Session
 METRICS = {"mean |g|": "mean_abs", "max |g|": "max_abs", "norm": "norm"}
 _PLAN_BRUSH = pg.mkBrush("#e8710a")
 _BASE_BRUSH = pg.mkBrush("#9aa5b1")
+MIN_BAR_PIXELS = 4.0  # below this per node, bars alias: the plot draws lines
 
 
 class _LogAxis(pg.AxisItem):
@@ -75,6 +76,8 @@ class FlowPlot(QWidget):
         self.legend = self.plot.addLegend(offset=(-10, 8), labelTextSize="8pt", brush=pg.mkBrush(255, 255, 255, 210))
         self.plot.getPlotItem().getViewBox().setMouseEnabled(x=True, y=False)
         self.plot.scene().sigMouseClicked.connect(self._on_click)
+        self.plot.scene().sigMouseMoved.connect(self._on_hover)
+        self.as_lines = False
         self.plot.setToolTip("Orange: current plan, grey: baseline. × marks: no / zero / NaN gradient. Click a bar.")
         self.hist = pg.PlotWidget()
         self.hist.setMenuEnabled(False)
@@ -129,25 +132,11 @@ class FlowPlot(QWidget):
         finite = both[np.isfinite(both)]
         floor = float(np.floor(finite.min()) - 0.5) if finite.size else -1.0
         top = float(np.ceil(finite.max()) + 0.3) if finite.size else 1.0
-        width = 0.4 if self.show_baseline.isChecked() else 0.8
-        if self.show_baseline.isChecked():
-            ok = np.isfinite(lb)
-            base_bars = pg.BarGraphItem(
-                x=x[ok] - 0.21, y0=floor, height=lb[ok] - floor, width=width, brush=_BASE_BRUSH, pen=pg.mkPen(None)
-            )
-            self.plot.addItem(base_bars)
-            self.legend.addItem(base_bars, "baseline (no rules)")
-        ok = np.isfinite(lc)
-        plan_bars = pg.BarGraphItem(
-            x=x[ok] + (0.21 if self.show_baseline.isChecked() else 0),
-            y0=floor,
-            height=lc[ok] - floor,
-            width=width,
-            brush=_PLAN_BRUSH,
-            pen=pg.mkPen(None),
-        )
-        self.plot.addItem(plan_bars)
-        self.legend.addItem(plan_bars, "current plan")
+        self.as_lines = self._pixels_per_node() < MIN_BAR_PIXELS
+        if self.as_lines:
+            self._draw_lines(x, lc, lb)
+        else:
+            self._draw_bars(x, lc, lb, floor)
         skipped = s.skipped_nodes()
         bad = [i for i, n in enumerate(self.node_ids) if n in cur and cur[n].status != "ok" and n not in skipped]
         if bad:
@@ -174,8 +163,57 @@ class FlowPlot(QWidget):
         )
         self._on_selection()
 
+    def _pixels_per_node(self) -> float:
+        return max(1, self.plot.width() - 90) / max(1, len(self.node_ids))
+
+    def _draw_bars(self, x: np.ndarray, lc: np.ndarray, lb: np.ndarray, floor: float) -> None:
+        width = 0.4 if self.show_baseline.isChecked() else 0.8
+        if self.show_baseline.isChecked():
+            ok = np.isfinite(lb)
+            base_bars = pg.BarGraphItem(
+                x=x[ok] - 0.21, y0=floor, height=lb[ok] - floor, width=width, brush=_BASE_BRUSH, pen=pg.mkPen(None)
+            )
+            self.plot.addItem(base_bars)
+            self.legend.addItem(base_bars, "baseline (no rules)")
+        ok = np.isfinite(lc)
+        shift = 0.21 if self.show_baseline.isChecked() else 0
+        plan_bars = pg.BarGraphItem(
+            x=x[ok] + shift, y0=floor, height=lc[ok] - floor, width=width, brush=_PLAN_BRUSH, pen=pg.mkPen(None)
+        )
+        self.plot.addItem(plan_bars)
+        self.legend.addItem(plan_bars, "current plan")
+
+    def _draw_lines(self, x: np.ndarray, lc: np.ndarray, lb: np.ndarray) -> None:
+        """Bars thinner than a few pixels alias into blocks that look like differences: two lines instead,
+        the plan's drawn over the baseline's, so where they agree only the plan's shows."""
+        if self.show_baseline.isChecked():
+            base = pg.PlotDataItem(x, lb, pen=pg.mkPen("#9aa5b1", width=3), connect="finite")
+            self.plot.addItem(base)
+            self.legend.addItem(base, "baseline (no rules)")
+        plan = pg.PlotDataItem(x, lc, pen=pg.mkPen("#e8710a", width=1.4), connect="finite")
+        self.plot.addItem(plan)
+        self.legend.addItem(plan, f"current plan ({len(self.node_ids)} nodes: lines, not bars)")
+
+    def _on_hover(self, pos: Any) -> None:
+        """The node under the mouse, its statistic under the plan and the baseline, as the plot's tooltip."""
+        vb = self.plot.getPlotItem().getViewBox()
+        if not self.node_ids or not vb.sceneBoundingRect().contains(pos):
+            return
+        i = int(round(vb.mapSceneToView(pos).x()))
+        if not 0 <= i < len(self.node_ids):
+            return
+        node, key = self.node_ids[i], METRICS[self.metric.currentText()]
+        parts = [f"<b>{node}</b>"]
+        for label, which in (("plan", "current"), ("baseline", "baseline")):
+            st = self.session.stats(which).get(node)
+            value = "none" if st is None else (f"{getattr(st, key):.3g}" if st.status == "ok" else st.status)
+            parts.append(f"{label}: {value}")
+        self.plot.setToolTip("<br>".join(parts))
+
     def resizeEvent(self, event) -> None:  # noqa: N802
         super().resizeEvent(event)
+        if self.node_ids and self.as_lines != (self._pixels_per_node() < MIN_BAR_PIXELS):
+            self.refresh()  # bars <-> lines
         if self.node_ids:
             step = max(1, math.ceil(len(self.node_ids) * 110 / max(200, self.width() - 90)))
             ticks = [(i, _short(self.node_ids[i])) for i in range(0, len(self.node_ids), step)]

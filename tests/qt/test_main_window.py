@@ -408,3 +408,24 @@ def test_the_minimap_shows_when_the_graph_overflows_and_moves_the_view(window, q
     assert after.y() > before.y() + 500  # the view moved down to the last layers
     view.zoom(0.05)  # everything fits: no overview
     assert not minimap.isVisible()
+
+
+def test_the_flow_plot_draws_lines_when_bars_would_alias_and_names_the_node_under_the_mouse(
+    window, qtbot, wait_idle, model_file, image_file
+):
+    _open(window, qtbot, wait_idle, model_file, image_file)
+    flow = window.flow
+    flow.plot.resize(2000, 300)
+    flow.refresh()
+    assert not flow.as_lines  # a few nodes: bars
+    flow.plot.resize(100, 300)  # (100 - 90) px for the nodes: thinner than MIN_BAR_PIXELS each
+    flow.refresh()
+    assert flow.as_lines
+    labels = [item[1].text for item in flow.legend.items]
+    assert "baseline (no rules)" in labels and any(t.startswith("current plan") for t in labels)
+    vb = flow.plot.getPlotItem().getViewBox()
+    index = flow.node_ids.index("c2")
+    centre = vb.mapSceneToView(vb.sceneBoundingRect().center())
+    centre.setX(index)
+    flow._on_hover(vb.mapViewToScene(centre))
+    assert "<b>c2</b>" in flow.plot.toolTip() and "plan:" in flow.plot.toolTip()
