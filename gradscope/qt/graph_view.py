@@ -577,7 +577,7 @@ class GraphView(QGraphicsView):
             self.scale(zoom, zoom)
             self.centerOn(x0 - 20 + vw / 2 / zoom, (y0 + y1) / 2)
             return
-        zoom = max(min(vw / w, 1.2), LEGIBLE_ZOOM)
+        zoom = max(min(vw / w, 0.8), LEGIBLE_ZOOM)  # a narrow column: more boxes rather than bigger ones
         self.scale(zoom, zoom)
         self.centerOn((x0 + x1) / 2, y0 - 20 + vh / 2 / zoom)
 

@@ -33,9 +33,12 @@ class Minimap(QGraphicsView):
     def refresh(self) -> None:
         """Fit the scene, place the map in the bottom-right corner, show it only when the graph overflows."""
         scene_rect = self.main.sceneRect()
-        visible = self.visible_rect()
-        overflows = not scene_rect.isEmpty() and not visible.contains(scene_rect.adjusted(150, 100, -150, -100))
-        self.setVisible(bool(self.main.items_by_id) and overflows)
+        layout = self.main.layout_data
+        if layout is None or not self.main.items_by_id:
+            self.hide()
+            return
+        x0, y0, x1, y1 = layout.bounds
+        self.setVisible(not self.visible_rect().contains(QRectF(x0, y0, x1 - x0, y1 - y0)))
         if not self.isVisible():
             return
         self.fitInView(scene_rect, Qt.AspectRatioMode.KeepAspectRatio)
