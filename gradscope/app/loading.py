@@ -81,6 +81,7 @@ class ModelLoadingMixin:
         self.class_names = find_class_names(path) if path else []
         self.diagnosis = None
         self.collapsed = set(out.get("collapsed", ()))
+        self.pinned, self.node_cosine = None, {}  # a comparison belongs to the previous model
         self.result = self.baseline = None
         self.result_plan = self.result_method = None
         self._baseline_key = None

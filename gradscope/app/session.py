@@ -18,6 +18,7 @@ from typing import Any
 
 import numpy as np
 
+from gradscope.app.comparing import ComparingMixin
 from gradscope.app.editing import PlanEditingMixin
 from gradscope.app.exporting import ExportingMixin
 from gradscope.app.history import PlanHistory
@@ -91,7 +92,7 @@ class RunOutput:
 
 
 # ------------------------------------------------------------------------------------------------ session
-class Session(PlanEditingMixin, ModelLoadingMixin, ExportingMixin, JobsMixin):
+class Session(PlanEditingMixin, ModelLoadingMixin, ExportingMixin, ComparingMixin, JobsMixin):
     """One open model and everything shown about it."""
 
     def __init__(self, executor: Any = None, *, auto_run: bool = True) -> None:
@@ -147,6 +148,7 @@ class Session(PlanEditingMixin, ModelLoadingMixin, ExportingMixin, JobsMixin):
         self.view_changed = Signal("view_changed")  # (ViewSettings)
         self.selection_changed = Signal("selection_changed")  # (node id or None)
         self.result_changed = Signal("result_changed")  # (result, baseline)
+        self.compare_changed = Signal("compare_changed")  # (Pinned or None): B pinned, A changed, cosines ready
         self.busy_changed = Signal("busy_changed")  # (label or None)
         self.status_changed = Signal("status_changed")  # (message)
         self.error_raised = Signal("error_raised")  # (title, message, exception)
@@ -184,6 +186,7 @@ class Session(PlanEditingMixin, ModelLoadingMixin, ExportingMixin, JobsMixin):
             self._error("Bad target", str(exc), exc)
             return
         self.target = target
+        self._unpin_for("a new target")
         self.target_changed.emit(target)
         self._maybe_run()
 
@@ -263,6 +266,7 @@ class Session(PlanEditingMixin, ModelLoadingMixin, ExportingMixin, JobsMixin):
         if mode == self.preprocessing:
             return
         self.preprocessing = mode
+        self._unpin_for("a new input scaling")
         self._prepare_inputs()
         self._maybe_run()
 
@@ -286,6 +290,7 @@ class Session(PlanEditingMixin, ModelLoadingMixin, ExportingMixin, JobsMixin):
             self._error("Cannot use the image", str(exc), exc)
             return False
         self.image, self.image_path = image, path
+        self._unpin_for("a new input")
         self.image_changed.emit(self.image)
         self._prepare_inputs()
         if run:
@@ -371,6 +376,8 @@ class Session(PlanEditingMixin, ModelLoadingMixin, ExportingMixin, JobsMixin):
             f"Gradients in {out.seconds:.2f} s ({how}); {len(out.result.rules)} node(s) with rules"
             + (f". Warning: {'; '.join(warnings)}." if warnings else "")
         )
+        if self.pinned is not None:
+            self._refresh_comparison()
         self._materialize_in_background(out.result, out.baseline)
         if mode == "live" and self.background_compile:
             self._compile_in_background(out.plan)
@@ -579,7 +586,9 @@ class Session(PlanEditingMixin, ModelLoadingMixin, ExportingMixin, JobsMixin):
 
     def signal(self, node: str | None = None, which: str = "current") -> np.ndarray:
         """The first sample's backward signal at ``node`` (None: the input), times input if the view says so."""
-        res = self.result if which == "current" else self.baseline
+        return self._signal_from(self.result if which == "current" else self.baseline, node)
+
+    def _signal_from(self, res: BackwardResult | None, node: str | None) -> np.ndarray:
         if res is None:
             raise GraphError("No result yet: open a model and wait for the gradients.")
         if node is None:

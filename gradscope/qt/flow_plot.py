@@ -25,7 +25,7 @@ from PySide6.QtWidgets import (
 
 from gradscope.app.session import Session
 
-METRICS = {"mean |g|": "mean_abs", "max |g|": "max_abs", "norm": "norm"}
+METRICS = {"mean |g|": "mean_abs", "max |g|": "max_abs", "norm": "norm", "A/B norm ratio": "ratio"}
 _PLAN_BRUSH = pg.mkBrush("#e8710a")
 _BASE_BRUSH = pg.mkBrush("#9aa5b1")
 MIN_BAR_PIXELS = 4.0  # below this per node, bars alias: the plot draws lines
@@ -90,6 +90,7 @@ class FlowPlot(QWidget):
         lay.addWidget(split, 1)
         self.selected_line = pg.InfiniteLine(angle=90, movable=False, pen=pg.mkPen("#1a73e8", width=2))
         session.result_changed.connect(lambda *_: self.refresh())
+        session.compare_changed.connect(lambda *_: self.refresh() if self._ratio_mode() else None)
         session.selection_changed.connect(lambda *_: self._on_selection())
         session.model_loaded.connect(lambda *_: self.refresh())
         session.model_loading.connect(lambda *_: self._clear("loading the model…"))
@@ -115,6 +116,9 @@ class FlowPlot(QWidget):
         if not self.node_ids:
             self.caption.setText("no result yet")
             self._on_selection()
+            return
+        if self._ratio_mode():
+            self._draw_ratio()
             return
         x = np.arange(len(self.node_ids), dtype=float)
 
@@ -163,6 +167,38 @@ class FlowPlot(QWidget):
         )
         self._on_selection()
 
+    def _ratio_mode(self) -> bool:
+        return METRICS[self.metric.currentText()] == "ratio"
+
+    def _draw_ratio(self) -> None:
+        """Per node, |g| of the plan on screen (A) over the pinned plan's (B), log scale: 1e0 where they agree;
+        the caption names the least aligned node by the cosine of the two signals."""
+        s = self.session
+        comparison = s.comparison()
+        if comparison is None:
+            self.caption.setText("pin a result as B (overlay pane) to compare plans node by node")
+            self._on_selection()
+            return
+        values = np.array([comparison.norm_ratio.get(n, math.nan) for n in self.node_ids], dtype=float)
+        logs = np.where(np.isfinite(values) & (values > 0), np.log10(np.where(values > 0, values, 1.0)), np.nan)
+        x = np.arange(len(self.node_ids), dtype=float)
+        ok = np.isfinite(logs)
+        bars = pg.BarGraphItem(x=x[ok], y0=0.0, height=logs[ok], width=0.8, brush=_PLAN_BRUSH, pen=pg.mkPen(None))
+        self.plot.addItem(bars)
+        self.legend.addItem(bars, f"|g| A ({comparison.a_label}) / B ({comparison.b_label})")
+        self.plot.addItem(pg.InfiniteLine(pos=0.0, angle=0, pen=pg.mkPen("#546e7a", width=1)))
+        span = float(np.nanmax(np.abs(logs))) if ok.any() else 0.0
+        self.plot.setYRange(-max(span, 0.5) - 0.2, max(span, 0.5) + 0.2, padding=0)
+        self.plot.setXRange(-0.8, len(self.node_ids) - 0.2, padding=0)
+        self.as_lines = False
+        finite = {n: c for n, c in s.node_cosine.items() if c == c}
+        worst = min(finite, key=finite.get) if finite else None
+        self.caption.setText(
+            f"{int((np.abs(logs[ok]) > 0.01).sum())} of {int(ok.sum())} nodes differ in norm"
+            + (f"; least aligned: {worst} (cosine {finite[worst]:.3f})" if worst else "")
+        )
+        self._on_selection()
+
     def _pixels_per_node(self) -> float:
         return max(1, self.plot.width() - 90) / max(1, len(self.node_ids))
 
@@ -204,6 +240,10 @@ class FlowPlot(QWidget):
             return
         node, key = self.node_ids[i], METRICS[self.metric.currentText()]
         parts = [f"<b>{node}</b>"]
+        if key == "ratio":
+            cosine = self.session.node_cosine.get(node)
+            parts.append("cosine A·B: " + ("not computed yet" if cosine is None else f"{cosine:.4f}"))
+            key = "norm"
         for label, which in (("plan", "current"), ("baseline", "baseline")):
             st = self.session.stats(which).get(node)
             value = "none" if st is None else (f"{getattr(st, key):.3g}" if st.status == "ok" else st.status)

@@ -13,6 +13,7 @@ from PySide6.QtWidgets import (
     QGridLayout,
     QHBoxLayout,
     QLabel,
+    QPushButton,
     QSizePolicy,
     QSlider,
     QSpinBox,
@@ -155,8 +156,16 @@ class OverlayView(QWidget):
             h.addWidget(w, 1)
             return box
 
-        for combo in (self.target, self.preprocessing, self.readout, self.which, self.reduction, self.cmap, self.norm,
-                      self.style):
+        for combo in (
+            self.target,
+            self.preprocessing,
+            self.readout,
+            self.which,
+            self.reduction,
+            self.cmap,
+            self.norm,
+            self.style,
+        ):
             # combos may shrink below their longest item: the controls must fit a 1280-pixel-wide screen
             combo.setSizeAdjustPolicy(QComboBox.SizeAdjustPolicy.AdjustToMinimumContentsLengthWithIcon)
             combo.setMinimumContentsLength(4)
@@ -173,6 +182,7 @@ class OverlayView(QWidget):
         grid.addWidget(cell("Norm", self.norm), 2, 2)
         grid.addWidget(cell("Blend", self.style), 2, 3)
         lay.addLayout(grid)
+        lay.addLayout(self._compare_bar())
         panels = QHBoxLayout()
         self.input_panel = ImagePanel("Input")
         self.map_panel = ImagePanel("Map")
@@ -186,6 +196,7 @@ class OverlayView(QWidget):
         lay.addWidget(self.note)
 
         session.result_changed.connect(lambda *_: self._on_result())
+        session.compare_changed.connect(lambda *_: self.refresh())
         session.plan_changed.connect(lambda *_: self.refresh())  # the caption marks a result of an older plan
         session.view_changed.connect(lambda *_: self._sync_controls() or self.refresh())
         session.selection_changed.connect(lambda *_: self.refresh())
@@ -260,9 +271,71 @@ class OverlayView(QWidget):
     def _on_readout(self, index: int) -> None:
         self.session.set_view(readout_node=self.readout.itemData(index))
 
+    # ------------------------------------------------------------------------------------------- compare
+    def _compare_bar(self) -> QHBoxLayout:
+        bar = QHBoxLayout()
+        bar.setSpacing(4)
+        self.pin_button = QPushButton("Pin as B")
+        self.pin_button.setShortcut("Ctrl+B")
+        self.pin_button.setToolTip("Keep this result as B and compare the next plans with it (Ctrl+B)")
+        self.pin_button.clicked.connect(self.session.pin_for_compare)
+        self.swap_button = QPushButton("Swap A/B")
+        self.swap_button.setToolTip("Make B's plan current again and pin the result on screen (undoable)")
+        self.swap_button.clicked.connect(self.session.swap_compare)
+        self.unpin_button = QPushButton("Unpin")
+        self.unpin_button.clicked.connect(self.session.unpin)
+        self.export_compare_button = QPushButton("Export A|B…")
+        self.export_compare_button.setToolTip("A, B and their difference side by side as PNG + JSON")
+        self.export_compare_button.clicked.connect(self._export_comparison)
+        self.compare_label = QLabel("Compare plans: pin a result as B, then change the plan")
+        self.compare_label.setStyleSheet("color:#607d8b")
+        self.compare_label.setSizePolicy(QSizePolicy.Policy.Ignored, QSizePolicy.Policy.Preferred)
+        for w in (self.pin_button, self.swap_button, self.unpin_button, self.export_compare_button):
+            bar.addWidget(w)
+        bar.addWidget(self.compare_label, 1)
+        return bar
+
+    def _export_comparison(self) -> None:
+        from PySide6.QtWidgets import QFileDialog, QMessageBox
+
+        path, _ = QFileDialog.getSaveFileName(self, "Export comparison", "comparison.png", "PNG (*.png)")
+        if path:
+            try:
+                self.session.export_comparison(path)
+            except GradscopeError as exc:
+                QMessageBox.warning(self, "Cannot export the comparison", str(exc))
+
+    def _refresh_compare(self) -> bool:
+        """With a pinned B: A, B and A - B in the three panels. Returns whether it drew them."""
+        s = self.session
+        pinned = s.pinned is not None
+        for w in (self.swap_button, self.unpin_button, self.export_compare_button):
+            w.setEnabled(pinned)
+        comparison = s.comparison() if pinned else None
+        if comparison is None:
+            if not pinned:
+                self.compare_label.setText("Compare plans: pin a result as B, then change the plan")
+            self.input_panel.caption.setText("Input")
+            self.blend_panel.caption.setText("Overlay")
+            return False
+        where = comparison.a.node or "model input"
+        self.input_panel.caption.setText(f"A: {comparison.a_label}")
+        self.map_panel.caption.setText(f"B: {comparison.b_label} (pinned)")
+        self.blend_panel.caption.setText(f"A − B at {where}")
+        self.input_panel.set_array(comparison.a.picture, smooth=comparison.a.spatial)
+        self.map_panel.set_array(comparison.b.picture, smooth=comparison.b.spatial)
+        self.blend_panel.set_array(comparison.difference, smooth=False)
+        finite = [v for v in s.node_cosine.values() if v == v]
+        agree = f"; lowest node cosine {min(finite):.3f}" if finite else ""
+        self.compare_label.setText(f"A vs B: map cosine {comparison.map_cosine:.3f}{agree} (red: A stronger)")
+        return True
+
     # ------------------------------------------------------------------------------------------- drawing
     def refresh(self) -> None:
         s = self.session
+        if self._refresh_compare():
+            self.note.setText(f"{s.result_caption()}  Comparing with the pinned {s.pinned.method}.")
+            return
         self.input_panel.set_array(s.image, "No image: File ▸ Open image" if s.graph else "")
         which = "current" if self.which.currentIndex() == 0 else "baseline"
         res = s.result if which == "current" else s.baseline

@@ -429,3 +429,31 @@ def test_the_flow_plot_draws_lines_when_bars_would_alias_and_names_the_node_unde
     centre.setX(index)
     flow._on_hover(vb.mapViewToScene(centre))
     assert "<b>c2</b>" in flow.plot.toolTip() and "plan:" in flow.plot.toolTip()
+
+
+def test_compare_two_plans_side_by_side_swap_and_export(
+    window, qtbot, wait_idle, model_file, image_file, tmp_path, monkeypatch
+):
+    from PySide6.QtWidgets import QFileDialog
+
+    _open(window, qtbot, wait_idle, model_file, image_file)
+    overlay, flow, s = window.overlay, window.flow, window.session
+    assert not overlay.swap_button.isEnabled()
+    overlay.pin_button.click()
+    s.add_rule("c2", "scale", {"factor": 2.0})
+    wait_idle(window)
+    assert overlay.input_panel.caption.text().startswith("A: custom plan")
+    assert overlay.map_panel.caption.text() == "B: gradient (pinned)"
+    assert overlay.blend_panel.caption.text().startswith("A − B")
+    assert "map cosine 1.000" in overlay.compare_label.text()
+    flow.metric.setCurrentText("A/B norm ratio")
+    qtbot.waitUntil(lambda: "nodes differ in norm" in flow.caption.text(), timeout=30_000)
+    target = tmp_path / "ab.png"
+    monkeypatch.setattr(QFileDialog, "getSaveFileName", lambda *a, **k: (str(target), "PNG (*.png)"))
+    overlay.export_compare_button.click()
+    assert target.is_file() and target.with_suffix(".json").is_file()
+    overlay.swap_button.click()
+    wait_idle(window)
+    assert not s.plan.entries and s.pinned.plan.entries
+    overlay.unpin_button.click()
+    assert overlay.input_panel.caption.text() == "Input" and not overlay.swap_button.isEnabled()
