@@ -184,10 +184,18 @@ class Engine:
         return checked
 
     def _run(
-        self, xs: Sequence[Any], rules: dict[str, Any], *, training: bool = False, on_step: Any = None
+        self,
+        xs: Sequence[Any],
+        rules: dict[str, Any],
+        *,
+        training: bool = False,
+        on_step: Any = None,
+        replace: tuple[str, Any] | None = None,
     ) -> tuple[dict, dict[str, list[Any]]]:
         """The forward pass node by node. ``training``: the flag layers get (True when training with a plan);
-        ``on_step(node_id)``: called before each node runs (diagnostics map graph ops to nodes with it)."""
+        ``on_step(node_id)``: called before each node runs (diagnostics map graph ops to nodes with it);
+        ``replace=(node, value)``: what the layers above ``node`` see instead of its first output (the sanity
+        checks' finite differences)."""
         values: dict[Any, Any] = dict(zip(self.exec.input_keys, xs))
         node_values: dict[str, list[Any]] = {}
         for step in self.exec.steps:
@@ -200,6 +208,8 @@ class Engine:
             if self._trace_stop is not None and not tf.executing_eagerly() and self._trace_stop():
                 raise Cancelled("Compilation cancelled: a newer request replaced it.")
             outs = self._call_step(step, values, rules.get(step.node_id), training)
+            if replace is not None and step.node_id == replace[0]:
+                outs = [replace[1], *outs[1:]]
             for key, y in zip(step.out_keys, outs):
                 values[key] = y
             node_values[step.node_id] = outs

@@ -349,27 +349,9 @@ def _scalar(engine: Any, xs: list, target: Target, class_idx: Any, node: str | N
     if node is None:
         values, node_values = engine._run([tf.convert_to_tensor(value), *xs[1:]], {})
     else:
-        values, node_values = _run_with(engine, xs, node, tf.convert_to_tensor(value))
+        values, node_values = engine._run(xs, {}, replace=(node, tf.convert_to_tensor(value)))
     scalar, _ = engine._target_scalar(target, values, node_values, class_idx)
     return float(scalar)
-
-
-def _run_with(engine: Any, xs: list, node: str, value: Any) -> tuple[dict, dict]:
-    """The forward pass with ``node``'s first output replaced by ``value`` (what the layers above see)."""
-    values: dict[Any, Any] = dict(zip(engine.exec.input_keys, xs))
-    node_values: dict[str, list[Any]] = {}
-    for step in engine.exec.steps:
-        if step.kind == "alias":
-            for src, dst in zip(step.in_keys, step.out_keys):
-                values[dst] = values[src]
-            continue
-        outs = engine._call_step(step, values, None)
-        if step.node_id == node:
-            outs = [value, *outs[1:]]
-        for key, y in zip(step.out_keys, outs):
-            values[key] = y
-        node_values[step.node_id] = outs
-    return values, node_values
 
 
 def check_cancel(token: Any) -> Progress:

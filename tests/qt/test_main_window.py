@@ -350,10 +350,9 @@ def test_a_large_model_opens_as_its_blocks_and_expands_on_double_click(window, q
     qtbot.waitUntil(lambda: "s2_block1_1_dense" in view.items_by_id, timeout=30_000)
 
 
-def test_fit_keeps_a_tall_graph_legible_and_shows_its_top(window, qtbot, wait_idle, tmp_path):
+def _open_tall_chain(window, wait_idle, tmp_path):
+    """A chain of 51 nodes: flat (under the grouping threshold) and too tall to fit legibly."""
     import keras
-
-    from gradscope.qt.graph_view import LEGIBLE_ZOOM
 
     x = i = keras.Input((3,), name="first")
     for k in range(50):
@@ -362,6 +361,13 @@ def test_fit_keeps_a_tall_graph_legible_and_shows_its_top(window, qtbot, wait_id
     keras.Model(i, x).save(path)
     window.open_model(str(path))
     wait_idle(window)
+
+
+def test_fit_keeps_a_tall_graph_legible_and_shows_its_top(window, qtbot, wait_idle, tmp_path):
+
+    from gradscope.qt.graph_view import LEGIBLE_ZOOM
+
+    _open_tall_chain(window, wait_idle, tmp_path)
     view = window.graph_view
     view.fit_all()
     assert view.transform().m11() >= LEGIBLE_ZOOM  # not a one-pixel line
@@ -380,17 +386,10 @@ def test_view_menu_lays_the_graph_out_left_to_right(window, qtbot, wait_idle, mo
 
 
 def test_the_minimap_shows_when_the_graph_overflows_and_moves_the_view(window, qtbot, wait_idle, tmp_path):
-    import keras
     from PySide6.QtCore import QPointF
     from PySide6.QtGui import QMouseEvent
 
-    x = i = keras.Input((3,), name="first")
-    for k in range(50):
-        x = keras.layers.Dense(3, name=f"d{k}")(x)
-    path = tmp_path / "tall.keras"
-    keras.Model(i, x).save(path)
-    window.open_model(str(path))
-    wait_idle(window)
+    _open_tall_chain(window, wait_idle, tmp_path)
     view, minimap = window.graph_view, window.graph_view.minimap
     assert minimap.isVisible()  # 51 boxes in a column do not fit at a legible zoom
     before = view.mapToScene(view.viewport().rect().center())
