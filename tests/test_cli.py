@@ -55,7 +55,7 @@ def test_explain_writes_overlay_and_sidecar(model_file, image_dir, tmp_path, cap
     assert sidecar["method"] == "gradient"
     assert sidecar["model_file"] == str(model_file)
     assert sidecar["plan"]["entries"] == []
-    assert sidecar["export"] == {"size": [512, 410], "colorbar": False}
+    assert sidecar["export"] == {"size": [512, 410], "colorbar": False, "map_only": False}
 
 
 def test_explain_with_plan_file_and_layer(model_file, image_dir, tmp_path, capsys):

@@ -148,6 +148,7 @@ class Session(PlanEditingMixin, ModelLoadingMixin, ExportingMixin, ComparingMixi
         self.view_changed = Signal("view_changed")  # (ViewSettings)
         self.selection_changed = Signal("selection_changed")  # (node id or None)
         self.result_changed = Signal("result_changed")  # (result, baseline)
+        self.weights_ready = Signal("weights_ready")  # (node id -> [WeightInfo]) after a model opened
         self.compare_changed = Signal("compare_changed")  # (Pinned or None): B pinned, A changed, cosines ready
         self.busy_changed = Signal("busy_changed")  # (label or None)
         self.status_changed = Signal("status_changed")  # (message)

@@ -68,7 +68,8 @@ DIAGNOSIS_TEXT = {
 _DIAG_RANK = {"cut": 0, "blocked": 1, "path": 2, "unused": 3, "never_read": 4}
 
 
-LEGIBLE_ZOOM = 0.45  # below this a box's text cannot be read
+LEGIBLE_ZOOM = 0.45  # below this a box's text is hard to read (Fit stays above it)
+LABEL_ZOOM = 0.25  # below this boxes are drawn without text
 
 
 def ramp_color(t: float) -> QColor:
@@ -147,11 +148,10 @@ class NodeItem(QGraphicsItem):
             p.drawRoundedRect(rect, 7, 7)
         if collapsed:  # a stacked look: this box stands for many nodes
             p.drawLine(QPointF(-w / 2 + 6, h / 2 + 3), QPointF(w / 2 - 6, h / 2 + 3))
-        dark = (
-            role == "cut"
-            or fill.lightnessF() < 0.45
-            or (self.status in ("none", "nan") and role not in DIAGNOSIS_COLORS)
-        )
+        if abs(p.worldTransform().m11()) < LABEL_ZOOM:
+            return  # level of detail: text nobody can read costs most of a frame on large graphs
+        nan_or_none = self.status in ("none", "nan") and role not in DIAGNOSIS_COLORS
+        dark = role == "cut" or fill.lightnessF() < 0.45 or nan_or_none
         p.setPen(QColor("#ffffff") if dark else QColor("#1d232a"))
         title_font = QFont(self._view.font())
         title_font.setPointSizeF(9.0)
@@ -428,7 +428,7 @@ class GraphView(QGraphicsView):
 
     def initial_view(self) -> None:
         self.fit_all()  # as Fit shows it, with the overview when the graph does not fit
-        self.minimap.refresh()
+        self.minimap.invalidate()
 
     def set_node_state(
         self,
@@ -457,11 +457,7 @@ class GraphView(QGraphicsView):
             ok = [s for s in got if s.status == "ok"]
             if ok:
                 status[box_id] = "ok"
-                logs[box_id] = (
-                    max(math.log10(s.mean_abs) for s in ok if s.mean_abs > 0)
-                    if any(s.mean_abs > 0 for s in ok)
-                    else -30.0
-                )
+                logs[box_id] = max((math.log10(s.mean_abs) for s in ok if s.mean_abs > 0), default=-30.0)
             else:
                 status[box_id] = got[0].status
         finite = [v for v in logs.values() if v > -30]
@@ -476,6 +472,7 @@ class GraphView(QGraphicsView):
             item.setToolTip(_tooltip(item, stats, rules, box_id in skipped))
             item.update()
         self.legend.set_range(10**lo if finite else None, 10**hi if finite else None, caption)
+        self.minimap.invalidate()  # its picture shows the colours
 
     def set_diagnosis(
         self,

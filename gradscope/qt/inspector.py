@@ -585,6 +585,7 @@ class InspectorWidget(QWidget):
         session.model_loaded.connect(self._on_model_loaded)
         session.rules_changed.connect(self._on_rules_changed)
         session.diagnosis_changed.connect(lambda *_: self.info.show_node(session.selected))
+        session.weights_ready.connect(lambda *_: self.info.show_node(session.selected))
         self.info.show_node(None)
 
     def _on_rules_changed(self, names: Any) -> None:

@@ -393,7 +393,7 @@ def test_the_minimap_shows_when_the_graph_overflows_and_moves_the_view(window, q
     view, minimap = window.graph_view, window.graph_view.minimap
     assert minimap.isVisible()  # 51 boxes in a column do not fit at a legible zoom
     before = view.mapToScene(view.viewport().rect().center())
-    bottom = minimap.mapFromScene(view.items_by_id["d49"].sceneBoundingRect().center())
+    bottom = minimap._from_scene(view.items_by_id["d49"].sceneBoundingRect()).center()
     event = QMouseEvent(
         QMouseEvent.Type.MouseButtonPress,
         QPointF(bottom),
