@@ -170,6 +170,17 @@ class Explanation:
         )
 
 
+def _inputs(engine: Any, image: Any, preprocessing: str, target: Target | int | None) -> tuple:
+    """(uint8 RGB image, the model's input batch, ``Target``) from a path or an array and a class index."""
+    from gradscope.io.images import load_image, prepare_input, rgb_image
+
+    img = rgb_image(load_image(image) if isinstance(image, (str, Path)) else image)
+    x = prepare_input(img, engine.graph.node(engine.graph.input_ids[0]).output_shape, preprocessing)
+    if not isinstance(target, Target):
+        target = Target(index=target)  # type: ignore[arg-type]  (Target checks it is a whole number)
+    return img, x, target
+
+
 def explain(
     model: Any,
     image: Any,
@@ -189,17 +200,13 @@ def explain(
     ``image``: a path or a uint8 array (H, W, 3). ``target``: a class index, a ``Target`` or None (top-1).
     """
     from gradscope.app.view import REDUCTIONS, ViewError
-    from gradscope.io.images import load_image, prepare_input, rgb_image
     from gradscope.render import reduce_channels
 
     if reduction is not None and reduction not in REDUCTIONS:
         raise ViewError(f"Unknown channel reduction {reduction!r}; choose: {', '.join(REDUCTIONS)}.")
     engine = open_engine(model, safe_mode=safe_mode)
     source = str(image) if isinstance(image, (str, Path)) else "<array>"
-    img = rgb_image(load_image(image) if isinstance(image, (str, Path)) else image)
-    x = prepare_input(img, engine.graph.node(engine.graph.input_ids[0]).output_shape, preprocessing)
-    if not isinstance(target, Target):
-        target = Target(index=target)  # type: ignore[arg-type]  (Target checks it is a whole number)
+    img, x, target = _inputs(engine, image, preprocessing, target)
     m = resolve_method(engine, method, plan, **(method_options or {}))
     node = layer or m.readout_node
     if node is not None and engine.graph.node(node).is_input:
@@ -253,12 +260,8 @@ def sanity(
     the model-randomisation test (Adebayo et al. 2018) and finite differences on the paths no rule changes.
     Returns a ``SanityReport`` (``to_text()``, ``to_dict()``)."""
     from gradscope.engine.sanity import sanity_checks
-    from gradscope.io.images import load_image, prepare_input, rgb_image
 
     engine = open_engine(model, safe_mode=safe_mode)
-    img = rgb_image(load_image(image) if isinstance(image, (str, Path)) else image)
-    x = prepare_input(img, engine.graph.node(engine.graph.input_ids[0]).output_shape, preprocessing)
-    if not isinstance(target, Target):
-        target = Target(index=target)  # type: ignore[arg-type]
+    _, x, target = _inputs(engine, image, preprocessing, target)
     m = resolve_method(engine, method, plan)
     return sanity_checks(engine, x, target, m.plan, method=m.name, checks=checks, tolerance=tolerance)

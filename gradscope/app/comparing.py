@@ -14,8 +14,8 @@ class ComparingMixin:
     """For ``Session`` (which provides ``result``, ``result_plan``, ``result_method``, ``view``, ``image``,
     ``readout``, ``_signal_from``, ``set_plan``, the signals and ``_submit``)."""
 
-    pinned: Pinned | None = None
-    node_cosine: dict[str, float] = {}
+    pinned: Pinned | None  # set by Session.__init__ (None) and reset when a model opens
+    node_cosine: dict[str, float]
 
     def pin_for_compare(self) -> bool:
         """Keep the result on screen as B (what the next plans are compared with)."""
@@ -76,11 +76,7 @@ class ComparingMixin:
                 "node_cosine": self.node_cosine,
             },
         }
-        path = Path(path).with_suffix(".png")
-        export.refuse_overwriting([path, path.with_suffix(".json")], self._inputs())
-        from gradscope import render
-
-        return render.save_png(path, comparison_picture(comparison), sidecar)
+        return export.write_comparison(path, comparison_picture(comparison), sidecar, inputs=self._inputs())
 
     def _refresh_comparison(self) -> None:
         """Tell the views, then compute the per-node cosines on the worker (they read every node's signal)."""

@@ -143,6 +143,15 @@ def write_overlay(
     return render.save_png(path, picture, {**sidecar, "export": export})
 
 
+def write_comparison(path: str | Path, picture: np.ndarray, sidecar: dict[str, Any], *, inputs: Iterable = ()) -> Path:
+    """The A|B comparison picture (``app.compare.comparison_picture``) as PNG with its sidecar, atomic."""
+    path = Path(path)
+    if path.suffix.lower() != ".png":
+        path = path.with_name(path.name + ".png")
+    refuse_overwriting([path, render.sidecar_path(path)], inputs)
+    return render.save_png(path, picture, sidecar)
+
+
 def write_signal(path: str | Path, signal: np.ndarray, sidecar: dict[str, Any], *, inputs: Iterable = ()) -> Path:
     """The raw signal behind a map (one sample, float32, before channel reduction and normalisation) as
     ``.npy``, with the same sidecar as the overlay (``export.kind`` = "signal"), both atomic."""

@@ -50,7 +50,7 @@ class JobsMixin:
         rid = self._next_id()
         self._latest[kind] = rid
         if kind == "load":  # a new model makes every pending pass on the old one pointless
-            for other in ("run", "layout", "diagnose", "compile", "sanity", "compare", "weights"):
+            for other in [k for k in self._latest if k != "load"]:
                 self._cancel_kind(other)
                 self._active.pop(other, None)
 

@@ -63,8 +63,9 @@ class ModelLoadingMixin:
         token.check()
         token.report("Laying out the graph...")
         collapsed = default_collapsed(engine.graph)  # a large graph opens as its blocks (expand on click)
-        direction = getattr(self, "layout_direction", "TB")
-        layout = compute_layout(engine.graph, collapsed, should_stop=lambda: token.cancelled, direction=direction)
+        layout = compute_layout(
+            engine.graph, collapsed, should_stop=lambda: token.cancelled, direction=self.layout_direction
+        )
         return {"engine": engine, "graph": engine.graph, "layout": layout, "collapsed": collapsed}
 
     def _on_weights(self, info: dict[str, Any]) -> None:

@@ -72,8 +72,7 @@ def sampled(
 
     def progress(done: int, total: int) -> None:
         if token is not None:
-            token.report(f"{kind}: {done} of {total} copies...")
-            token.check()
+            token.step(f"{kind}: {done} of {total} copies...")
 
     grad = sampled_input_grad(engine, x, target, plan, kind, options, progress)
     meta = {**result.meta, "sampling": kind}
@@ -126,6 +125,8 @@ class Session(PlanEditingMixin, ModelLoadingMixin, ExportingMixin, ComparingMixi
         self.last_error: str | None = None
         self.collapsed: set[str] = set()
         self.layout_direction = "TB"  # graph view: "TB" top to bottom, "LR" left to right
+        self.pinned = None  # the result kept as B of an A/B comparison (app.comparing)
+        self.node_cosine: dict[str, float] = {}
         self.class_names: list[str] = []  # from a description file beside the model, if there is one
         self.custom_objects_file: str | None = None  # the .py file the open model's custom layers came from
         #: What the last ``open_model`` asked for (path, safe_mode, custom_objects_file): a front end retries it
@@ -181,7 +182,7 @@ class Session(PlanEditingMixin, ModelLoadingMixin, ExportingMixin, ComparingMixi
     def set_target(self, target: Target) -> None:
         if target == self.target:
             return
-        classes = self._class_count()
+        classes = self.graph.class_count() if self.graph is not None else None
         if target.kind == "class" and target.index is not None and classes and not 0 <= target.index < classes:
             exc = TargetError(f"Class {target.index} does not exist: the model has {classes} classes.")
             self._error("Bad target", str(exc), exc)
@@ -190,12 +191,6 @@ class Session(PlanEditingMixin, ModelLoadingMixin, ExportingMixin, ComparingMixi
         self._unpin_for("a new target")
         self.target_changed.emit(target)
         self._maybe_run()
-
-    def _class_count(self) -> int | None:
-        if self.graph is None or not self.graph.output_ids:
-            return None
-        shape = self.graph.node(self.graph.output_ids[0]).output_shape
-        return shape[-1] if len(shape) == 2 and shape[-1] else None
 
     def set_target_class(self, index: int | None) -> None:
         try:
@@ -441,9 +436,9 @@ class Session(PlanEditingMixin, ModelLoadingMixin, ExportingMixin, ComparingMixi
         engine, x, target, plan, method = self._engine, self.inputs, self.target, self.plan, self.method_name
 
         def job(token: Any) -> Any:
-            from gradscope.engine.sanity import check_cancel, sanity_checks
+            from gradscope.engine.sanity import sanity_checks
 
-            return sanity_checks(engine, x, target, plan, method=method, progress=check_cancel(token))
+            return sanity_checks(engine, x, target, plan, method=method, progress=token.step)
 
         def done(report: Any) -> None:
             self.status_changed.emit(f"Sanity checks of {report.method} done.")

@@ -44,6 +44,12 @@ class CancelToken:
         if self._event.is_set():
             raise Cancelled("Cancelled.")
 
+    def step(self, message: str) -> None:
+        """Between two steps of long work: say what comes next, stop here if cancelled (a ``progress``
+        callback for the engine's sanity checks and sampling methods)."""
+        self.report(message)
+        self.check()
+
 
 @dataclass
 class Job:

@@ -210,9 +210,10 @@ def cmd_explain(args: argparse.Namespace) -> int:
             continue
         e.sidecar["model_file"] = args.model or _demo_model()
         dest = _batch_output(out, path, e.method.name, stems, taken, renamed) if many else out
+        inputs = [args.plan, *(images if many else [])]  # files an output must never replace
         e.save(
             dest,
-            inputs=[args.plan, *(images if many else [])],
+            inputs=inputs,
             cmap=args.cmap,
             alpha=args.alpha,
             normalization=args.normalization,
@@ -222,7 +223,7 @@ def cmd_explain(args: argparse.Namespace) -> int:
             map_only=args.map_only,
         )
         if args.npy:
-            e.save_signal(dest.with_name(dest.stem + "_signal.npy"), inputs=[args.plan, *(images if many else [])])
+            e.save_signal(dest.with_name(dest.stem + "_signal.npy"), inputs=inputs)
         written.append(dest)
         method_warnings = e.method.warnings
         warnings = e.warnings if not many else [w for w in e.warnings if w not in method_warnings]

@@ -70,6 +70,11 @@ class LayerGraph:
     def __contains__(self, node_id: object) -> bool:
         return node_id in self._by_id  # type: ignore[attr-defined]
 
+    def class_count(self) -> int | None:
+        """How many classes the first output scores, when it is (batch, classes); else None."""
+        shape = self.node(self.output_ids[0]).output_shape if self.output_ids else ()
+        return shape[-1] if len(shape) == 2 and shape[-1] else None
+
     def node(self, node_id: str) -> NodeSpec:
         try:
             return self._by_id[node_id]  # type: ignore[attr-defined]

@@ -395,7 +395,7 @@ class Engine:
         xs = self._as_inputs(inputs)
         batch = int(xs[0].shape[0])
         if target.kind == "class":
-            n_classes = self._n_classes()
+            n_classes = self.graph.class_count()
             if target.index is not None and n_classes is not None and not 0 <= target.index < n_classes:
                 raise TargetError(f"Class {target.index} does not exist: the model has {n_classes} classes.")
         class_idx = tf.fill([batch], -1 if target.index is None else int(target.index))
@@ -590,10 +590,6 @@ class Engine:
         finally:
             self._trace_stop = None
         return True
-
-    def _n_classes(self) -> int | None:
-        shape = self.graph.node(self.graph.output_ids[0]).output_shape
-        return shape[-1] if len(shape) == 2 else None
 
     def predict(self, inputs: Any) -> np.ndarray:
         """The model's real output (what the user sees as predictions)."""

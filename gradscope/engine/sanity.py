@@ -26,7 +26,7 @@ from typing import Any
 import numpy as np
 
 from gradscope.backend import tf
-from gradscope.core.errors import Cancelled, TargetError
+from gradscope.core.errors import TargetError
 from gradscope.core.targets import Target
 from gradscope.rules.plan import Plan
 
@@ -354,18 +354,7 @@ def _scalar(engine: Any, xs: list, target: Target, class_idx: Any, node: str | N
     return float(scalar)
 
 
-def check_cancel(token: Any) -> Progress:
-    """A ``progress`` for the Session's worker: report the message, stop when cancelled."""
-
-    def progress(message: str) -> None:
-        token.report(message)
-        token.check()
-
-    return progress
-
-
 __all__ = [
-    "Cancelled",
     "ConservationRow",
     "FiniteDifferenceRow",
     "RandomisationRow",

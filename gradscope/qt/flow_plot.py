@@ -23,6 +23,7 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
+from gradscope.app.compare import norm_ratio
 from gradscope.app.session import Session
 
 METRICS = {"mean |g|": "mean_abs", "max |g|": "max_abs", "norm": "norm", "A/B norm ratio": "ratio"}
@@ -174,18 +175,18 @@ class FlowPlot(QWidget):
         """Per node, |g| of the plan on screen (A) over the pinned plan's (B), log scale: 1e0 where they agree;
         the caption names the least aligned node by the cosine of the two signals."""
         s = self.session
-        comparison = s.comparison()
-        if comparison is None:
+        if s.pinned is None or s.result is None:
             self.caption.setText("pin a result as B (overlay pane) to compare plans node by node")
             self._on_selection()
             return
-        values = np.array([comparison.norm_ratio.get(n, math.nan) for n in self.node_ids], dtype=float)
+        ratio = norm_ratio(s.result.stats, s.pinned.result.stats)
+        values = np.array([ratio.get(n, math.nan) for n in self.node_ids], dtype=float)
         logs = np.where(np.isfinite(values) & (values > 0), np.log10(np.where(values > 0, values, 1.0)), np.nan)
         x = np.arange(len(self.node_ids), dtype=float)
         ok = np.isfinite(logs)
         bars = pg.BarGraphItem(x=x[ok], y0=0.0, height=logs[ok], width=0.8, brush=_PLAN_BRUSH, pen=pg.mkPen(None))
         self.plot.addItem(bars)
-        self.legend.addItem(bars, f"|g| A ({comparison.a_label}) / B ({comparison.b_label})")
+        self.legend.addItem(bars, f"|g| A ({s.result_method or s.method_name}) / B ({s.pinned.method})")
         self.plot.addItem(pg.InfiniteLine(pos=0.0, angle=0, pen=pg.mkPen("#546e7a", width=1)))
         span = float(np.nanmax(np.abs(logs))) if ok.any() else 0.0
         self.plot.setYRange(-max(span, 0.5) - 0.2, max(span, 0.5) + 0.2, padding=0)
