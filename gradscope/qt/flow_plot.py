@@ -189,7 +189,7 @@ class FlowPlot(QWidget):
         self.legend.addItem(bars, f"|g| A ({s.result_method or s.method_name}) / B ({s.pinned.method})")
         self.plot.addItem(pg.InfiniteLine(pos=0.0, angle=0, pen=pg.mkPen("#546e7a", width=1)))
         span = float(np.nanmax(np.abs(logs))) if ok.any() else 0.0
-        self.plot.setYRange(-max(span, 0.5) - 0.2, max(span, 0.5) + 0.2, padding=0)
+        self.plot.setYRange(-max(span, 1.0) - 0.1, max(span, 1.0) + 0.1, padding=0)  # at least 1e-1 .. 1e1
         self.plot.setXRange(-0.8, len(self.node_ids) - 0.2, padding=0)
         self.as_lines = False
         finite = {n: c for n, c in s.node_cosine.items() if c == c}

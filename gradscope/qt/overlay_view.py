@@ -328,6 +328,7 @@ class OverlayView(QWidget):
         finite = [v for v in s.node_cosine.values() if v == v]
         agree = f"; lowest node cosine {min(finite):.3f}" if finite else ""
         self.compare_label.setText(f"A vs B: map cosine {comparison.map_cosine:.3f}{agree} (red: A stronger)")
+        self.compare_label.setToolTip(self.compare_label.text())  # the pane may be too narrow for all of it
         return True
 
     # ------------------------------------------------------------------------------------------- drawing
