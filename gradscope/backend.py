@@ -55,6 +55,7 @@ class _NoRetracingWarning(logging.Filter):
 
 tf.get_logger().addFilter(_NoRetracingWarning())
 
+
 def gradient_function(op):
     """The gradient function TF registered for a graph op, or None (the registry has no public accessor)."""
     from tensorflow.python.framework import ops as tf_ops
@@ -63,6 +64,17 @@ def gradient_function(op):
         return tf_ops.get_gradient_function(op)
     except LookupError:
         return None
+
+
+def keras_saving_steps():
+    """Keras's saving module if it has the two steps ``load_model`` is made of (model from config, then
+    weights), else None. They are internal, so a Keras without them is simply loaded in one step."""
+    try:
+        from keras.src.saving import saving_lib
+    except ImportError:
+        return None
+    needed = ("_model_from_config", "_load_state", "_raise_loading_failure", "H5IOStore")
+    return saving_lib if all(hasattr(saving_lib, name) for name in needed) else None
 
 
 _TRACE_LOCK = threading.RLock()
@@ -100,4 +112,4 @@ if keras.backend.backend() != "tensorflow":  # pragma: no cover - depends on the
         "Unset KERAS_BACKEND or set it to 'tensorflow'."
     )
 
-__all__ = ["custom_gradients_released", "gradient_function", "keras", "tf"]
+__all__ = ["custom_gradients_released", "gradient_function", "keras", "keras_saving_steps", "tf"]

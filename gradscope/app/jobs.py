@@ -7,7 +7,7 @@ import threading
 import time
 from typing import Any
 
-from gradscope.app.worker import Job
+from gradscope.app.worker import Job, Preview
 from gradscope.core.errors import Cancelled, GradscopeError
 
 
@@ -44,9 +44,12 @@ class JobsMixin:
             self._request += 1
             return self._request
 
-    def _submit(self, kind: str, label: str, fn: Any, on_done: Any, *, quiet: bool = False) -> int:
+    def _submit(
+        self, kind: str, label: str, fn: Any, on_done: Any, *, quiet: bool = False, on_preview: Any = None
+    ) -> int:
         """Run ``fn(token)`` on the worker; ``quiet``: background work that shows no busy bar and whose
-        failure is only a status message (a cancelled background compile is normal)."""
+        failure is only a status message (a cancelled background compile is normal); ``on_preview`` receives
+        what the job hands over early with ``token.preview``."""
         rid = self._next_id()
         self._latest[kind] = rid
         if kind == "load":  # a new model makes every pending pass on the old one pointless
@@ -67,6 +70,8 @@ class JobsMixin:
             if not current():
                 return
             self._finish(kind)
+            if kind == "load":
+                self._withdraw_preview()
             if isinstance(exc, Cancelled):
                 return
             if quiet:
@@ -74,8 +79,11 @@ class JobsMixin:
                 return
             self._job_failed(kind, exc)
 
-        def progress(message: str) -> None:
-            if current() and kind in self._active:
+        def progress(message: Any) -> None:
+            if isinstance(message, Preview):
+                if current() and on_preview is not None:
+                    on_preview(message.value)
+            elif current() and kind in self._active:
                 self._active[kind] = message
                 self.busy_changed.emit(self.busy)
 

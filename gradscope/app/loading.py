@@ -28,19 +28,30 @@ class ModelLoadingMixin:
         self.load_request = {"path": path, "safe_mode": safe_mode, "custom_objects_file": objects_file}
 
         def load(token: Any) -> dict[str, Any]:
-            from gradscope.io.models import load_custom_objects_file, load_model
+            from gradscope.io.models import load_custom_objects_file, load_model_in_steps
 
             objects = None
             if objects_file is not None:
                 token.report(f"Importing custom objects from {Path(objects_file).name}...")
                 objects = load_custom_objects_file(objects_file)
             token.report(f"Loading {Path(path).name}...")
-            model = load_model(path, safe_mode=safe_mode, custom_objects=objects)
+            model, load_weights = load_model_in_steps(path, safe_mode=safe_mode, custom_objects=objects)
             token.check()
-            return {**self._build_engine(model, token), "custom_objects_file": objects_file}
+            built = self._build_engine(model, token)
+            token.preview(built)  # the graph is drawn while the weights load
+            token.report("Loading the weights...")
+            load_weights()
+            token.check()
+            return {**built, "custom_objects_file": objects_file}
 
         self.model_loading.emit(path)
-        self._submit("load", f"Loading {Path(path).name}...", load, lambda out: self._on_model_ready(out, path))
+        self._submit(
+            "load",
+            f"Loading {Path(path).name}...",
+            load,
+            lambda out: self._on_model_ready(out, path),
+            on_preview=self._on_model_preview,
+        )
 
     def set_model(self, model: Any, path: str | None = None) -> None:
         """Use an in-memory ``keras.Model`` (tests, notebooks). The engine is still built on the worker."""
@@ -68,6 +79,18 @@ class ModelLoadingMixin:
         )
         return {"engine": engine, "graph": engine.graph, "layout": layout, "collapsed": collapsed}
 
+    def _on_model_preview(self, out: dict[str, Any]) -> None:
+        """The new model's graph, shown (not yet usable) while its weights load; the Session itself still
+        holds the current model until the load finishes."""
+        self.previewing = True
+        self.model_previewed.emit(out["graph"], out["layout"])
+
+    def _withdraw_preview(self) -> None:
+        """A load that showed its graph failed or was cancelled: the views go back to the current model."""
+        if self.previewing:
+            self.previewing = False
+            self.model_previewed.emit(None, None)
+
     def _on_weights(self, info: dict[str, Any]) -> None:
         """Weight statistics (0.4 s on ResNet50) arrive after the graph is on screen, not before it."""
         self.weight_info = info
@@ -77,6 +100,7 @@ class ModelLoadingMixin:
         if not self.rules_ready:  # the load job imported them on the worker
             self.rules_ready = True
             self.rules_changed.emit([])
+        self.previewing = False
         self._engine = out["engine"]
         self.graph = out["graph"]
         self.weight_info = {}

@@ -108,6 +108,7 @@ class Session(PlanEditingMixin, ModelLoadingMixin, ExportingMixin, ComparingMixi
         self.preprocessing = "unit"
         self.graph: LayerGraph | None = None
         self.layout: Any = None
+        self.previewing = False  # a loading model's graph is on screen (``model_previewed``)
         self.weight_info: dict[str, list[WeightInfo]] = {}
         self.target = Target()
         self.method_name = "gradient"
@@ -142,6 +143,8 @@ class Session(PlanEditingMixin, ModelLoadingMixin, ExportingMixin, ComparingMixi
         # events (all emitted on the owner's thread)
         self.model_loading = Signal("model_loading")  # (path)
         self.model_loaded = Signal("model_loaded")  # (graph)
+        # (graph, layout) of a model whose weights still load; (None, None): back to the current model
+        self.model_previewed = Signal("model_previewed")
         self.layout_changed = Signal("layout_changed")  # (GraphLayout)
         self.image_changed = Signal("image_changed")  # (image or None)
         self.plan_changed = Signal("plan_changed")  # (plan)
@@ -479,6 +482,7 @@ class Session(PlanEditingMixin, ModelLoadingMixin, ExportingMixin, ComparingMixi
         for kind in list(self._active) + ["compile"]:
             self._latest[kind] = self._next_id()
         self.executor.cancel()
+        self._withdraw_preview()
         abandoned = self._stop_running_job(grace)
         self._active.clear()
         self.busy_changed.emit(None)

@@ -33,6 +33,12 @@ class CancelToken:
         if self._report is not None and not self.cancelled:
             self._report(message)
 
+    def preview(self, value: Any) -> None:
+        """Hand the owner a first part of the result before the job ends (the graph of a model whose weights
+        are still loading); delivered on the owner's thread like a progress message, as a ``Preview``."""
+        if self._report is not None and not self.cancelled:
+            self._report(Preview(value))
+
     def cancel(self) -> None:
         self._event.set()
 
@@ -49,6 +55,13 @@ class CancelToken:
         callback for the engine's sanity checks and sampling methods)."""
         self.report(message)
         self.check()
+
+
+@dataclass(frozen=True)
+class Preview:
+    """A job's early, partial result (see ``CancelToken.preview``); the job's result still follows."""
+
+    value: Any
 
 
 @dataclass

@@ -91,6 +91,9 @@ def rule_abbreviation(rule: str) -> str:
     return "".join(p[0] for p in parts[:4]).upper()
 
 
+EMPTY_MESSAGE = "Open a model (File ▸ Open model, or drop a .keras file here)"
+
+
 class NodeItem(QGraphicsItem):
     """One box of the graph (a node, or a collapsed nested model)."""
 
@@ -375,7 +378,7 @@ class GraphView(QGraphicsView):
         self.scene().selectionChanged.connect(self._on_scene_selection)
         self._add_shortcuts()
         self.minimap = Minimap(self)
-        self._placeholder = self.scene().addText("Open a model (File ▸ Open model, or drop a .keras file here)")
+        self._placeholder = self.scene().addText(EMPTY_MESSAGE)
         self._placeholder.setDefaultTextColor(QColor("#78909c"))
 
     def show_message(self, text: str) -> None:

@@ -14,11 +14,9 @@ from typing import Any
 from PySide6.QtCore import QSettings, Qt, QTimer, Signal
 from PySide6.QtGui import QAction, QFontDatabase, QKeySequence
 from PySide6.QtWidgets import (
-    QComboBox,
     QDialog,
     QDockWidget,
     QFileDialog,
-    QHBoxLayout,
     QLabel,
     QMainWindow,
     QMessageBox,
@@ -27,21 +25,18 @@ from PySide6.QtWidgets import (
     QPushButton,
     QScrollArea,
     QSplitter,
-    QToolButton,
     QVBoxLayout,
-    QWidget,
 )
 
 from gradscope.app.session import SESSION_SUFFIX, Session
 from gradscope.app.session_files import session_code_files
 from gradscope.core.errors import CustomObjectError, UnsafeModelError
-from gradscope.qt.diagnostics_panel import DiagnosticsPanel, graph_marks
+from gradscope.qt.diagnostics_panel import DiagnosticsPanel
 from gradscope.qt.flow_plot import FlowPlot
-from gradscope.qt.graph_view import GraphView
+from gradscope.qt.graph_pane import GraphPane
 from gradscope.qt.inspector import InspectorWidget
 from gradscope.qt.overlay_view import OverlayView
 from gradscope.qt.worker import QtExecutor
-from gradscope.render.graph_layout import display_groups
 
 MODEL_FILTER = "Keras models (*.keras *.h5 *.hdf5)"
 IMAGE_FILTER = "Images (*.png *.jpg *.jpeg *.bmp *.webp *.tif *.tiff)"
@@ -83,8 +78,6 @@ class MainWindow(QMainWindow):
     # ------------------------------------------------------------------------------------------- layout
     def _build_widgets(self) -> None:
         s = self.session
-        self.graph_view = GraphView()
-        self.graph_view.setObjectName("graph_view")
         self.inspector = InspectorWidget(s)
         self.overlay = OverlayView(s)
         self.flow = FlowPlot(s)
@@ -98,41 +91,9 @@ class MainWindow(QMainWindow):
         self.addDockWidget(Qt.DockWidgetArea.BottomDockWidgetArea, self.diagnostics_dock)
         self.diagnostics_dock.hide()
 
-        graph_box = QWidget()
-        gl = QVBoxLayout(graph_box)
-        gl.setContentsMargins(0, 0, 0, 0)
-        gl.setSpacing(2)
-        tools = QHBoxLayout()
-        tools.setContentsMargins(6, 4, 6, 0)
-        self.graph_title = QLabel("<b>Layer graph</b>")
-        self.color_by = QComboBox()
-        self.color_by.addItems(["plan", "baseline", "diagnosis"])
-        self.color_by.setToolTip(
-            "Colour nodes by the gradient under the current plan, by the plain gradient, or only by the path "
-            "diagnostics (red: the op that cuts a gradient path and the nodes on that path)"
-        )
-        self.color_by.currentIndexChanged.connect(lambda *_: self._update_graph_state())
-        tools.addWidget(self.graph_title)
-        tools.addStretch(1)
-        tools.addWidget(QLabel("colour by"))
-        tools.addWidget(self.color_by)
-        for text, tip, slot in (
-            ("Fit", "Fit the whole graph (F)", self.graph_view.fit_all),
-            ("Find", "Find a node by name (Ctrl+F)", self.graph_view.focus_search),
-            ("Diagnose", "Find where gradients stop: the op that cuts each variable's path (Ctrl+D)", self.diagnose),
-            ("Collapse groups", "Collapse every block and nested model into one box", lambda: self._collapse_all(True)),
-            ("Expand all", "Expand every block and nested model", lambda: self._collapse_all(False)),
-        ):
-            b = QToolButton()
-            b.setText(text)
-            b.setToolTip(tip)
-            b.clicked.connect(slot)
-            tools.addWidget(b)
-            if text in ("Collapse groups", "Expand all"):  # shown when the graph has groups
-                b.setVisible(False)
-                setattr(self, "_btn_" + text.split()[0].lower(), b)
-        gl.addLayout(tools)
-        gl.addWidget(self.graph_view, 1)
+        self.graph_pane = GraphPane(s, self.diagnose)
+        self.graph_view = self.graph_pane.view
+        self.color_by = self.graph_pane.color_by
 
         self.bottom_split = QSplitter(Qt.Orientation.Horizontal)
         self.bottom_split.addWidget(self.overlay)
@@ -140,7 +101,7 @@ class MainWindow(QMainWindow):
         self.bottom_split.setSizes([700, 560])
 
         left = QSplitter(Qt.Orientation.Vertical)
-        left.addWidget(graph_box)
+        left.addWidget(self.graph_pane)
         left.addWidget(self.bottom_split)
         left.setSizes([560, 400])
         scroll = QScrollArea()
@@ -153,8 +114,6 @@ class MainWindow(QMainWindow):
         main.setSizes([1160, 400])
         main.setStretchFactor(0, 1)
         self.setCentralWidget(main)
-        self.graph_view.node_clicked.connect(self.session.select)
-        self.graph_view.group_toggled.connect(self.session.set_collapsed)
         self.flow.node_clicked.connect(self.session.select)
 
     def _build_menus(self) -> None:
@@ -226,8 +185,8 @@ class MainWindow(QMainWindow):
             v, "Left-to-right layout", self._toggle_direction, "Ctrl+L", "Lay the graph out left to right"
         )
         self.lr_action.setCheckable(True)
-        act(v, "Collapse groups", lambda: self._collapse_all(True))
-        act(v, "Expand all groups", lambda: self._collapse_all(False))
+        act(v, "Collapse groups", lambda: self.session.collapse_all(True))
+        act(v, "Expand all groups", lambda: self.session.collapse_all(False))
         v.addSeparator()
         toggle = self.diagnostics_dock.toggleViewAction()
         toggle.setText("Diagnostics panel")
@@ -269,17 +228,12 @@ class MainWindow(QMainWindow):
     def _connect_session(self) -> None:
         s = self.session
         s.model_loaded.connect(self._on_model_loaded)
-        s.model_loading.connect(self._on_model_loading)
-        s.layout_changed.connect(self._on_layout)
-        s.selection_changed.connect(lambda node: self.graph_view.select_node(node))
-        s.result_changed.connect(lambda *_: self._update_graph_state())
         s.plan_changed.connect(self._on_plan_changed)
         s.busy_changed.connect(self._on_busy)
         self._elapsed_timer = QTimer(self)  # elapsed time of long work, in the status bar
         self._elapsed_timer.timeout.connect(self._show_elapsed)
         s.status_changed.connect(self._on_status)
         s.error_raised.connect(self._on_error)
-        s.error_raised.connect(lambda *_: self._graph_placeholder_if_empty())
         s.image_changed.connect(lambda *_: self._update_title())
         s.diagnosis_changed.connect(self._on_diagnosis)
         s.sanity_ready.connect(self._show_sanity)
@@ -298,54 +252,16 @@ class MainWindow(QMainWindow):
         path = self.session.model_path
         if path:
             self._add_recent(path)
-        has_groups = bool(display_groups(graph).paths)
-        self._btn_collapse.setVisible(has_groups)
-        self._btn_expand.setVisible(has_groups)
-        self.graph_title.setText(f"<b>Layer graph</b> — {graph.model_name}, {len(graph)} nodes")
         self._update_title()
-
-    def _on_layout(self, layout: Any) -> None:
-        keep = self.graph_view.layout_data is not None and bool(
-            layout.collapsed or self.graph_view.layout_data.collapsed
-        )
-        self.graph_view.set_layout(layout, keep_view=keep)
-        self._update_graph_state()
 
     def _on_plan_changed(self, plan: Any) -> None:
         self.undo_action.setEnabled(self.session.can_undo)
         self.redo_action.setEnabled(self.session.can_redo)
-        self._update_graph_state()
-
-    def _update_graph_state(self) -> None:
-        s = self.session
-        mode = self.color_by.currentText()
-        which = "baseline" if mode == "baseline" else "current"
-        stats = dict(s.stats(which))
-        res = s.result if which == "current" else s.baseline
-        if res is not None and s.graph is not None and "input_stats" in res.meta:
-            for i in s.graph.input_ids:
-                stats[i] = res.meta["input_stats"]
-        caption = "mean |g|, log scale" + (" (baseline)" if which == "baseline" else "")
-        if mode == "diagnosis":
-            caption = "path diagnostics" if s.diagnosis is not None else "path diagnostics: not run (Ctrl+D)"
-        self.graph_view.set_node_state(
-            stats, s.ruled_nodes(), caption, s.skipped_nodes(), magnitude=mode != "diagnosis"
-        )
 
     def _on_diagnosis(self, report: Any) -> None:
-        self.graph_view.set_diagnosis(*graph_marks(report))
-        # A cut path is drawn on neutral boxes, so its red is not read as "a large gradient".
-        wanted = "diagnosis" if report is not None and not report.ok else None
-        if wanted is None and self.color_by.currentText() == "diagnosis" and report is None:
-            wanted = "plan"
-        if wanted is not None and self.color_by.currentText() != wanted:
-            self.color_by.setCurrentText(wanted)  # repaints through currentIndexChanged
-        else:
-            self._update_graph_state()
+        self.graph_pane.show_diagnosis(report)
         if report is not None:
             self.diagnostics_dock.show()
-            # after the dock has taken its share of the window, so the fit uses the graph's new size
-            QTimer.singleShot(0, self.graph_view.show_diagnosis)
 
     def _show_sanity(self, report: Any) -> None:
         """The sanity report as monospace text (copyable), non-modal so the map stays usable beside it."""
@@ -368,12 +284,6 @@ class MainWindow(QMainWindow):
         self.diagnostics_dock.raise_()
         self.diagnostics.run()
 
-    def _on_model_loading(self, name: object) -> None:
-        """An empty graph pane says what is loading; a shown graph stays until the new one is ready (if the
-        load fails, the current model is kept, and so is its graph)."""
-        if self.graph_view.layout_data is None:
-            self.graph_view.show_message(f"Loading {Path(str(name)).name}…")
-
     def _on_busy(self, label: str | None) -> None:
         self.progress.setVisible(label is not None)
         self.cancel_button.setVisible(label is not None)
@@ -382,10 +292,6 @@ class MainWindow(QMainWindow):
             self._elapsed_timer.start(250)
         else:
             self._elapsed_timer.stop()
-
-    def _graph_placeholder_if_empty(self) -> None:
-        if self.session.graph is None:
-            self.graph_view.show_message("Open a model (File ▸ Open model, or drop a .keras file here)")
 
     def _show_elapsed(self) -> None:
         label = self.session.busy
@@ -650,9 +556,6 @@ class MainWindow(QMainWindow):
     # ------------------------------------------------------------------------------------------- misc
     def _toggle_direction(self) -> None:
         self.session.set_layout_direction("LR" if self.lr_action.isChecked() else "TB")
-
-    def _collapse_all(self, collapse: bool) -> None:
-        self.session.collapse_all(collapse)
 
     def _update_title(self) -> None:
         s = self.session

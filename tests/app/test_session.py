@@ -18,6 +18,7 @@ from gradscope.core.targets import Target
 from gradscope.render.graph_layout import compute_layout
 from gradscope.rules.plan import Plan
 from tests.engine.fixtures import tiny_cnn
+from tests.io.test_model_steps import with_damaged_weights
 
 keras = pytest.importorskip("keras")
 tf = pytest.importorskip("tensorflow")
@@ -338,6 +339,28 @@ def test_corrupt_model_reports_and_session_keeps_working(tmp_path, model):
     model.save(good)
     s.open_model(good)
     assert s.graph is not None and s.model_path == str(good)
+
+
+def test_a_model_is_drawn_while_its_weights_load_and_withdrawn_if_they_fail(tmp_path, model):
+    good = tmp_path / "good.keras"
+    model.save(good)
+    bad = with_damaged_weights(good, tmp_path / "bad.keras")
+    s = Session(InlineExecutor())
+    rec = Recorder(s)
+    seen: list[tuple] = []
+    s.model_previewed.connect(lambda graph, layout: seen.append(("preview", graph, layout, s.graph)))
+    s.model_loaded.connect(lambda graph: seen.append(("loaded", graph)))
+    s.open_model(good)
+    (kind, graph, layout, held), (kind2, loaded) = seen
+    assert (kind, kind2) == ("preview", "loaded") and held is None  # the Session took the model only at the end
+    assert loaded is graph and s.layout is layout and not s.previewing
+
+    seen.clear()
+    s.open_model(bad)  # its graph is drawn, then its weights fail: back to the model held
+    assert [event[0] for event in seen] == ["preview", "preview"] and seen[0][3] is graph
+    assert seen[1][1:3] == (None, None) and s.graph is graph and not s.previewing
+    ((_, message, exc),) = rec.errors()
+    assert isinstance(exc, ModelLoadError) and "bad.keras" in message
 
 
 def test_exports_and_session_file_round_trip(tmp_path, model, image):

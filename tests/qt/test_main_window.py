@@ -172,13 +172,14 @@ def test_nested_model_collapses(window, qtbot, wait_idle, tmp_path):
     window.open_model(str(path))
     wait_idle(window)
     view = window.graph_view
-    assert "inner/dense" in view.items_by_id and window._btn_collapse.isVisibleTo(window)
-    window._collapse_all(True)
+    collapse, expand = window.graph_pane.group_buttons
+    assert "inner/dense" in view.items_by_id and collapse.isVisibleTo(window)
+    collapse.click()
     qtbot.waitUntil(lambda: "group:inner" in view.items_by_id, timeout=30_000)
     assert "inner/dense" not in view.items_by_id
     window.session.select("inner/dense")  # a member of the collapsed box selects the box
     assert view.selected_id() == "group:inner"
-    window._collapse_all(False)
+    expand.click()
     qtbot.waitUntil(lambda: "inner/dense" in view.items_by_id, timeout=30_000)
 
 
@@ -346,7 +347,7 @@ def test_a_large_model_opens_as_its_blocks_and_expands_on_double_click(window, q
     item.mouseDoubleClickEvent(event)
     qtbot.waitUntil(lambda: "group:s2/s2_block1" in view.items_by_id, timeout=30_000)
     assert "s2_block1_1_dense" not in view.items_by_id  # one level at a time
-    window._collapse_all(False)
+    window.graph_pane.group_buttons[1].click()  # Expand all
     qtbot.waitUntil(lambda: "s2_block1_1_dense" in view.items_by_id, timeout=30_000)
 
 
@@ -456,3 +457,31 @@ def test_compare_two_plans_side_by_side_swap_and_export(
     assert not s.plan.entries and s.pinned.plan.entries
     overlay.unpin_button.click()
     assert overlay.input_panel.caption.text() == "Input" and not overlay.swap_button.isEnabled()
+
+
+def test_a_loading_model_is_drawn_unclickable_and_the_current_one_returns_if_it_fails(
+    window, qtbot, wait_idle, model_file, tmp_path
+):
+    from tests.io.test_model_steps import functional, saved, with_damaged_weights
+
+    window.open_model(str(model_file))
+    wait_idle(window)
+    shown = set(window.graph_view.items_by_id)
+    other = tmp_path / "other.keras"
+    saved(functional(), other)
+    bad = with_damaged_weights(other, tmp_path / "bad.keras")
+    previews: list[tuple] = []
+    window.session.model_previewed.connect(
+        lambda graph, layout: previews.append(
+            (graph is not None, window.graph_view.isInteractive(), set(window.graph_view.items_by_id))
+        )
+    )
+    errors: list[str] = []
+    window.error_shown.connect(lambda title, message: errors.append(message))
+    window.open_model(str(bad))
+    qtbot.waitUntil(lambda: bool(errors), timeout=60_000)
+    (drawn, clickable, items), (withdrawn, clickable_after, items_after) = previews
+    assert drawn and not clickable and "bn" in items and items != shown  # the new graph, not clickable yet
+    assert not withdrawn and clickable_after and items_after == shown  # the model still held is back
+    assert window.session.model_path == str(model_file) and "bad.keras" in errors[0]
+    assert "tiny" in window.graph_pane.title.text()

@@ -1,0 +1,103 @@
+"""``load_model_in_steps``: the model from its config first (the GUI draws its graph), then its weights; the
+result is the model ``load_model`` gives, and every file the steps do not cover still loads whole."""
+
+from __future__ import annotations
+
+import zipfile
+
+import numpy as np
+import pytest
+
+from gradscope.core.errors import ModelLoadError, UnsafeModelError
+from gradscope.io.models import load_model, load_model_in_steps
+
+keras = pytest.importorskip("keras")
+
+
+def functional() -> keras.Model:
+    inp = keras.Input((8, 8, 3), name="image")
+    x = keras.layers.Conv2D(4, 3, padding="same", activation="relu", name="conv")(inp)
+    x = keras.layers.BatchNormalization(name="bn")(x)
+    x = keras.layers.GlobalAveragePooling2D(name="gap")(x)
+    return keras.Model(inp, keras.layers.Dense(3, name="logits")(x), name="small")
+
+
+def sequential() -> keras.Model:
+    return keras.Sequential(
+        [keras.Input((6,)), keras.layers.Dense(5, activation="tanh"), keras.layers.Dense(2)], name="seq"
+    )
+
+
+def nested() -> keras.Model:
+    inner_in = keras.Input((6,))
+    inner = keras.Model(inner_in, keras.layers.Dense(4, name="dense")(inner_in), name="inner")
+    inp = keras.Input((6,))
+    return keras.Model(inp, keras.layers.Dense(2, name="head")(inner(inp)), name="outer")
+
+
+def saved(model: keras.Model, path) -> list[np.ndarray]:
+    """Save ``model`` with weights no initializer produces (so a skipped second step cannot pass)."""
+    weights = [np.arange(w.size, dtype=np.float32).reshape(w.shape) / w.size + 0.5 for w in model.get_weights()]
+    model.set_weights(weights)
+    model.save(path)
+    return weights
+
+
+def with_damaged_weights(good, bad):
+    """A copy of the .keras file ``good`` whose config is intact and whose weights are not HDF5."""
+    with zipfile.ZipFile(good) as src, zipfile.ZipFile(bad, "w") as dst:
+        for name in src.namelist():
+            data = src.read(name)
+            dst.writestr(name, b"not an HDF5 file" * 64 if name == "model.weights.h5" else data)
+    return bad
+
+
+@pytest.mark.parametrize("build", [functional, sequential, nested], ids=lambda f: f.__name__)
+def test_the_steps_give_the_model_load_model_gives(tmp_path, build):
+    path = tmp_path / "m.keras"
+    weights = saved(build(), path)
+    model, load_weights = load_model_in_steps(path)
+    assert [w.shape for w in model.get_weights()] == [w.shape for w in weights]
+    assert not all(np.array_equal(a, b) for a, b in zip(model.get_weights(), weights, strict=True))
+    load_weights()
+    reference = load_model(path)
+    for got, want, ref in zip(model.get_weights(), weights, reference.get_weights(), strict=True):
+        np.testing.assert_array_equal(got, want)
+        np.testing.assert_array_equal(got, ref)
+    assert [layer.name for layer in model.layers] == [layer.name for layer in reference.layers]
+
+
+def test_files_the_steps_do_not_cover_load_whole_in_the_first(tmp_path):
+    h5 = tmp_path / "m.h5"
+    weights = saved(functional(), h5)
+    with_assets = tmp_path / "assets.keras"
+    saved(functional(), with_assets)
+    with zipfile.ZipFile(with_assets, "a") as zf:
+        zf.writestr("assets/vocabulary.txt", "a\nb\n")
+    for path in (h5, with_assets):
+        model, load_weights = load_model_in_steps(path)
+        for got, want in zip(model.get_weights(), weights, strict=True):
+            np.testing.assert_array_equal(got, want)
+        load_weights()  # nothing left to do
+
+
+def test_damaged_weights_fail_in_the_second_step_with_a_typed_error(tmp_path):
+    good = tmp_path / "good.keras"
+    saved(functional(), good)
+    bad = with_damaged_weights(good, tmp_path / "bad.keras")
+    model, load_weights = load_model_in_steps(bad)  # the config is fine
+    assert model.name == "small"
+    with pytest.raises(ModelLoadError) as info:
+        load_weights()
+    assert "bad.keras" in str(info.value) and info.value.__cause__ is not None
+
+
+def test_the_first_step_keeps_safe_mode(tmp_path):
+    inp = keras.Input((4,))
+    path = tmp_path / "lambda.keras"
+    keras.Model(inp, keras.layers.Lambda(lambda t: t * 2.0, name="doubler")(inp)).save(path)
+    with pytest.raises(UnsafeModelError, match="doubler"):
+        load_model_in_steps(path)
+    model, load_weights = load_model_in_steps(path, safe_mode=False)
+    load_weights()
+    np.testing.assert_allclose(model(np.ones((1, 4), np.float32)).numpy(), 2.0)
