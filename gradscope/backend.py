@@ -77,6 +77,79 @@ def keras_saving_steps():
     return saving_lib if all(hasattr(saving_lib, name) for name in needed) else None
 
 
+def tape_vjp(tape, targets: list, sources: list, output_gradients: list) -> list:
+    """``tape.gradient(targets, sources, output_gradients)`` for flat lists of plain eager tensors, without
+    the public method's structure handling (flattening, composite tensors, variables): ~0.6 ms a call, a
+    fifth of a cold live sweep on ResNet50 (one call per node). Falls back to the public method."""
+    try:
+        from tensorflow.python.eager import imperative_grad
+        from tensorflow.python.ops.unconnected_gradients import UnconnectedGradients
+    except ImportError:  # pragma: no cover - a TensorFlow without these internals
+        return tape.gradient(targets, sources, output_gradients=output_gradients)
+    return imperative_grad.imperative_grad(
+        tape._tape,
+        targets,
+        sources,
+        output_gradients=output_gradients,
+        sources_raw=sources,
+        unconnected_gradients=UnconnectedGradients.NONE,
+    )
+
+
+_CONV_GRADIENTS_LOCK = threading.Lock()
+_conv_gradients_users = 0
+_conv_gradients_saved: dict[str, object] = {}
+
+
+def _input_only(original, backprop_input, attrs: tuple[str, ...]):
+    def gradient(op, grad):
+        skip = getattr(op, "skip_input_indices", None)
+        if skip is None or 1 not in skip or 0 in skip:
+            return original(op, grad)
+        kwargs = {name: op.get_attr(name) for name in attrs}
+        return [backprop_input(tf.shape(op.inputs[0]), op.inputs[1], grad, **kwargs), None]
+
+    return gradient
+
+
+@contextmanager
+def input_only_conv_gradients():
+    """Inside this block, a tape that needs only a convolution's input gradient does not compute its filter
+    gradient. TF's Conv2D and depthwise gradients compute both whatever the tape asks (MatMul's and Mul's skip
+    what is not needed, through ``op.skip_input_indices``); the live sweep asks only for input gradients, and
+    the unused filter gradients were ~30 % of its eager work on ResNet50. The result is the same op TF runs
+    for the input gradient; a filter gradient that is asked for is computed as before. Swapped into TF's
+    gradient registry for the block only (other threads meanwhile get the same, equally correct, gradients).
+    """
+    from tensorflow.python.framework import ops as tf_ops
+    from tensorflow.python.ops import gen_nn_ops
+
+    global _conv_gradients_users
+    registry = getattr(getattr(tf_ops, "_gradient_registry", None), "_registry", None)
+    common = ("dilations", "strides", "padding", "explicit_paddings", "data_format")
+    replacements = {
+        "Conv2D": (gen_nn_ops.conv2d_backprop_input, (*common, "use_cudnn_on_gpu")),
+        "DepthwiseConv2dNative": (gen_nn_ops.depthwise_conv2d_native_backprop_input, common),
+    }
+    with _CONV_GRADIENTS_LOCK:
+        if _conv_gradients_users == 0 and isinstance(registry, dict):
+            for name, (backprop_input, attrs) in replacements.items():
+                entry = registry.get(name)
+                if isinstance(entry, dict) and callable(entry.get("type")):
+                    _conv_gradients_saved[name] = entry["type"]
+                    registry[name] = {**entry, "type": _input_only(entry["type"], backprop_input, attrs)}
+        _conv_gradients_users += 1
+    try:
+        yield
+    finally:
+        with _CONV_GRADIENTS_LOCK:
+            _conv_gradients_users -= 1
+            if _conv_gradients_users == 0:
+                for name, original in _conv_gradients_saved.items():
+                    registry[name] = {**registry[name], "type": original}
+                _conv_gradients_saved.clear()
+
+
 _TRACE_LOCK = threading.RLock()
 
 
@@ -112,4 +185,11 @@ if keras.backend.backend() != "tensorflow":  # pragma: no cover - depends on the
         "Unset KERAS_BACKEND or set it to 'tensorflow'."
     )
 
-__all__ = ["custom_gradients_released", "gradient_function", "keras", "keras_saving_steps", "tf"]
+__all__ = [
+    "custom_gradients_released",
+    "gradient_function",
+    "input_only_conv_gradients",
+    "keras",
+    "keras_saving_steps",
+    "tf",
+]

@@ -53,11 +53,16 @@ def _stats_row_any_shape(g: Any) -> Any:
     return stats_rows([g])[0]
 
 
+_concrete: list[Any] = []  # _stats_row_any_shape's one concrete function, once traced
+
+
 def stats_row(grad: Any) -> Any:
     """The statistics row of one gradient. Eagerly, the ~20 small ops of ``stats_rows`` cost ~6 ms per node
-    (1.0 s of a 2.6 s ResNet50 sweep); one function traced once for every shape costs ~0.7 ms. Inside a trace
-    the ops are inlined."""
+    (1.0 s of a 2.6 s ResNet50 sweep); one function traced once for every shape costs ~0.7 ms, called as its
+    concrete function (no signature matching per call) ~25 % less. Inside a trace the ops are inlined."""
     grad = tf.cast(grad, tf.float32)
     if tf.inside_function():
         return stats_rows([grad])[0]
-    return _stats_row_any_shape(grad)
+    if not _concrete:
+        _concrete.append(_stats_row_any_shape.get_concrete_function())
+    return _concrete[0](grad)

@@ -1,0 +1,104 @@
+"""The two shortcuts the live sweep takes through TensorFlow's eager gradients: convolutions without their
+unused filter gradient (``input_only_conv_gradients``) and ``tape_vjp``. Both must give exactly what the
+public ``tape.gradient`` gives, and leave TensorFlow as they found it."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from gradscope.backend import gradient_function, input_only_conv_gradients, tape_vjp, tf
+
+CONVS = [
+    dict(strides=1, padding="SAME", dilations=1),
+    dict(strides=2, padding="VALID", dilations=1),
+    dict(strides=1, padding="SAME", dilations=2),
+]
+
+
+def _conv(kind: str, x, w, cfg):
+    if kind == "conv":
+        return tf.nn.conv2d(x, w, strides=cfg["strides"], padding=cfg["padding"], dilations=cfg["dilations"])
+    return tf.nn.depthwise_conv2d(
+        x, w, strides=[1, cfg["strides"], cfg["strides"], 1], padding=cfg["padding"], dilations=[cfg["dilations"]] * 2
+    )
+
+
+def _registered(name: str):
+    from tensorflow.python.framework import ops as tf_ops
+
+    return tf_ops._gradient_registry.lookup(name)
+
+
+@pytest.mark.parametrize("kind", ["conv", "depthwise"])
+@pytest.mark.parametrize("cfg", CONVS, ids=lambda c: f"s{c['strides']}-{c['padding']}-d{c['dilations']}")
+def test_input_gradient_is_tape_gradient_and_the_filter_one_is_kept_when_asked(kind, cfg):
+    rng = np.random.default_rng(0)
+    x = tf.constant(rng.standard_normal((2, 9, 9, 3)), tf.float32)
+    w = tf.constant(rng.standard_normal((3, 3, 3, 4 if kind == "conv" else 2)), tf.float32)
+
+    def grads(with_filter: bool):
+        with tf.GradientTape() as tape:
+            tape.watch(x)
+            if with_filter:
+                tape.watch(w)
+            y = _conv(kind, x, w, cfg)
+        dy = tf.reshape(tf.sin(tf.range(tf.size(y), dtype=tf.float32)), y.shape)
+        return tape.gradient(y, [x, w] if with_filter else [x], output_gradients=dy)
+
+    plain_x, plain_w = grads(True)
+    name = "Conv2D" if kind == "conv" else "DepthwiseConv2dNative"
+    original = _registered(name)
+    with input_only_conv_gradients():
+        assert _registered(name) is not original  # the swap really happens
+        (only_x,) = grads(False)
+        both_x, both_w = grads(True)
+    assert _registered(name) is original  # and is undone
+    np.testing.assert_array_equal(only_x.numpy(), plain_x.numpy())
+    np.testing.assert_array_equal(both_x.numpy(), plain_x.numpy())
+    np.testing.assert_array_equal(both_w.numpy(), plain_w.numpy())
+
+
+def test_the_swap_is_undone_after_an_error_and_nests():
+    original = _registered("Conv2D")
+    with pytest.raises(RuntimeError), input_only_conv_gradients():
+        with input_only_conv_gradients():
+            pass
+        assert _registered("Conv2D") is not original  # the outer block still holds it
+        raise RuntimeError("boom")
+    assert _registered("Conv2D") is original
+
+
+def test_graph_mode_gradients_are_unchanged():
+    x = tf.ones((1, 5, 5, 2))
+    w = tf.ones((3, 3, 2, 3))
+
+    @tf.function
+    def both():
+        with tf.GradientTape() as tape:
+            tape.watch([x, w])
+            y = tf.nn.conv2d(x, w, 1, "SAME")
+        return tape.gradient(y, [x, w])
+
+    plain = both()
+    with input_only_conv_gradients():
+        inside = tf.function(both.python_function)()
+    for a, b in zip(plain, inside, strict=True):
+        np.testing.assert_array_equal(a.numpy(), b.numpy())
+
+
+def test_tape_vjp_is_tape_gradient():
+    a = tf.constant([1.0, 2.0, 3.0])
+    b = tf.constant([0.5, -1.0, 2.0])
+    unused = tf.constant([4.0])
+    with tf.GradientTape(persistent=True) as tape:
+        tape.watch([a, b, unused])
+        y1 = a * b
+        y2 = tf.reduce_sum(tf.square(a))
+    dys = [tf.constant([1.0, -2.0, 0.5]), tf.constant(3.0)]
+    want = tape.gradient([y1, y2], [a, b, unused], output_gradients=dys)
+    got = tape_vjp(tape, [y1, y2], [a, b, unused], dys)
+    assert got[2] is None and want[2] is None
+    for g, w in zip(got[:2], want[:2], strict=True):
+        np.testing.assert_array_equal(g.numpy(), w.numpy())
+    assert gradient_function is not None
