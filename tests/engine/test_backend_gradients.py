@@ -30,6 +30,10 @@ def _registered(name: str):
     return tf_ops._gradient_registry.lookup(name)
 
 
+def _swapped(name: str) -> bool:
+    return "_input_only" in _registered(name).__qualname__
+
+
 @pytest.mark.parametrize("kind", ["conv", "depthwise"])
 @pytest.mark.parametrize("cfg", CONVS, ids=lambda c: f"s{c['strides']}-{c['padding']}-d{c['dilations']}")
 def test_input_gradient_is_tape_gradient_and_the_filter_one_is_kept_when_asked(kind, cfg):
@@ -48,9 +52,9 @@ def test_input_gradient_is_tape_gradient_and_the_filter_one_is_kept_when_asked(k
 
     plain_x, plain_w = grads(True)
     name = "Conv2D" if kind == "conv" else "DepthwiseConv2dNative"
-    original = _registered(name)
+    original = _registered(name)  # TF's, or the swapped one while an abandoned job still sweeps (stuck-rule test)
     with input_only_conv_gradients():
-        assert _registered(name) is not original  # the swap really happens
+        assert _swapped(name)
         (only_x,) = grads(False)
         both_x, both_w = grads(True)
     assert _registered(name) is original  # and is undone
@@ -64,7 +68,7 @@ def test_the_swap_is_undone_after_an_error_and_nests():
     with pytest.raises(RuntimeError), input_only_conv_gradients():
         with input_only_conv_gradients():
             pass
-        assert _registered("Conv2D") is not original  # the outer block still holds it
+        assert _swapped("Conv2D")  # the outer block still holds it
         raise RuntimeError("boom")
     assert _registered("Conv2D") is original
 
