@@ -362,6 +362,10 @@ def test_a_model_is_drawn_while_its_weights_load_and_withdrawn_if_they_fail(tmp_
     ((_, message, exc),) = rec.errors()
     assert isinstance(exc, ModelLoadError) and "bad.keras" in message
 
+    s._on_model_preview({"graph": graph, "layout": layout})  # as a load drawing its graph would; then Esc
+    s.cancel()
+    assert seen[-1][1:3] == (None, None) and not s.previewing and s.graph is graph
+
 
 def test_exports_and_session_file_round_trip(tmp_path, model, image):
     from PIL import Image
