@@ -85,6 +85,7 @@ class FlowPlot(QWidget):
         self.hist.setLabel("left", "count (log)")
         self.hist.setLogMode(x=False, y=True)
         self.hist.setToolTip("Histogram of the selected node's gradient (orange: plan, grey: baseline)")
+        self._empty_histogram()
         split.addWidget(self.plot)
         split.addWidget(self.hist)
         split.setSizes([300, 120])
@@ -104,6 +105,7 @@ class FlowPlot(QWidget):
         self.plot.getAxis("bottom").setTicks(None)
         self.node_ids = []
         self.caption.setText(caption)
+        self._empty_histogram()
 
     def refresh(self) -> None:
         s = self.session
@@ -270,10 +272,18 @@ class FlowPlot(QWidget):
             self.plot.addItem(self.selected_line)
         self._draw_histogram(node)
 
+    def _empty_histogram(self) -> None:
+        """No curve: one decade on the axis (pyqtgraph's own log ticks of an empty plot pile up unreadably)."""
+        self.hist.clear()
+        self.hist.getAxis("left").setTicks([[(0.0, "1"), (1.0, "1e1")], []])
+        self.hist.setYRange(0.0, 1.0, padding=0.05)
+        self.hist.setTitle(None)
+
     def _draw_histogram(self, node: str | None) -> None:
         self.hist.clear()
         s = self.session
         if s.result is None:
+            self._empty_histogram()
             return
         try:
             cur = (
