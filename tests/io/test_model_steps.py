@@ -9,7 +9,9 @@ import numpy as np
 import pytest
 
 from gradscope.core.errors import ModelLoadError, UnsafeModelError
+from gradscope.engine.runner import Engine
 from gradscope.io.models import load_model, load_model_in_steps
+from tests.engine.model_kinds import KINDS, inputs_for
 
 keras = pytest.importorskip("keras")
 
@@ -101,3 +103,18 @@ def test_the_first_step_keeps_safe_mode(tmp_path):
     model, load_weights = load_model_in_steps(path, safe_mode=False)
     load_weights()
     np.testing.assert_allclose(model(np.ones((1, 4), np.float32)).numpy(), 2.0)
+
+
+@pytest.mark.parametrize("name", list(KINDS))
+def test_every_supported_model_kind_loads_in_steps_as_it_was_saved(tmp_path, name):
+    model = KINDS[name]()
+    path = tmp_path / "model.keras"
+    model.save(path)
+    loaded, load_weights = load_model_in_steps(path)
+    load_weights()
+    for got, want in zip(loaded.get_weights(), model.get_weights(), strict=True):
+        np.testing.assert_array_equal(got, want)
+    xs = inputs_for(Engine(loaded))
+    args = xs if len(xs) > 1 else xs[0]
+    for got, want in zip(keras.tree.flatten(loaded(args)), keras.tree.flatten(model(args)), strict=True):
+        np.testing.assert_allclose(np.asarray(got), np.asarray(want), rtol=1e-6, atol=1e-6)
