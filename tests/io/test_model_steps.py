@@ -118,3 +118,15 @@ def test_every_supported_model_kind_loads_in_steps_as_it_was_saved(tmp_path, nam
     args = xs if len(xs) > 1 else xs[0]
     for got, want in zip(keras.tree.flatten(loaded(args)), keras.tree.flatten(model(args)), strict=True):
         np.testing.assert_allclose(np.asarray(got), np.asarray(want), rtol=1e-6, atol=1e-6)
+
+
+def test_weights_too_large_for_memory_are_read_from_the_archive(tmp_path, monkeypatch):
+    from keras.src.saving import saving_lib
+
+    path = tmp_path / "m.keras"
+    weights = saved(functional(), path)
+    monkeypatch.setattr(saving_lib, "is_memory_sufficient", lambda model: False)
+    model, load_weights = load_model_in_steps(path)
+    load_weights()
+    for got, want in zip(model.get_weights(), weights, strict=True):
+        np.testing.assert_array_equal(got, want)
