@@ -5,9 +5,9 @@
 Open -> graph visible: from ``open_model`` to the first layout drawn (the model is built from its config and
 laid out on the worker, the window stays responsive, and the graph is drawn while the weights load); then to
 the model usable (weights loaded, nodes clickable). TensorFlow is already imported here (the script builds
-the models first), as in the app a few seconds after start. Panning: the view scrolled by 40 px steps and repainted
-synchronously, per frame, for the graph opened collapsed and for every group expanded (2,002 boxes), at a
-readable zoom and zoomed out (where boxes are drawn without text, ``graph_view.LABEL_ZOOM``).
+the models first), as in the app a few seconds after start. Panning: the view scrolled by 40 px steps and
+repainted synchronously, per frame, for the graph opened collapsed and for every group expanded (2,002 boxes),
+at a readable zoom and zoomed out (where boxes are drawn without text, ``graph_view.LABEL_ZOOM``).
 """
 
 from __future__ import annotations
