@@ -106,3 +106,36 @@ def test_tape_vjp_is_tape_gradient():
     for g, w in zip(got[:2], want[:2], strict=True):
         np.testing.assert_array_equal(g.numpy(), w.numpy())
     assert gradient_function is not None
+
+
+def test_a_cold_live_sweep_computes_no_filter_gradient(monkeypatch):
+    """The point of the swap: a never-seen plan answered live runs no Conv2DBackpropFilter at all, and its
+    input gradient is still the tape's."""
+    from tensorflow.python.ops import gen_nn_ops
+
+    from gradscope.core.targets import Target
+    from gradscope.engine.runner import Engine
+    from gradscope.rules.plan import Plan
+    from tests.engine.fixtures import tiny_cnn
+
+    model = tiny_cnn()
+    x = np.random.default_rng(0).random((2, 12, 12, 3), dtype=np.float32)
+    calls = []
+    real = gen_nn_ops.conv2d_backprop_filter
+    monkeypatch.setattr(gen_nn_ops, "conv2d_backprop_filter", lambda *a, **k: calls.append(1) or real(*a, **k))
+    result = Engine(model).backward(x, Target(index=1), Plan(), mode="live")
+    assert result.meta["mode"] == "live" and calls == []
+
+    xt = tf.constant(x)
+    c1, c2, gap, out = (model.get_layer(n) for n in ("c1", "c2", "gap", "out"))
+    with tf.GradientTape() as tape:
+        tape.watch(xt)
+        logits = tf.matmul(gap(c2(c1(xt))), out.kernel) + out.bias  # the engine explains the pre-softmax logit
+        score = tf.reduce_sum(logits[:, 1])
+    np.testing.assert_allclose(result.input_grad, tape.gradient(score, xt).numpy(), rtol=1e-5, atol=1e-6)
+    w = tf.constant(c1.kernel.numpy())
+    with tf.GradientTape() as tape:
+        tape.watch([xt, w])
+        score = tf.reduce_sum(tf.nn.conv2d(xt, w, 1, "VALID"))
+    tape.gradient(score, [xt, w])
+    assert calls  # outside a sweep a filter gradient that is asked for is computed
