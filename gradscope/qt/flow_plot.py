@@ -86,6 +86,7 @@ class FlowPlot(QWidget):
         self.hist.setLogMode(x=False, y=True)
         self.hist.setToolTip("Histogram of the selected node's gradient (orange: plan, grey: baseline)")
         self._empty_histogram()
+        self.hist.getPlotItem().getViewBox().sigResized.connect(lambda *_: self._hist_ticks())
         split.addWidget(self.plot)
         split.addWidget(self.hist)
         split.setSizes([300, 120])
@@ -272,10 +273,20 @@ class FlowPlot(QWidget):
             self.plot.addItem(self.selected_line)
         self._draw_histogram(node)
 
+    def _hist_ticks(self) -> None:
+        """Decade ticks only (log10 units; pyqtgraph's minor log ticks pile up when short), as many as fit 14 px
+        apart: a laptop-sized window leaves the histogram ~30 px tall. Redone when it is resized."""
+        decades = self._hist_decades
+        room = max(1, int(self.hist.getPlotItem().getViewBox().height() // 14))
+        step = max(1, int(np.ceil(decades / room)))
+        ticks = [(float(k), "1" if k == 0 else f"1e{k}") for k in range(0, decades + 1, step)]
+        self.hist.getAxis("left").setTicks([ticks, []])
+
     def _empty_histogram(self) -> None:
         """No curve: one decade on the axis (pyqtgraph's own log ticks of an empty plot pile up unreadably)."""
         self.hist.clear()
-        self.hist.getAxis("left").setTicks([[(0.0, "1"), (1.0, "1e1")], []])
+        self._hist_decades = 1
+        self._hist_ticks()
         self.hist.setYRange(0.0, 1.0, padding=0.05)
         self.hist.setTitle(None)
 
@@ -310,12 +321,9 @@ class FlowPlot(QWidget):
             counts, edges = np.histogram(values[np.isfinite(values)], bins=bins)
             self.hist.plot(edges, counts + 1, stepMode="center", pen=pg.mkPen(color, width=1.6))
             top = max(top, int(counts.max()) + 1)
-        # Decade ticks only, at least 1 and 10 (log10 units): pyqtgraph's minor log ticks pile up when short.
-        decades = max(1, int(np.ceil(np.log10(top))))
-        step = 1 if decades <= 2 else 2
-        ticks = [(float(k), "1" if k == 0 else f"1e{k}") for k in range(0, decades + 1, step)]
-        self.hist.getAxis("left").setTicks([ticks, []])
-        self.hist.setYRange(0.0, float(decades), padding=0.05)
+        self._hist_decades = max(1, int(np.ceil(np.log10(top))))
+        self._hist_ticks()
+        self.hist.setYRange(0.0, float(self._hist_decades), padding=0.05)
         self.hist.setTitle(f"<span style='font-size:9pt'>gradient at {node or 'input'}</span>")
 
     # ------------------------------------------------------------------------------------------- input
