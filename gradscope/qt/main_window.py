@@ -439,44 +439,43 @@ class MainWindow(QMainWindow):
         if path:
             self._guard(lambda: self.session.save(path), "Cannot save the session")
 
-    def export_overlay_dialog(self) -> None:
-        path, _ = QFileDialog.getSaveFileName(self, "Export overlay", self._default_name("_overlay.png"), "PNG (*.png)")
+    def _export_dialog(self, title: str, suffix: str, filters: str, write: Any, failure: str) -> None:
+        """Ask where to write (named after the image or model, in the last folder used), then ``write(path)``."""
+        path, _ = QFileDialog.getSaveFileName(self, title, self._default_name(suffix), filters)
         if path:
-            self._guard(lambda: self.session.export_overlay(path), "Cannot export the overlay")
+            self._guard(lambda: write(path), failure)
+
+    def export_overlay_dialog(self) -> None:
+        s = self.session
+        self._export_dialog(
+            "Export overlay", "_overlay.png", "PNG (*.png)", s.export_overlay, "Cannot export the overlay"
+        )
 
     def export_flow_image_dialog(self) -> None:
-        path, _ = QFileDialog.getSaveFileName(
-            self, "Export flow plot", self._default_name("_flow.png"), "PNG (*.png);;SVG (*.svg)"
-        )
-        if path:
-            self._guard(lambda: self.flow.export_image(path), "Cannot export the plot")
+        filters = "PNG (*.png);;SVG (*.svg)"
+        self._export_dialog("Export flow plot", "_flow.png", filters, self.flow.export_image, "Cannot export the plot")
 
     def export_flow_csv_dialog(self) -> None:
-        path, _ = QFileDialog.getSaveFileName(self, "Export flow CSV", self._default_name("_flow.csv"), "CSV (*.csv)")
-        if path:
-            self._guard(lambda: self.session.export_flow_csv(path), "Cannot export the CSV")
+        s = self.session
+        self._export_dialog("Export flow CSV", "_flow.csv", "CSV (*.csv)", s.export_flow_csv, "Cannot export the CSV")
 
     def export_map_dialog(self) -> None:
-        path, _ = QFileDialog.getSaveFileName(self, "Export map only", self._default_name("_map.png"), "PNG (*.png)")
-        if path:
-            self._guard(lambda: self.session.export_overlay(path, map_only=True), "Cannot export the map")
+        write = lambda path: self.session.export_overlay(path, map_only=True)  # noqa: E731
+        self._export_dialog("Export map only", "_map.png", "PNG (*.png)", write, "Cannot export the map")
 
     def export_signal_dialog(self) -> None:
-        path, _ = QFileDialog.getSaveFileName(self, "Export signal", self._default_name("_signal.npy"), "NumPy (*.npy)")
-        if path:
-            self._guard(lambda: self.session.export_signal(path), "Cannot export the signal")
+        s = self.session
+        self._export_dialog(
+            "Export signal", "_signal.npy", "NumPy (*.npy)", s.export_signal, "Cannot export the signal"
+        )
 
     def export_snippet_dialog(self) -> None:
-        path, _ = QFileDialog.getSaveFileName(
-            self, "Export plan as Python", self._default_name("_train_with_plan.py"), "Python (*.py)"
-        )
-        if path:
-            self._guard(lambda: self.session.export_plan_snippet(path), "Cannot export the plan")
+        write, failure = self.session.export_plan_snippet, "Cannot export the plan"
+        self._export_dialog("Export plan as Python", "_train_with_plan.py", "Python (*.py)", write, failure)
 
     def export_plan_dialog(self) -> None:
-        path, _ = QFileDialog.getSaveFileName(self, "Export plan", self._default_name("_plan.json"), "JSON (*.json)")
-        if path:
-            self._guard(lambda: self.session.export_plan(path), "Cannot export the plan")
+        s = self.session
+        self._export_dialog("Export plan", "_plan.json", "JSON (*.json)", s.export_plan, "Cannot export the plan")
 
     def import_plan_dialog(self) -> None:
         path, _ = QFileDialog.getOpenFileName(self, "Import plan", self._last_dir(), "JSON (*.json)")
