@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import csv
 import io
-import json
 from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
@@ -21,7 +20,7 @@ from PIL import Image, ImageDraw
 from gradscope import render
 from gradscope.app.view import OverlayImages, ViewSettings
 from gradscope.core.errors import GradscopeError
-from gradscope.core.files import write_atomic
+from gradscope.core.files import write_atomic, write_text_atomic
 
 FLOW_COLUMNS = ("norm", "mean_abs", "max_abs", "zero_fraction", "nan_count", "inf_count")
 
@@ -132,9 +131,7 @@ def write_overlay(
     """The overlay PNG (the blend, or the heat map where there is none; ``map_only``: the heat map alone; see
     ``export_picture``) and its sidecar, both atomic. The sidecar's ``export`` says the written size, whether a
     colour bar is drawn and whether the picture is the map alone."""
-    path = Path(path)
-    if path.suffix.lower() != ".png":
-        path = path.with_name(path.name + ".png") if path.suffix.lower() != ".json" else path.with_suffix(".png")
+    path = _ending_in(path, ".png", replacing=".json")
     refuse_overwriting([path, render.sidecar_path(path)], inputs)
     view = ViewSettings.from_dict(sidecar.get("view") or {})
     picture = export_picture(images, view, long_side=long_side, colorbar=colorbar, map_only=map_only)
@@ -145,9 +142,7 @@ def write_overlay(
 
 def write_comparison(path: str | Path, picture: np.ndarray, sidecar: dict[str, Any], *, inputs: Iterable = ()) -> Path:
     """The A|B comparison picture (``app.compare.comparison_picture``) as PNG with its sidecar, atomic."""
-    path = Path(path)
-    if path.suffix.lower() != ".png":
-        path = path.with_name(path.name + ".png")
+    path = _ending_in(path, ".png")
     refuse_overwriting([path, render.sidecar_path(path)], inputs)
     return render.save_png(path, picture, sidecar)
 
@@ -155,15 +150,14 @@ def write_comparison(path: str | Path, picture: np.ndarray, sidecar: dict[str, A
 def write_signal(path: str | Path, signal: np.ndarray, sidecar: dict[str, Any], *, inputs: Iterable = ()) -> Path:
     """The raw signal behind a map (one sample, float32, before channel reduction and normalisation) as
     ``.npy``, with the same sidecar as the overlay (``export.kind`` = "signal"), both atomic."""
-    path = Path(path)
-    if path.suffix.lower() != ".npy":
-        path = path.with_name(path.name + ".npy")
-    side = path.with_suffix(".json")
-    refuse_overwriting([path, side], inputs)
+    path = _ending_in(path, ".npy")
+    refuse_overwriting([path, render.sidecar_path(path)], inputs)
     array = np.ascontiguousarray(np.asarray(signal, np.float32))
+    text = render.sidecar_text(
+        {**sidecar, "export": {"kind": "signal", "shape": list(array.shape), "dtype": "float32"}}
+    )
     write_atomic(path, lambda f: np.save(f, array, allow_pickle=False))
-    meta = {**sidecar, "export": {"kind": "signal", "shape": list(array.shape), "dtype": "float32"}}
-    write_atomic(side, lambda f: f.write((json.dumps(meta, indent=2, sort_keys=True) + "\n").encode()))
+    write_text_atomic(render.sidecar_path(path), text)
     return path
 
 
@@ -229,10 +223,16 @@ def plan_snippet(plan: Any, model_file: str | Path | None, *, method: str = "") 
 
 
 def write_plan_snippet(path: str | Path, plan: Any, model_file: str | Path | None, *, method: str = "") -> Path:
-    path = Path(path)
-    if path.suffix.lower() != ".py":
-        path = path.with_name(path.name + ".py")
+    path = _ending_in(path, ".py")
     refuse_overwriting([path], [model_file])
-    from gradscope.core.files import write_text_atomic
-
     return write_text_atomic(path, plan_snippet(plan, model_file, method=method))
+
+
+def _ending_in(path: str | Path, suffix: str, *, replacing: str | None = None) -> Path:
+    """``path`` with ``suffix`` appended unless it already ends so (``replacing``: that suffix is swapped)."""
+    path = Path(path)
+    if path.suffix.lower() == suffix:
+        return path
+    if replacing is not None and path.suffix.lower() == replacing:
+        return path.with_suffix(suffix)
+    return path.with_name(path.name + suffix)

@@ -16,7 +16,7 @@ from typing import Any
 import numpy as np
 from PIL import Image
 
-from gradscope.core.files import write_atomic
+from gradscope.core.files import write_atomic, write_text_atomic
 
 SIDECAR_SCHEMA = 2  # 2: one schema for every front end (view: colormap/alpha/normalization/reduction/style)
 
@@ -76,16 +76,19 @@ def save_png(path: str | Path, rgb_uint8: np.ndarray, sidecar: dict[str, Any] | 
         a = a[..., 0]
     if not (a.ndim == 2 or (a.ndim == 3 and a.shape[-1] in (3, 4))):
         raise ValueError(f"save_png expects (H, W), (H, W, 3) or (H, W, 4) pixels, got shape {a.shape}.")
-    text = None
-    if sidecar is not None:
-        meta = {**_jsonable(dict(sidecar)), "schema": SIDECAR_SCHEMA, "gradscope_version": _version()}
-        text = json.dumps(meta, indent=2, sort_keys=True, allow_nan=False) + "\n"
+    text = None if sidecar is None else sidecar_text(sidecar)  # before anything is written: it may fail
     path.parent.mkdir(parents=True, exist_ok=True)
     picture = Image.fromarray(np.ascontiguousarray(a))
     write_atomic(path, lambda fh: picture.save(fh, format="PNG"))
     if text is not None:
-        write_atomic(sidecar_path(path), lambda fh: fh.write(text.encode("utf-8")))
+        write_text_atomic(sidecar_path(path), text)
     return path
+
+
+def sidecar_text(sidecar: dict[str, Any]) -> str:
+    """The JSON of a sidecar, with its ``schema`` and ``gradscope_version`` fields (every export's sidecar)."""
+    meta = {**_jsonable(dict(sidecar)), "schema": SIDECAR_SCHEMA, "gradscope_version": _version()}
+    return json.dumps(meta, indent=2, sort_keys=True, allow_nan=False) + "\n"
 
 
 def load_sidecar(path: str | Path) -> dict[str, Any]:
