@@ -185,9 +185,9 @@ class Session(PlanEditingMixin, ModelLoadingMixin, ExportingMixin, ComparingMixi
     def set_target(self, target: Target) -> None:
         if target == self.target:
             return
-        classes = self.graph.class_count() if self.graph is not None else None
-        if target.kind == "class" and target.index is not None and classes and not 0 <= target.index < classes:
-            exc = TargetError(f"Class {target.index} does not exist: the model has {classes} classes.")
+        try:
+            target.check_class(self.graph.class_count() if self.graph is not None else None)
+        except TargetError as exc:
             self._error("Bad target", str(exc), exc)
             return
         self.target = target

@@ -64,6 +64,12 @@ class Target:
                 raise TargetError(f"A neuron index is a tuple of integers, not {self.neuron!r}.") from None
             object.__setattr__(self, "neuron", neuron)
 
+    def check_class(self, classes: int | None) -> None:
+        """Raise ``TargetError`` when this class target names a class the model does not have (``classes``: how
+        many the output scores, ``LayerGraph.class_count``; None when unknown)."""
+        if self.kind == "class" and self.index is not None and classes and not 0 <= self.index < classes:
+            raise TargetError(f"Class {self.index} does not exist: the model has {classes} classes.")
+
     def trace_key(self) -> tuple:
         """The part that changes the traced graph (a class index does not: it is fed as a tensor)."""
         return (self.kind, self.node, self.neuron, self.channel, self.loss)

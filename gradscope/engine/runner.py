@@ -394,10 +394,7 @@ class Engine:
         resolution = plan.resolve(self.graph)
         xs = self._as_inputs(inputs)
         batch = int(xs[0].shape[0])
-        if target.kind == "class":
-            n_classes = self.graph.class_count()
-            if target.index is not None and n_classes is not None and not 0 <= target.index < n_classes:
-                raise TargetError(f"Class {target.index} does not exist: the model has {n_classes} classes.")
+        target.check_class(self.graph.class_count())
         class_idx = tf.fill([batch], -1 if target.index is None else int(target.index))
         live_ok = self.live_supported(resolution, target, weight_grads)
         if mode == "live" and not live_ok:
