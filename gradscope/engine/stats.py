@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Sequence
 from typing import Any
 
@@ -53,7 +54,9 @@ def _stats_row_any_shape(g: Any) -> Any:
     return stats_rows([g])[0]
 
 
-_concrete: list[Any] = []  # _stats_row_any_shape's one concrete function, once traced
+@functools.cache
+def _stats_row_concrete() -> Any:
+    return _stats_row_any_shape.get_concrete_function()  # one, for every shape (traced at first use)
 
 
 def stats_row(grad: Any) -> Any:
@@ -63,6 +66,4 @@ def stats_row(grad: Any) -> Any:
     grad = tf.cast(grad, tf.float32)
     if tf.inside_function():
         return stats_rows([grad])[0]
-    if not _concrete:
-        _concrete.append(_stats_row_any_shape.get_concrete_function())
-    return _concrete[0](grad)
+    return _stats_row_concrete()(grad)
