@@ -56,11 +56,16 @@ def compare(
     diff = ua - ub
     diff[np.abs(diff) < 1e-6] = 0.0  # float noise of equal maps must not straddle the colormap's centre
     heat = render.apply_colormap(np.clip(diff, -1.0, 1.0), "bwr", signed=True)
-    denominator = np.linalg.norm(ua) * np.linalg.norm(ub)
-    cosine = float((ua * ub).sum() / denominator) if denominator > 0 else float("nan")
     return Comparison(
-        a, b, np.asarray(heat)[..., :3].astype(np.uint8), labels[0], labels[1], cosine, norm_ratio(*stats)
+        a, b, np.asarray(heat)[..., :3].astype(np.uint8), labels[0], labels[1], _cosine(ua, ub), norm_ratio(*stats)
     )
+
+
+def _cosine(a: np.ndarray, b: np.ndarray) -> float:
+    """Cosine of two arrays of one shape (NaN when either is all zero or the shapes differ)."""
+    a, b = np.asarray(a, np.float64).ravel(), np.asarray(b, np.float64).ravel()
+    denominator = np.linalg.norm(a) * np.linalg.norm(b)
+    return float(a @ b / denominator) if a.shape == b.shape and denominator > 0 else float("nan")
 
 
 def norm_ratio(current: dict, pinned: dict) -> dict[str, float]:
@@ -80,10 +85,7 @@ def node_cosines(result_a: Any, result_b: Any) -> dict[str, float]:
     for node in result_a.node_grads:
         if node not in result_b.node_grads:
             continue
-        a = np.asarray(result_a.node_grads[node], np.float64).ravel()
-        b = np.asarray(result_b.node_grads[node], np.float64).ravel()
-        denominator = np.linalg.norm(a) * np.linalg.norm(b)
-        out[node] = float(a @ b / denominator) if a.shape == b.shape and denominator > 0 else float("nan")
+        out[node] = _cosine(result_a.node_grads[node], result_b.node_grads[node])
     return out
 
 
