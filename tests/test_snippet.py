@@ -9,13 +9,12 @@ import numpy as np
 import pytest
 
 from gradscope.app.export import ExportError, write_plan_snippet
-from gradscope.backend import tf
 from gradscope.cli import main
 from gradscope.core.targets import Target
 from gradscope.engine.runner import Engine
 from gradscope.io.models import load_model
 from gradscope.rules.plan import Plan
-from tests.engine.fixtures import tiny_cnn
+from tests.engine.fixtures import tape_input_gradient, tiny_cnn
 
 RULE_FILE = """
 from gradscope.rules.base import Rule, register_rule
@@ -30,14 +29,6 @@ class Half(Rule):
     def backward(self, ctx, dys):
         return [0.5 * g for g in ctx.vjp(dys)]
 """
-
-
-def _input_grad(model, x, index):
-    xt = tf.convert_to_tensor(x)
-    with tf.GradientTape() as tape:
-        tape.watch(xt)
-        y = tf.reduce_sum(model(xt)[:, index])
-    return tape.gradient(y, xt).numpy()
 
 
 def test_the_exported_script_trains_with_the_plan_the_debugger_showed(tmp_path):
@@ -57,7 +48,7 @@ def test_the_exported_script_trains_with_the_plan_the_debugger_showed(tmp_path):
     x = np.random.default_rng(0).normal(size=(2, 12, 12, 3)).astype("float32")
     planned, model = namespace["planned"], namespace["model"]
     np.testing.assert_allclose(planned(x), model(x), atol=1e-6)  # the forward pass is the model's
-    got, plain = _input_grad(planned, x, 1), _input_grad(model, x, 1)
+    got, plain = tape_input_gradient(planned, x, 1), tape_input_gradient(model, x, 1)
     assert not np.allclose(got, plain, rtol=1e-3, atol=0)  # the backward pass is the plan's ...
     engine = Engine(load_model(model_file), strip_softmax=False)  # ... as the debugger computes it
     np.testing.assert_allclose(got, engine.backward(x, Target(index=1), plan).input_grad, rtol=1e-5, atol=1e-9)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from gradscope.backend import keras
+from gradscope.backend import keras, tf
 
 
 def chain() -> keras.Model:
@@ -142,3 +142,12 @@ def logits_model(model: keras.Model) -> keras.Model:
     copy = keras.models.clone_model(model, clone_function=clone)
     copy.set_weights(model.get_weights())
     return copy
+
+
+def tape_input_gradient(model: keras.Model, x: np.ndarray, index: int) -> np.ndarray:
+    """d(sum over the batch of output ``index``)/d(input) with a plain tf.GradientTape (no gradscope code)."""
+    xt = tf.convert_to_tensor(x)
+    with tf.GradientTape() as tape:
+        tape.watch(xt)
+        score = tf.reduce_sum(model(xt)[:, index])
+    return tape.gradient(score, xt).numpy()

@@ -12,6 +12,7 @@ from gradscope.core.targets import Target
 from gradscope.engine.attribution import integrated_gradients, smoothgrad
 from gradscope.engine.runner import Engine
 from gradscope.rules.plan import Plan
+from tests.engine.fixtures import tape_input_gradient
 
 
 @pytest.fixture(scope="module")
@@ -26,14 +27,6 @@ def smooth_net():
     return model, Engine(model)
 
 
-def _tape_grads(model, xs, cls):
-    xt = tf.convert_to_tensor(xs)
-    with tf.GradientTape() as tape:
-        tape.watch(xt)
-        score = tf.reduce_sum(model(xt)[:, cls])
-    return tape.gradient(score, xt).numpy()
-
-
 def _x(seed=0):
     return np.random.default_rng(seed).uniform(0, 1, (1, 8, 8, 3)).astype("float32")
 
@@ -44,7 +37,7 @@ def test_smoothgrad_is_the_mean_tape_gradient_over_the_same_noisy_copies(smooth_
     got = smoothgrad(engine, x, Target(index=2), samples=20, noise=0.2, seed=5)
     sigma = 0.2 * float(x.max() - x.min())
     copies = x + np.random.default_rng(5).normal(0.0, sigma, (20, 8, 8, 3)).astype("float32")
-    expected = _tape_grads(model, copies, 2).mean(axis=0, keepdims=True)
+    expected = tape_input_gradient(model, copies, 2).mean(axis=0, keepdims=True)
     np.testing.assert_allclose(got, expected, rtol=1e-4, atol=1e-6)
 
 
@@ -64,7 +57,7 @@ def test_integrated_gradients_match_the_tape_and_are_complete(smooth_net):
     x = _x(2)
     got = integrated_gradients(engine, x, Target(index=1), steps=64)
     alphas = ((np.arange(64) + 0.5) / 64).astype("float32").reshape(-1, 1, 1, 1)
-    expected = x * _tape_grads(model, alphas * x, 1).mean(axis=0, keepdims=True)
+    expected = x * tape_input_gradient(model, alphas * x, 1).mean(axis=0, keepdims=True)
     np.testing.assert_allclose(got, expected, rtol=1e-4, atol=1e-6)
     gap = float(model(x).numpy()[0, 1] - model(np.zeros_like(x)).numpy()[0, 1])
     assert abs(got.sum() - gap) <= 0.01 * abs(gap) + 1e-4  # completeness: attributions sum to f(x) - f(x0)
