@@ -293,6 +293,10 @@ def _delegate(module: str, function: str) -> Callable[[argparse.Namespace], int]
 
 
 # ------------------------------------------------------------------------------------------------- parser
+def _model_argument(p: argparse.ArgumentParser) -> None:
+    p.add_argument("model", nargs="?", help=".keras or .h5 file (default: the bundled demo model)")
+
+
 def _model_options(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--unsafe",
@@ -347,13 +351,13 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
     p = sub.add_parser("graph", help="print the model's layer graph as a table")
-    p.add_argument("model", nargs="?", help=".keras or .h5 file (default: the bundled demo model)")
+    _model_argument(p)
     p.add_argument("--json", action="store_true", help="print the graph as JSON")
     _model_options(p)
     p.set_defaults(func=cmd_graph)
 
     p = sub.add_parser("explain", help="write a saliency overlay PNG (+ JSON sidecar) for an image or a folder")
-    p.add_argument("model", nargs="?", help=".keras or .h5 file (default: the bundled demo model)")
+    _model_argument(p)
     p.add_argument("image", nargs="?", help="image file or folder (default: a bundled demo image)")
     p.add_argument("--target", help="class index, 'top' (default), 'neuron:NODE:i,j,c' or 'channel:NODE:c'")
     p.add_argument("--method", help="method preset (see `gradscope methods`; default: gradient)")
@@ -401,7 +405,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(func=cmd_explain)
 
     p = sub.add_parser("snippet", help="write a Python training script that uses a plan (plan_model)")
-    p.add_argument("model", nargs="?", help=".keras or .h5 file (default: the bundled demo model)")
+    _model_argument(p)
     p.add_argument("--method", help="method preset whose plan to use (see `gradscope methods`)")
     p.add_argument("--plan", help="plan JSON file (overrides --method)")
     p.add_argument("--out", default="train_with_plan.py", help="output .py file")
@@ -409,7 +413,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(func=cmd_snippet)
 
     p = sub.add_parser("sanity", help="sanity checks of a method or plan: conservation, randomisation, finite diffs")
-    p.add_argument("model", nargs="?", help=".keras or .h5 file (default: the bundled demo model)")
+    _model_argument(p)
     p.add_argument("image", nargs="?", help="image file (default: a bundled demo image)")
     p.add_argument("--method", help="method preset (default: gradient)")
     p.add_argument("--plan", help="plan JSON file (overrides --method's plan)")
@@ -431,7 +435,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(func=cmd_rules)
 
     p = sub.add_parser("flow", help="per-layer gradient flow (of a training loss with --label) as a table, CSV, PNG")
-    p.add_argument("model", nargs="?", help=".keras or .h5 file (default: the bundled demo model)")
+    _model_argument(p)
     _diagnostic_options(p)
     p.add_argument("--plan", help="plan JSON file: the flow under these rules (default: the plain gradient)")
     p.add_argument("--no-weights", action="store_true", help="skip weight gradients (faster; no |grad W|/|W|)")
@@ -443,7 +447,7 @@ def build_parser() -> argparse.ArgumentParser:
         "diagnose",
         help="find trainable variables that get no gradient and the op that cuts the path (exit code 1 if any)",
     )
-    p.add_argument("model", nargs="?", help=".keras or .h5 file (default: the bundled demo model)")
+    _model_argument(p)
     _diagnostic_options(p)
     p.set_defaults(func=_delegate("gradscope.cli.diagnose", "cmd_diagnose"))
 
