@@ -133,8 +133,8 @@ def display_groups(graph: LayerGraph) -> DisplayGroups:
         if parts:
             path = "/".join(parts)
             of[n.id] = path
-            for k in range(1, len(parts) + 1):
-                paths.setdefault("/".join(parts[:k]))
+            for prefix in _outer_first(path):
+                paths.setdefault(prefix)
     return DisplayGroups(of, tuple(paths), nested)
 
 
@@ -146,13 +146,17 @@ def default_collapsed(graph: LayerGraph) -> set[str]:
     return set(display_groups(graph).paths)
 
 
+def _outer_first(path: str) -> list[str]:
+    """A group path and the groups around it, outermost first: "a/b/c" -> ["a", "a/b", "a/b/c"]."""
+    parts = path.split("/")
+    return ["/".join(parts[:k]) for k in range(1, len(parts) + 1)]
+
+
 def _collapsed_root(group: str | None, collapsed: frozenset[str] | set[str]) -> str | None:
     """The outermost collapsed group containing ``group`` (groups nest as 'outer/inner')."""
     if group is None:
         return None
-    parts = group.split("/")
-    for k in range(1, len(parts) + 1):
-        prefix = "/".join(parts[:k])
+    for prefix in _outer_first(group):
         if prefix in collapsed:
             return prefix
     return None
@@ -325,9 +329,8 @@ def _group_frames(groups: DisplayGroups, boxes: dict[str, NodeBox], collapsed: f
     inside_of: dict[str, list[NodeBox]] = {}  # group path -> the boxes drawn inside it (at any depth)
     for b in boxes.values():
         if b.group is not None:
-            parts = b.group.split("/")
-            for k in range(1, len(parts) + 1):
-                inside_of.setdefault("/".join(parts[:k]), []).append(b)
+            for prefix in _outer_first(b.group):
+                inside_of.setdefault(prefix, []).append(b)
     for gid in groups.paths:
         if _collapsed_root(gid, collapsed) is not None:
             continue
