@@ -4,31 +4,26 @@
 from __future__ import annotations
 
 import json
-import sys
 from pathlib import Path
 from typing import Any
 
 from gradscope.core.errors import ImageLoadError, ModelLoadError
+from gradscope.core.resources import resource_path
 
 DEMO_MODEL = "shapes_cnn.keras"
 DEMO_META = "shapes_meta.json"
 
 
 def demo_dir() -> Path:
-    """``resources/demo`` beside the package (or inside a PyInstaller bundle)."""
-    bundle = getattr(sys, "_MEIPASS", None)
-    if getattr(sys, "frozen", False) and bundle:
-        return Path(bundle) / "resources" / "demo"
-    return Path(__file__).resolve().parents[2] / "resources" / "demo"
+    """``resources/demo`` (in a checkout, an install or a bundle: see ``core.resources``)."""
+    return resource_path("demo")
 
 
 def demo_model_path() -> Path:
     """The bundled demo model (``shapes_cnn.keras``): 64x64 RGB in [0, 1] -> 4 shape classes."""
     path = demo_dir() / DEMO_MODEL
     if not path.is_file():
-        raise ModelLoadError(
-            f"The demo model is missing ({path}). Recreate it with `python scripts/train_demo.py`."
-        )
+        raise ModelLoadError(f"The demo model is missing ({path}). Recreate it with `python scripts/train_demo.py`.")
     return path
 
 
@@ -63,6 +58,5 @@ def demo_boxes() -> dict[str, dict[str, Any]]:
         return json.loads(path.read_text())["images"]
     except (OSError, ValueError, KeyError) as exc:
         raise ImageLoadError(
-            f"The demo boxes file {path} cannot be read ({exc}). Recreate it with "
-            "`python scripts/train_demo.py`."
+            f"The demo boxes file {path} cannot be read ({exc}). Recreate it with `python scripts/train_demo.py`."
         ) from exc

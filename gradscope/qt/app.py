@@ -31,12 +31,13 @@ def main(argv: list[str] | None = None) -> int:
     from PySide6.QtGui import QIcon
     from PySide6.QtWidgets import QApplication
 
+    from gradscope.core.resources import resource_path
     from gradscope.qt.main_window import MainWindow
 
     app = QApplication.instance() or QApplication(sys.argv[:1])
     app.setApplicationName("gradscope")
     app.setOrganizationName("gradscope")
-    icon = Path(__file__).resolve().parents[2] / "resources" / "icons" / "gradscope.svg"
+    icon = resource_path("icons", "gradscope.svg")
     if icon.is_file():
         app.setWindowIcon(QIcon(str(icon)))
     window = MainWindow()

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import threading
-from pathlib import Path
 
 import numpy as np
 import pytest
@@ -14,6 +13,7 @@ from gradscope.app.session_files import SessionFileError, read_session_file
 from gradscope.app.view import to_map
 from gradscope.app.worker import InlineExecutor, Job, ThreadExecutor
 from gradscope.core.errors import Cancelled, ModelLoadError, PlanError
+from gradscope.core.resources import resource_path
 from gradscope.core.targets import Target
 from gradscope.render.graph_layout import compute_layout
 from gradscope.rules.plan import Plan
@@ -521,7 +521,7 @@ def test_user_rule_file_loads_and_runs(loaded, tmp_path):
 
 
 # ------------------------------------------------------------------------------------------------ diagnostics
-HYPERNET = Path(__file__).resolve().parents[2] / "resources" / "hypernet"
+HYPERNET = resource_path("hypernet")
 
 
 def _stop_gradient_model():

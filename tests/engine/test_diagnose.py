@@ -5,18 +5,18 @@ from __future__ import annotations
 import importlib.util
 import json
 import sys
-from pathlib import Path
 
 import numpy as np
 import pytest
 
 from gradscope.backend import keras, tf
+from gradscope.core.resources import resource_path
 from gradscope.core.targets import Target
 from gradscope.engine.paths import diagnose_model
 from gradscope.engine.runner import Engine
 from tests.engine.fixtures import FIXTURES
 
-HYPERNET = Path(__file__).resolve().parents[2] / "resources" / "hypernet"
+HYPERNET = resource_path("hypernet")
 
 
 def hypernet_examples():

@@ -10,12 +10,13 @@ import numpy as np
 import pytest
 from PySide6.QtCore import Qt
 
+from gradscope.core.resources import resource_path
 from gradscope.qt.diagnostics_panel import COLUMNS, CUT_COLUMN
 
 keras = pytest.importorskip("keras")
 tf = pytest.importorskip("tensorflow")
 
-HYPERNET = Path(__file__).resolve().parents[2] / "resources" / "hypernet"
+HYPERNET = resource_path("hypernet")
 LAYERS = HYPERNET / "hyperlayers.py"
 
 

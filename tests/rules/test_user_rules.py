@@ -9,12 +9,13 @@ import pytest
 
 from gradscope.backend import keras, tf
 from gradscope.core.errors import RuleError, RuleFileError
+from gradscope.core.resources import resource_path
 from gradscope.core.targets import Target
 from gradscope.engine.runner import Engine
 from gradscope.rules.base import Rule, available_rules, load_rule_file, register_rule, rule_source
 from gradscope.rules.plan import Plan
 
-RULES_DIR = Path(__file__).resolve().parents[2] / "resources" / "rules"
+RULES_DIR = resource_path("rules")
 GUIDED_FILE = RULES_DIR / "guided_backprop_example.py"
 WEIGHTS_FILE = RULES_DIR / "weight_aware_example.py"
 

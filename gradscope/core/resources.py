@@ -1,0 +1,28 @@
+"""Where gradscope's own files are: ``resources/`` in a checkout, the package ``gradscope.resources`` once
+installed (the build maps the folder into the package, see setup.py), or inside a PyInstaller bundle."""
+
+from __future__ import annotations
+
+import sys
+from functools import cache
+from importlib import resources
+from pathlib import Path
+
+
+@cache
+def resource_root() -> Path:
+    """The folder holding ``demo/``, ``icons/``, ``rules/`` and ``hypernet/``."""
+    bundle = getattr(sys, "_MEIPASS", None)
+    if getattr(sys, "frozen", False) and bundle:
+        return Path(bundle) / "gradscope" / "resources"
+    try:
+        root = resources.files("gradscope.resources")
+    except ModuleNotFoundError:  # a checkout on sys.path without an install
+        return Path(__file__).resolve().parents[2] / "resources"
+    # Installs are plain folders (pip unpacks wheels): Keras and Qt need real paths, not a Traversable.
+    return Path(str(root))
+
+
+def resource_path(*parts: str) -> Path:
+    """A file or folder under the resources, e.g. ``resource_path("icons", "gradscope.svg")``."""
+    return resource_root().joinpath(*parts)
