@@ -4,6 +4,7 @@ It sits below rules, io and engine (which use TensorFlow) and above core (which 
 
 from __future__ import annotations
 
+import functools
 import logging
 import os
 import threading
@@ -11,6 +12,37 @@ from contextlib import contextmanager
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 os.environ.setdefault("KERAS_BACKEND", "tensorflow")
+
+
+# The versions the tests run on (README "Install" says how): older ones are refused, newer ones warned about.
+SUPPORTED_TENSORFLOW = ((2, 19), (2, 21))
+SUPPORTED_KERAS = ((3, 10), (3, 15))
+
+
+def _range(bounds: tuple[tuple[int, int], tuple[int, int]]) -> str:
+    (a, b), (c, d) = bounds
+    return f"{a}.{b}-{c}.{d}"
+
+
+def _minor(version: str) -> tuple[int, int]:
+    parts = [int("".join(ch for ch in p if ch.isdigit()) or 0) for p in version.split(".")[:2]]
+    return (parts + [0, 0])[0], (parts + [0, 0])[1]
+
+
+def version_problem(name: str, version: str, bounds: tuple[tuple[int, int], tuple[int, int]]) -> tuple[bool, str]:
+    """(fatal, message) when ``version`` of ``name`` lies outside ``bounds``; (False, "") when inside."""
+    have = _minor(version)
+    if have < bounds[0]:
+        return True, (
+            f"gradscope needs {name} {_range(bounds)}; this environment has {name} {version}. "
+            f"Upgrade it (`pip install '{name.lower()}>={bounds[0][0]}.{bounds[0][1]}'`)."
+        )
+    if have > bounds[1]:
+        return False, (
+            f"gradscope is tested with {name} {_range(bounds)}; this environment has {name} {version}. "
+            "It may work; if something fails, please report it with this line."
+        )
+    return False, ""
 
 
 def _import_quietly():
@@ -31,8 +63,17 @@ def _import_quietly():
     except OSError:  # no usable fd 2 (e.g. some embedded interpreters): import loudly
         saved = None
     try:
+        try:
+            import tensorflow as tf_module
+        except ImportError as exc:
+            from gradscope.core.errors import GradscopeError
+
+            raise GradscopeError(
+                f"gradscope needs TensorFlow {_range(SUPPORTED_TENSORFLOW)}, and this Python environment has none "
+                f"({exc}). Install one beside gradscope: `pip install 'gradscope[cpu]'` (CPU build), "
+                "`pip install 'gradscope[gpu]'` (NVIDIA GPUs), or `pip install tensorflow`."
+            ) from exc
         import keras as keras_module
-        import tensorflow as tf_module
 
         tf_module.constant(0.0)  # the first op initialises the runtime, which logs too
     finally:
@@ -43,6 +84,57 @@ def _import_quietly():
 
 
 keras, tf = _import_quietly()
+
+
+def _check_versions() -> None:
+    import warnings
+
+    from gradscope.core.errors import GradscopeError
+
+    for name, version, bounds in (
+        ("TensorFlow", tf.__version__, SUPPORTED_TENSORFLOW),
+        ("Keras", keras.__version__, SUPPORTED_KERAS),
+    ):
+        fatal, message = version_problem(name, version, bounds)
+        if fatal:
+            raise GradscopeError(message)
+        if message:
+            warnings.warn(message, RuntimeWarning, stacklevel=3)
+
+
+_check_versions()
+
+
+@functools.cache
+def check_keras_internals() -> None:
+    """Raise a clear GraphError when this Keras lacks the private graph API the engine walks models with
+    (``engine/keras_graph.py``): without it every functional model would look like one opaque layer."""
+    from gradscope.core.errors import GraphError
+
+    inp = keras.Input((2,))
+    dense = keras.layers.Dense(1)
+    out = dense(inp)
+    model = keras.Model(inp, out)
+    node = dense._inbound_nodes[0] if getattr(dense, "_inbound_nodes", None) else None
+    sequential = keras.Sequential([keras.Input((2,)), keras.layers.Dense(1)])
+    needed = {
+        "Functional._nodes_by_depth": hasattr(model, "_nodes_by_depth"),
+        "Functional._inputs": hasattr(model, "_inputs"),
+        "Layer._inbound_nodes": node is not None,
+        "Node.operation / input_tensors / is_input": node is not None
+        and all(hasattr(node, a) for a in ("operation", "input_tensors", "is_input")),
+        "Node.arguments.fill_in": node is not None and hasattr(getattr(node, "arguments", None), "fill_in"),
+        "KerasTensor._keras_history": hasattr(out, "_keras_history"),
+        "Sequential._functional": getattr(sequential, "_functional", None) is not None,
+        "Layer.stateless_call": hasattr(dense, "stateless_call"),
+    }
+    missing = [name for name, ok in needed.items() if not ok]
+    if missing:
+        raise GraphError(
+            f"This Keras ({keras.__version__}) no longer has the internals gradscope walks models with "
+            f"({', '.join(missing)}). gradscope supports Keras {_range(SUPPORTED_KERAS)}: "
+            f"`pip install 'keras<{SUPPORTED_KERAS[1][0]}.{SUPPORTED_KERAS[1][1] + 1}'`."
+        )
 
 
 class _NoRetracingWarning(logging.Filter):
@@ -186,10 +278,14 @@ if keras.backend.backend() != "tensorflow":  # pragma: no cover - depends on the
     )
 
 __all__ = [
+    "SUPPORTED_KERAS",
+    "SUPPORTED_TENSORFLOW",
+    "check_keras_internals",
     "custom_gradients_released",
     "gradient_function",
     "input_only_conv_gradients",
     "keras",
     "keras_saving_steps",
     "tf",
+    "version_problem",
 ]

@@ -36,9 +36,10 @@ if [ ! -x .venv/bin/python ]; then
   "$PY" -m venv .venv
 fi
 stamp=.venv/.gradscope-installed
-want=$(sha1sum pyproject.toml | cut -d' ' -f1)
+want=$(cat pyproject.toml setup.py | sha1sum | cut -d" " -f1)  # what the install depends on
 if [ ! -f "$stamp" ] || [ "$(cat "$stamp")" != "$want" ]; then
-  .venv/bin/python -m pip install -q --upgrade pip
-  .venv/bin/python -m pip install -q -e ".[dev]"
+  .venv/bin/python -m pip install -qq --upgrade pip
+  # -qq: the build backend notes that every flat-layout editable install gets are not shown (errors are)
+  .venv/bin/python -m pip install -qq -e ".[cpu,dev]"  # the CPU build of TensorFlow for its own .venv
   echo "$want" > "$stamp"
 fi

@@ -337,10 +337,31 @@ def _diagnostic_options(p: argparse.ArgumentParser) -> None:
     _model_options(p)
 
 
+def version_line() -> str:
+    """``gradscope X (TensorFlow Y as <distribution>, Keras Z)``, read from the installed metadata: no import of
+    TensorFlow, so it answers at once and also where TensorFlow is missing."""
+    from importlib import metadata
+
+    from gradscope import __version__
+
+    def installed(*names: str) -> str | None:
+        for name in names:
+            try:
+                return f"{metadata.version(name)} as {name}"
+            except metadata.PackageNotFoundError:
+                continue
+        return None
+
+    tf = installed("tensorflow", "tensorflow-cpu", "tf-nightly", "tensorflow-macos") or "not installed"
+    keras = installed("keras") or "not installed"
+    return f"gradscope {__version__} (TensorFlow {tf}; Keras {keras.split(' as ')[0]})"
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="gradscope", description="Visual debugger for gradients of Keras 3 models (TensorFlow backend)."
     )
+    parser.add_argument("--version", action="version", version=version_line())
     parser.add_argument("--debug", action="store_true", help="show tracebacks of internal errors")
     parser.add_argument("-q", "--quiet", action="store_true", help="print only results")
     parser.add_argument(

@@ -17,7 +17,7 @@ from typing import Any
 
 import numpy as np
 
-from gradscope.backend import keras
+from gradscope.backend import check_keras_internals, keras
 from gradscope.core.errors import GraphError
 from gradscope.core.graph import LayerGraph, NodeSpec, Shape
 
@@ -336,6 +336,7 @@ def build_exec_graph(model: Any) -> ExecGraph:
     """Build the executable steps and the ``LayerGraph`` of ``model`` (never modifies the model)."""
     if not isinstance(model, keras.Model):
         raise GraphError(f"Expected a keras.Model, got {type(model).__name__}.")
+    check_keras_internals()  # a Keras that moved them would make every model one opaque node
     b = _Builder()
     functional = _functional_of(model)
     notes: tuple[str, ...] = ()
