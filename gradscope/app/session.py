@@ -476,8 +476,8 @@ class Session(PlanEditingMixin, ModelLoadingMixin, ExportingMixin, ComparingMixi
         to the one that result was computed with, so plan, map and labels describe the same result.
 
         A job that does not stop (a rule looping forever) is interrupted; if it is still running after
-        ``grace`` seconds it is abandoned to its thread, a fresh worker carries on and the engine is rebuilt,
-        so the app stays usable."""
+        ``grace`` seconds it is abandoned: the window stays usable (plans, views, saving), and computations are
+        refused with a clear message until it returns (one TensorFlow thread, never two)."""
         was_running = "run" in self._active
         for kind in list(self._active) + ["compile"]:
             self._latest[kind] = self._next_id()
@@ -487,8 +487,8 @@ class Session(PlanEditingMixin, ModelLoadingMixin, ExportingMixin, ComparingMixi
         self._active.clear()
         self.busy_changed.emit(None)
         note = (
-            " The computation did not stop (a rule that never returns?): it was left behind, and the engine "
-            "was restarted."
+            " The computation did not stop (a rule blocked inside native code?). TensorFlow runs on one thread, so "
+            "nothing can compute until it returns: save your work and restart gradscope if it does not."
             if abandoned
             else ""
         )
@@ -500,26 +500,19 @@ class Session(PlanEditingMixin, ModelLoadingMixin, ExportingMixin, ComparingMixi
         self.status_changed.emit("Cancelled." + note)
 
     def _stop_running_job(self, grace: float) -> bool:
-        """Interrupt the running job; abandon it (and rebuild the engine) if it has not stopped in ``grace``."""
+        """Interrupt the running job; abandon it if it has not stopped in ``grace`` (see ``ThreadExecutor.abandon``:
+        the worker stays the one TensorFlow thread, so nothing computes until the job returns)."""
         interrupt = getattr(self.executor, "interrupt", None)
         if interrupt is None or not interrupt():
             return False
         if self.executor.wait_running(grace):
             return False
+        self.executor.on_recovered = self._on_worker_recovered
         self.executor.abandon()
-        if self._engine is not None:  # the old engine may be mid-sweep on the abandoned thread
-            from_model = self._engine.model
-
-            def rebuild(token: Any) -> Any:
-                from gradscope.engine.runner import Engine
-
-                return Engine(from_model)
-
-            def done(engine: Any) -> None:
-                self._engine = engine
-
-            self._submit("load", "Restarting the engine...", rebuild, done)
         return True
+
+    def _on_worker_recovered(self) -> None:
+        self.status_changed.emit("The computation that did not stop has returned: gradscope computes again.")
 
     # ------------------------------------------------------------------------------------------- rule files
     def load_rule_file(self, path: str | Path) -> list[str]:

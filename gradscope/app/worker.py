@@ -18,7 +18,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from gradscope.core.errors import Cancelled
+from gradscope.core.errors import Cancelled, WorkerStuckError
 
 
 class CancelToken:
@@ -130,16 +130,20 @@ class ThreadExecutor:
         self.jobs_run = 0
         self.jobs_skipped = 0
         self.thread_ids: set[int] = set()  # threads jobs actually ran on (tests check it is not the GUI's)
-        self.abandoned = 0  # jobs left to a stuck thread (see ``abandon``)
-        self._left_behind: list[threading.Thread] = []
-        self._name = name
-        self._thread = threading.Thread(target=self._loop, args=(self._queue,), name=name, daemon=True)
+        self.abandoned = 0  # jobs given up on (see ``abandon``)
+        self.stuck: Job | None = None  # an abandoned job still running on the worker thread
+        self.on_recovered: Callable[[], None] | None = None  # called (owner's thread) when it returns
+        self._thread = threading.Thread(target=self._loop, name=name, daemon=True)
         self._thread.start()
 
     # ------------------------------------------------------------------------------------------- owner side
     def submit(self, job: Job) -> None:
         with self._lock:
             self._pending += 1
+            stuck = self.stuck is not None
+        if stuck:
+            self._finish(job, False, self._stuck_error())
+            return
         if job.on_progress is not None:
             job.token._report = lambda message, job=job: self._progress(job, message)
         self._queue.put(job)
@@ -176,30 +180,39 @@ class ThreadExecutor:
             return self._running is None
 
     def abandon(self) -> Job | None:
-        """Leave a job that does not stop to its thread and carry on with a fresh worker thread: the queued
-        jobs move over, the abandoned one is reported cancelled and whatever it returns later is dropped.
-        Returns the abandoned job (None if nothing was running)."""
+        """Give up on a job that does not stop: it is reported cancelled, the queued jobs are dropped, and
+        whatever it returns later is dropped too. No second thread is started: TensorFlow and Keras state are not
+        safe to drive from two threads (a second worker beside a stuck sweep crashed the process), so until the
+        stuck job returns every job fails at once with ``WorkerStuckError``; when it returns, the same thread
+        carries on and ``on_recovered`` is called on the owner's thread. Returns the abandoned job."""
         with self._lock:
-            stuck, old_queue = self._running, self._queue
+            stuck = self._running
             if stuck is None:
                 return None
             stuck.token.cancel()
-            self._queue = queue.Queue()
+            self.stuck = stuck
+            self.abandoned += 1
+            dropped = []
             while True:
                 try:
-                    job = old_queue.get_nowait()
+                    job = self._queue.get_nowait()
                 except queue.Empty:
                     break
                 if job is not None:
-                    self._queue.put(job)
-            old_queue.put(None)  # the old thread exits if its job ever returns
-            self._running = None
-            self.abandoned += 1
-            self._left_behind.append(self._thread)
-            self._thread = threading.Thread(target=self._loop, args=(self._queue,), name=self._name, daemon=True)
-            self._thread.start()
+                    dropped.append(job)
         self._finish(stuck, False, Cancelled("Abandoned: it did not stop when cancelled."))
+        for job in dropped:
+            self._finish(job, False, self._stuck_error())
         return stuck
+
+    def _stuck_error(self) -> WorkerStuckError:
+        stuck = self.stuck
+        what = (stuck.label or stuck.kind) if stuck is not None else "a computation"
+        return WorkerStuckError(
+            f"Still waiting for a computation that did not stop ({what}: a rule blocked inside native code?). "
+            "TensorFlow runs on one thread, so nothing else can compute until it returns. Save your work and "
+            "restart gradscope if it does not."
+        )
 
     def poll(self) -> int:
         """Deliver finished jobs' callbacks on this thread; returns how many were delivered."""
@@ -212,6 +225,10 @@ class ThreadExecutor:
             if ok is None:  # a progress message, not a result
                 if not job.token.cancelled and job.on_progress is not None:
                     job.on_progress(value)
+                continue
+            if ok == "recovered":  # an abandoned job returned at last (it was already delivered as cancelled)
+                if self.on_recovered is not None:
+                    self.on_recovered()
                 continue
             try:
                 if job.token.cancelled:
@@ -254,27 +271,25 @@ class ThreadExecutor:
 
     @property
     def alive(self) -> bool:
-        """Whether a worker thread (the current one, or one left behind with a stuck job) is still running."""
-        return self._thread.is_alive() or any(t.is_alive() for t in self._left_behind)
+        """Whether the worker thread is still running (after ``shutdown``: a job that outlived its timeout)."""
+        return self._thread.is_alive()
 
     # ------------------------------------------------------------------------------------------- worker side
-    def _loop(self, jobs: queue.Queue) -> None:
+    def _loop(self) -> None:
         self.thread_ids.add(threading.get_ident())
         while True:
-            job = jobs.get()
+            job = self._queue.get()
             if job is None:
                 return
             try:
-                self._run_one(job, jobs)
+                self._run_one(job)
             except Cancelled:  # an interrupt that arrived just after the job returned: deliver it as cancelled
                 with self._lock:
-                    if jobs is not self._queue:
-                        return
                     self._running = None
-                if not job.seconds:
+                if not self._recovered(job) and not job.seconds:
                     self._finish(job, False, Cancelled("Cancelled."))
 
-    def _run_one(self, job: Job, jobs: queue.Queue) -> None:
+    def _run_one(self, job: Job) -> None:
         if job.token.cancelled or not job.is_current():
             self.jobs_skipped += 1
             self._finish(job, False, Cancelled("Skipped: a newer request replaced it."))
@@ -288,11 +303,21 @@ class ThreadExecutor:
             value, ok = exc, False
         job.seconds = time.perf_counter() - t0
         with self._lock:
-            if jobs is not self._queue:  # this thread was abandoned: its result belongs to nobody
-                raise SystemExit
             self._running = None
             self.jobs_run += 1
-        self._finish(job, ok, value)
+        if not self._recovered(job):
+            self._finish(job, ok, value)
+
+    def _recovered(self, job: Job) -> bool:
+        """Whether ``job`` was abandoned (then its result belongs to nobody, and the worker is free again)."""
+        with self._lock:
+            if job is not self.stuck:
+                return False
+            self.stuck = None
+        self._outbox.append((job, "recovered", None))
+        if self._notify is not None:
+            self._notify()
+        return True
 
     def _progress(self, job: Job, message: str) -> None:
         self._outbox.append((job, None, message))

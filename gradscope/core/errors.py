@@ -50,5 +50,18 @@ class GraphError(GradscopeError):
     """The model's graph cannot be walked (unknown node id, unsupported model structure)."""
 
 
+class MissingKernelError(GradscopeError):
+    """TensorFlow on this machine has no kernel for an op a layer needs (it depends on the build and the CPU)."""
+
+    def __init__(self, message: str, node_id: str | None = None) -> None:
+        super().__init__(message)
+        self.node_id = node_id
+
+
+class WorkerStuckError(GradscopeError):
+    """A computation did not stop when cancelled (a rule blocked in native code). TensorFlow runs on one thread
+    only, so nothing else can compute until it returns."""
+
+
 class Cancelled(GradscopeError):
     """Long work was cancelled by the user."""

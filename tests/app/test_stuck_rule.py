@@ -1,5 +1,6 @@
-"""A rule that never returns does not wedge the app: Cancel interrupts it, or abandons it to its thread and
-restarts the engine; the next computation works and the user is told."""
+"""A rule that never returns does not wedge the app: Cancel interrupts it, or abandons it. An abandoned rule
+keeps the one TensorFlow thread (no second thread ever runs TensorFlow beside it: that crashed the process);
+computations are refused with a clear message until it returns, and then work again."""
 
 from __future__ import annotations
 
@@ -70,16 +71,35 @@ def test_a_rule_looping_in_python_is_interrupted():
         s.executor.shutdown()
 
 
-def test_a_rule_blocked_in_c_is_abandoned_and_the_engine_restarted():
+def _worker_threads() -> list[threading.Thread]:
+    return [t for t in threading.enumerate() if t.name == "gradscope-worker" and t.is_alive()]
+
+
+def test_a_rule_blocked_in_c_is_abandoned_and_no_second_thread_runs_tensorflow():
     s, messages = _session()
+    errors: list[str] = []
+    s.error_raised.connect(lambda *a: errors.append(" ".join(str(x) for x in a)))
     try:
-        old_engine = s._engine
+        engine = s._engine
+        threads = _worker_threads()
         _stuck(s, "_blocks_forever")
         t0 = time.monotonic()
         s.cancel(grace=0.5)
         assert time.monotonic() - t0 < 5
-        assert s.executor.abandoned == 1 and "left behind" in messages[-1]
+        assert s.executor.abandoned == 1 and "restart gradscope" in messages[-1] and s.busy is None
+        assert _worker_threads() == threads  # the same single thread, still inside the rule
+
+        s.set_plan(Plan().with_entry("c1:act", "scale", {"factor": 3.0}))  # refused at once, with the reason
+        assert s.executor.wait_idle(10)
+        assert errors and "did not stop" in errors[-1] and s.busy is None
+
+        never.set()  # the rule returns: the same thread carries on, and the user is told
+        assert s.executor.wait_running(30)
+        s.executor.wait_idle(10)
+        assert "computes again" in messages[-1]
         _still_works(s)
-        assert s._engine is not old_engine  # rebuilt on the fresh worker
+        assert s._engine is engine and _worker_threads() == threads
     finally:
-        s.executor.shutdown(timeout=0.1)
+        never.set()
+        s.executor.shutdown(timeout=10)
+        never.clear()
