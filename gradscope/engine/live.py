@@ -34,6 +34,7 @@ from gradscope.core.errors import Cancelled
 from gradscope.core.targets import Target
 from gradscope.engine.context import RuleContext
 from gradscope.engine.keras_graph import Step
+from gradscope.engine.kernels import kernels_named
 from gradscope.engine.node_call import NodeCall, call_arguments, plain_call
 from gradscope.engine.stats import stats_row
 from gradscope.rules.base import params_to_dict
@@ -179,7 +180,8 @@ class LiveBackward:
                 continue
             args, kwargs = call_arguments(step, values)
             call = calls[step.node_id] = NodeCall.of(step, args, kwargs)
-            outs, tapes[step.node_id] = _recorded_call(call)
+            with kernels_named(self.engine.graph, step.node_id):
+                outs, tapes[step.node_id] = _recorded_call(call)
             for k, y in zip(step.out_keys, outs):
                 values[k] = y
         self._forward = _Forward(key, values, calls, tapes)
@@ -264,6 +266,10 @@ class LiveBackward:
     def _run_node(self, call: NodeCall, rule: Any, dys: list) -> tuple[list, Any, Any, bool]:
         """The node's contributions, through its compiled kernel if it is ready, else eagerly (the true VJP
         from the node's recorded tape)."""
+        with kernels_named(self.engine.graph, call.step.node_id):
+            return self._node_contributions(call, rule, dys)
+
+    def _node_contributions(self, call: NodeCall, rule: Any, dys: list) -> tuple[list, Any, Any, bool]:
         fwd = self._forward
         recorded = fwd.tapes.get(call.step.node_id) if rule is None else None  # type: ignore[union-attr]
         # Until something is compiled, skip the kernel key (a layer config per node: 0.15 s on ResNet50).

@@ -24,6 +24,7 @@ from gradscope.core.targets import Target
 from gradscope.engine import loss_targets
 from gradscope.engine.context import RuleContext
 from gradscope.engine.keras_graph import ExecGraph, Step, build_exec_graph
+from gradscope.engine.kernels import as_missing_kernel, kernels_named
 from gradscope.engine.live import LiveBackward, rule_key
 from gradscope.engine.node_call import NodeCall, call_arguments, plain_call
 from gradscope.engine.stats import stats_rows
@@ -423,6 +424,9 @@ class Engine:
             ) from exc
         except BaseException as exc:
             self._forget(fn)
+            missing = as_missing_kernel(exc, self.graph)
+            if missing is not None:
+                raise missing from exc
             if self.graph.notes and isinstance(exc, (TypeError, ValueError)) and not self._live_steps:
                 # an opaque subclassed model whose call() only runs on concrete values (see keras_graph)
                 raise GraphError(
@@ -591,7 +595,8 @@ class Engine:
     def predict(self, inputs: Any) -> np.ndarray:
         """The model's real output (what the user sees as predictions)."""
         xs = self._as_inputs(inputs)
-        out = self.model(xs[0] if len(xs) == 1 else xs, training=False)
+        with kernels_named(self.graph):
+            out = self.model(xs[0] if len(xs) == 1 else xs, training=False)
         return np.asarray(out[0] if isinstance(out, (list, tuple)) else out)
 
 
