@@ -549,6 +549,23 @@ _MISSING_PATTERNS = (
 )
 
 
+def _saved_by_newer_keras(p: Path) -> tuple[str, str] | None:
+    """(saved, running) Keras versions when the archive says a newer Keras wrote it, else None."""
+    try:
+        with zipfile.ZipFile(p) as zf:
+            saved = json.loads(_read_member(zf, "metadata.json", p)).get("keras_version")
+    except (zipfile.BadZipFile, OSError, KeyError, ValueError, GradscopeError):
+        return None
+    running = str(import_keras().__version__)
+    if not isinstance(saved, str) or _version_tuple(saved) <= _version_tuple(running):
+        return None
+    return saved, running
+
+
+def _version_tuple(version: str) -> tuple[int, ...]:
+    return tuple(int("".join(c for c in part if c.isdigit()) or 0) for part in version.split(".")[:3])
+
+
 def _translate_error(
     exc: Exception, p: Path, config: Any, custom_objects: dict[str, Any] | None, safe_mode: bool
 ) -> GradscopeError:
@@ -567,6 +584,15 @@ def _translate_error(
             f"{p.name} contains Python bytecode that would be executed when the model is loaded. {what}, "
             "and safe mode refuses to run it. Only if you trust where this file came from, open it with "
             "`--unsafe` on the command line or `safe_mode=False` in the API."
+        )
+
+    newer = _saved_by_newer_keras(p)
+    if newer is not None and ("keyword argument" in text or "Unrecognized keyword" in text):
+        saved, running = newer
+        return ModelLoadError(
+            f"{p.name} was saved by Keras {saved}, and this is Keras {running}: the file has settings this older "
+            f"Keras does not know ({text.strip().splitlines()[-1][:160]}). Upgrade Keras (`pip install -U "
+            f"'keras>={saved}'`), or save the model again with the oldest Keras that should read it."
         )
 
     match = None

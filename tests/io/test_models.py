@@ -263,3 +263,29 @@ def test_lambda_layer_needs_unsafe(tmp_path, suffix):
     assert "safe_mode=False" in message and "--unsafe" in message and "trust" in message
     model = load_model(path, safe_mode=False)
     np.testing.assert_allclose(model(np.ones((1, 4), np.float32)).numpy(), 2.0)
+
+
+def test_a_file_from_a_newer_keras_says_so(tmp_path, keras_file):
+    """Keras keeps every config key of the version that wrote a file, and an older Keras refuses unknown keys:
+    the user is told which Keras wrote it and what to do (simulated: a key no Keras knows, a future version)."""
+    import json
+    import zipfile
+
+    path = tmp_path / "future.keras"
+    with zipfile.ZipFile(keras_file) as src, zipfile.ZipFile(path, "w") as dst:
+        for name in src.namelist():
+            data = src.read(name)
+            if name == "config.json":
+                config = json.loads(data)
+                dense = next(layer for layer in config["config"]["layers"] if layer["class_name"] == "Dense")
+                dense["config"]["future_option"] = None
+                data = json.dumps(config).encode()
+            elif name == "metadata.json":
+                meta = json.loads(data)
+                meta["keras_version"] = "99.1.0"
+                data = json.dumps(meta).encode()
+            dst.writestr(name, data)
+    with pytest.raises(ModelLoadError) as info:
+        load_model(path)
+    message = str(info.value)
+    assert "saved by Keras 99.1.0" in message and "Upgrade Keras" in message and "future_option" in message
