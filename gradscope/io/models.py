@@ -63,7 +63,7 @@ def load_model(
     Raises ``ModelLoadError`` (missing, not a model, corrupt, unsupported), ``CustomObjectError`` (a custom
     class or function is not available) or ``UnsafeModelError`` (the file needs ``safe_mode=False``).
     """
-    p, config, objects = _prepare(path, custom_objects)
+    p, config, objects = _prepare(path, custom_objects, safe_mode)
     keras = import_keras()
     with _translated(p, config, objects, safe_mode):
         model = keras.saving.load_model(p, custom_objects=objects, compile=compile, safe_mode=safe_mode)
@@ -81,7 +81,7 @@ def load_model_in_steps(
     assets or ``.npz`` weights, a Keras without these internals) load whole in the first step, and the second
     does nothing.
     """
-    p, config, objects = _prepare(path, custom_objects)
+    p, config, objects = _prepare(path, custom_objects, safe_mode)
     keras = import_keras()
     saving_lib = _keras_steps() if p.suffix.lower() == ".keras" and _plain_archive(p) else None
     if saving_lib is None:
@@ -192,11 +192,25 @@ _WEIGHTS = "model.weights.h5"
 _PLAIN_ARCHIVE = {"config.json", "metadata.json", _WEIGHTS}
 
 
-def _prepare(path: str | Path, custom_objects: dict[str, Any] | None) -> tuple[Path, Any, dict[str, Any] | None]:
-    """The checks every load starts with: the file, its config, the custom objects it names."""
+def _prepare(
+    path: str | Path, custom_objects: dict[str, Any] | None, safe_mode: bool
+) -> tuple[Path, Any, dict[str, Any] | None]:
+    """The checks every load starts with: the file, its config, the custom objects it names; and, in safe mode,
+    no legacy ``.h5`` Lambda holding bytecode (Keras before 3.11 runs those whatever ``safe_mode`` says)."""
     p = Path(path).expanduser()
-    config = _read_config(p, _check_file(p))
+    kind = _check_file(p)
+    config = _read_config(p, kind)
+    if safe_mode and kind == "h5":
+        lambdas = [layer for obj, layer in _walk_objects(config) if _holds_bytecode(obj) and layer]
+        if lambdas:
+            raise _unsafe_error(p, list(dict.fromkeys(lambdas)))
     return p, config, _augment_custom_objects(custom_objects, config)
+
+
+def _holds_bytecode(obj: dict) -> bool:
+    """A legacy Lambda whose function is stored as marshalled bytecode (not a named, registered function)."""
+    inner = obj.get("config")
+    return obj["class_name"] == "Lambda" and isinstance(inner, dict) and inner.get("function_type") != "function"
 
 
 @contextlib.contextmanager
@@ -549,6 +563,22 @@ _MISSING_PATTERNS = (
 )
 
 
+def _unsafe_error(p: Path, lambdas: list[str]) -> UnsafeModelError:
+    if lambdas:
+        plural = len(lambdas) > 1
+        what = (
+            f"Its Lambda layer{'s' if plural else ''} {', '.join(repr(n) for n in lambdas)} "
+            f"store{'' if plural else 's'} Python code rather than a configuration"
+        )
+    else:
+        what = "It stores Python code (a Lambda layer or a serialized lambda) rather than a configuration"
+    return UnsafeModelError(
+        f"{p.name} contains Python bytecode that would be executed when the model is loaded. {what}, "
+        "and safe mode refuses to run it. Only if you trust where this file came from, open it with "
+        "`--unsafe` on the command line or `safe_mode=False` in the API."
+    )
+
+
 def _saved_by_newer_keras(p: Path) -> tuple[str, str] | None:
     """(saved, running) Keras versions when the archive says a newer Keras wrote it, else None."""
     try:
@@ -571,20 +601,7 @@ def _translate_error(
 ) -> GradscopeError:
     text = str(exc)
     if safe_mode and ("safe_mode=False" in text or "arbitrary code execution" in text):
-        lambdas = _lambda_layers(config)
-        if lambdas:
-            plural = len(lambdas) > 1
-            what = (
-                f"Its Lambda layer{'s' if plural else ''} {', '.join(repr(n) for n in lambdas)} "
-                f"store{'' if plural else 's'} Python code rather than a configuration"
-            )
-        else:
-            what = "It stores Python code (a Lambda layer or a serialized lambda) rather than a configuration"
-        return UnsafeModelError(
-            f"{p.name} contains Python bytecode that would be executed when the model is loaded. {what}, "
-            "and safe mode refuses to run it. Only if you trust where this file came from, open it with "
-            "`--unsafe` on the command line or `safe_mode=False` in the API."
-        )
+        return _unsafe_error(p, _lambda_layers(config))
 
     newer = _saved_by_newer_keras(p)
     if newer is not None and ("keyword argument" in text or "Unrecognized keyword" in text):
