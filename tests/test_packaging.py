@@ -24,7 +24,8 @@ def evaluate_spec() -> dict:
         return record
 
     hooks = types.ModuleType("PyInstaller.utils.hooks")
-    hooks.collect_submodules = lambda name: [name]
+    hooks.collect_submodules = lambda name, filter=None: [name]
+    hooks.copy_metadata = lambda name: [(f"/metadata/{name}", f"{name}.dist-info")]
     for mod in ("PyInstaller", "PyInstaller.utils"):
         sys.modules.setdefault(mod, types.ModuleType(mod))
     sys.modules["PyInstaller.utils.hooks"] = hooks
@@ -38,10 +39,11 @@ def test_spec_evaluates_and_references_existing_files():
     calls = evaluate_spec()
     assert set(calls) == {"Analysis", "PYZ", "EXE", "COLLECT"}
     (scripts,), analysis = calls["Analysis"]
-    assert all(Path(s).is_file() for s in scripts) and Path(scripts[0]).name == "main.py"
-    for src, _dest in analysis["datas"]:
-        assert Path(src).exists(), src
-    assert (Path(analysis["datas"][0][0]) / "demo" / "shapes_cnn.keras").is_file()
+    assert all(Path(s).is_file() for s in scripts) and Path(scripts[0]).name == "gradscope_app.py"
+    (src, dest), *metadata = analysis["datas"]
+    assert Path(src).exists() and any("keras" in m[1] for m in metadata)
+    assert (Path(src) / "demo" / "shapes_cnn.keras").is_file()
+    assert dest == "gradscope/resources"  # where gradscope.core.resources looks inside a bundle
     assert "gradscope" in analysis["hiddenimports"]
 
 
@@ -65,3 +67,24 @@ def test_entry_point_starts_headless(tmp_path):
     from PIL import Image
 
     assert Image.open(shot).size[0] > 800  # the main window really rendered
+
+
+def test_the_bundle_entry_runs_the_cli_for_a_command_and_the_gui_otherwise(monkeypatch):
+    sys.path.insert(0, str(ROOT / "packaging"))
+    try:
+        import gradscope_app
+    finally:
+        sys.path.remove(str(ROOT / "packaging"))
+    calls = []
+    monkeypatch.setattr("gradscope.cli.main", lambda argv: calls.append(("cli", argv)) or 0)
+    monkeypatch.setattr("gradscope.qt.app.main", lambda argv: calls.append(("gui", argv)) or 0)
+    for argv in (["explain", "--out", "o.png"], ["--version"], [], ["model.keras", "x.png"], ["gui", "--no-demo"]):
+        monkeypatch.setattr(sys, "argv", ["gradscope", *argv])
+        assert gradscope_app.main() == 0
+    assert calls == [
+        ("cli", ["explain", "--out", "o.png"]),
+        ("cli", ["--version"]),
+        ("gui", []),
+        ("gui", ["model.keras", "x.png"]),
+        ("gui", ["--no-demo"]),
+    ]
