@@ -31,6 +31,7 @@ from PySide6.QtWidgets import (
 from gradscope.app.session import SESSION_SUFFIX, Session
 from gradscope.app.session_files import session_code_files
 from gradscope.core.errors import CustomObjectError, UnsafeModelError
+from gradscope.qt import gui_gc
 from gradscope.qt.diagnostics_panel import DiagnosticsPanel
 from gradscope.qt.flow_plot import FlowPlot
 from gradscope.qt.graph_pane import GraphPane
@@ -58,6 +59,8 @@ class MainWindow(QMainWindow):
         modal_errors: bool = True,
     ) -> None:
         super().__init__()
+        gui_gc.start()  # cyclic garbage is collected on this thread only while the window lives (see gui_gc)
+        self._gc_started = True
         self.session = session or Session(QtExecutor())
         self.settings = settings or QSettings("gradscope", "gradscope")
         self.modal_errors = modal_errors
@@ -584,6 +587,9 @@ class MainWindow(QMainWindow):
         executor = self.session.executor
         if hasattr(executor, "shutdown"):
             executor.shutdown(timeout=2.0)
+        if self._gc_started:
+            self._gc_started = False
+            gui_gc.stop()
         super().closeEvent(event)
 
     def when_idle(self, callback: Any, timeout_ms: int = 600_000) -> None:

@@ -14,6 +14,16 @@ pytest.importorskip("PySide6")
 pytest.importorskip("pytestqt")
 
 
+@pytest.fixture(autouse=True)
+def gc_on_the_gui_thread(qapp):
+    """As the app does while a window lives: no cyclic garbage holding Qt objects is ever collected on a worker
+    thread (that crashed the suite; see gradscope.qt.gui_gc)."""
+    from gradscope.qt import gui_gc
+
+    with gui_gc.on_gui_thread():
+        yield
+
+
 @pytest.fixture(scope="session")
 def model_file(tmp_path_factory):
     path = tmp_path_factory.mktemp("models") / "tiny.keras"
