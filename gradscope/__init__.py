@@ -28,6 +28,7 @@ _LAZY = {
     "explain": "gradscope.api",
     "Explanation": "gradscope.api",
     "open_engine": "gradscope.api",
+    "read_sidecar": "gradscope.app.export",
     "build_method": "gradscope.rules.methods",
     "available_methods": "gradscope.rules.methods",
 }

@@ -21,6 +21,7 @@ from gradscope import render
 from gradscope.app.view import OverlayImages, ViewSettings
 from gradscope.core.errors import GradscopeError
 from gradscope.core.files import write_atomic, write_text_atomic
+from gradscope.core.formats import SIDECAR_SCHEMA, SidecarFile, decode, encode
 
 FLOW_COLUMNS = ("norm", "mean_abs", "max_abs", "zero_fraction", "nan_count", "inf_count")
 
@@ -61,6 +62,21 @@ def overlay_sidecar(
     }
 
 
+def read_sidecar(path: str | Path) -> dict[str, Any]:
+    """The sidecar of an exported PNG (pass the PNG or its JSON), checked against ``core.formats.SidecarFile``:
+    a hand-edited or foreign file is refused with the place of the problem, not half-read."""
+    p = Path(path)
+    p = p if p.suffix.lower() == ".json" else render.sidecar_path(p)
+    try:
+        raw = p.read_bytes()
+    except OSError as exc:
+        raise ExportError(f"Cannot read the sidecar {p}: {exc.strerror}") from None
+    doc = decode(raw, SidecarFile, what=f"Sidecar {p.name}", error=ExportError)
+    if doc.schema > SIDECAR_SCHEMA:
+        raise ExportError(f"{p.name} has sidecar schema {doc.schema}; this gradscope reads {SIDECAR_SCHEMA}.")
+    return encode(doc)
+
+
 def refuse_overwriting(outputs: Iterable[str | Path], inputs: Iterable[str | Path | None]) -> None:
     """Raise ``ExportError`` if an output path is one of the inputs (``--out plan.png`` next to ``plan.json``
     would otherwise replace the plan with the sidecar)."""
@@ -71,6 +87,20 @@ def refuse_overwriting(outputs: Iterable[str | Path], inputs: Iterable[str | Pat
 
 
 MIN_LONG_SIDE = 512  # a 64x64 overlay is a thumbnail nobody can read: exports are at least this long
+# A requested size is checked before anything is allocated: 100000 px asked for 30 GB and the kernel's OOM
+# killer ended the process. 8192 px is a 200 MB picture, past any screen or print use.
+SIZE_RANGE = (16, 8192)
+
+
+def check_long_side(long_side: int | None) -> None:
+    """Raise ``ExportError`` for a requested long side outside ``SIZE_RANGE`` (None: the default size)."""
+    if long_side is None:
+        return
+    low, high = SIZE_RANGE
+    if isinstance(long_side, bool) or not isinstance(long_side, int) or not low <= long_side <= high:
+        raise ExportError(
+            f"Cannot export at {long_side!r} px: the long side must be a whole number from {low} to {high}."
+        )
 
 
 def export_picture(
@@ -86,6 +116,7 @@ def export_picture(
     an optional colour bar below it."""
     picture = images.heat if map_only else images.picture
     h, w = picture.shape[:2]
+    check_long_side(long_side)
     target = long_side if long_side else max(MIN_LONG_SIDE, h, w)
     if target < 8:
         raise ExportError(f"An overlay needs a long side of at least 8 pixels, got {target}.")

@@ -10,10 +10,10 @@ from typing import Any
 
 from gradscope.app.view import ViewSettings
 from gradscope.core.errors import GradscopeError
+from gradscope.core.formats import SESSION_SCHEMA, SessionFile, decode, encode
 from gradscope.core.targets import Target
 from gradscope.rules.plan import Plan
 
-SESSION_SCHEMA = 1
 SESSION_SUFFIX = ".gradscope.json"
 
 
@@ -35,30 +35,26 @@ class SessionFileError(GradscopeError):
 
 
 def read_session_file(path: str | Path) -> dict[str, Any]:
+    """The session file as plain JSON values, checked against ``core.formats.SessionFile`` (and its plan, target
+    and view against theirs) before anything changes."""
     p = Path(path)
     if p.exists() and not p.is_file():
         raise SessionFileError(f"{p} is not a regular file.")
     try:
-        data = json.loads(p.read_text())
+        raw = p.read_bytes()
     except OSError as exc:
         raise SessionFileError(f"Cannot read session file {p}: {exc.strerror}") from None
-    except json.JSONDecodeError as exc:
-        raise SessionFileError(f"{p.name} is not a gradscope session (invalid JSON: {exc}).") from None
-    if not isinstance(data, dict) or "model" not in data:
-        raise SessionFileError(f"{p.name} is not a gradscope session file (no 'model').")
-    schema = data.get("schema", 1)
-    if not isinstance(schema, int) or schema > SESSION_SCHEMA:
-        raise SessionFileError(f"{p.name} has session schema {schema}; this gradscope reads {SESSION_SCHEMA}.")
-    if not data.get("model"):
+    doc = decode(raw, SessionFile, what=f"Session file {p.name}", error=SessionFileError)
+    if doc.schema > SESSION_SCHEMA:
+        raise SessionFileError(f"{p.name} has session schema {doc.schema}; this gradscope reads {SESSION_SCHEMA}.")
+    if not doc.model:
         raise SessionFileError(f"{p.name} names no model file.")
+    data = encode(doc)
     try:
-        Plan.from_dict(data.get("plan") or {})
-        Target.from_dict(data.get("target") or {})
-        view = data.get("view") or {}
-        if not isinstance(view, dict):
-            raise SessionFileError("'view' must be an object of view settings.")
-        ViewSettings.from_dict(view).check()
-    except (GradscopeError, TypeError) as exc:
+        Plan.from_dict(data["plan"])
+        Target.from_dict(data["target"])
+        ViewSettings.from_dict(data["view"]).check()
+    except GradscopeError as exc:
         raise SessionFileError(f"{p.name}: {exc}") from None
     return data
 

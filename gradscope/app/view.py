@@ -15,6 +15,7 @@ import numpy as np
 
 from gradscope import render
 from gradscope.core.errors import GradscopeError
+from gradscope.core.formats import ViewFile, decode
 
 INPUT_KEY = "<input>"  # flow-table / stats key of the model input (it is not an engine node)
 NORMALIZATIONS = tuple(n for n in render.NORMALIZATIONS if n != "abs_max")  # abs_max: an alias of abs
@@ -60,9 +61,11 @@ class ViewSettings:
             raise ViewError("Cannot draw the map with " + "; ".join(problems) + ".")
 
     @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> ViewSettings:
-        names = {f.name for f in dataclasses.fields(cls)}
-        return cls(**{k: v for k, v in (data or {}).items() if k in names})
+    def from_dict(cls, data: Any, *, what: str = "The view settings") -> ViewSettings:
+        """View settings from parsed JSON, checked against ``core.formats.ViewFile`` (unknown keys are errors:
+        they used to be dropped silently)."""
+        doc = decode(data or {}, ViewFile, what=what, error=ViewError, parsed=True)
+        return cls(**{f: getattr(doc, f) for f in doc.__struct_fields__})
 
     @classmethod
     def for_method(cls, method: Any, **overrides: Any) -> ViewSettings:

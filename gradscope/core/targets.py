@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 from gradscope.core.errors import TargetError
 
@@ -87,14 +88,19 @@ class Target:
         return {k: v for k, v in self.__dict__.items() if v is not None}
 
     @classmethod
-    def from_dict(cls, data: dict) -> Target:
-        data = dict(data)
-        if "neuron" in data and data["neuron"] is not None:
-            data["neuron"] = tuple(data["neuron"])
-        try:
-            return cls(**data)
-        except TypeError as exc:
-            raise TargetError(f"Bad target {data}: {exc}") from None
+    def from_dict(cls, data: Any, *, what: str = "The target") -> Target:
+        """A target from parsed JSON, checked against ``core.formats.TargetFile`` (unknown keys, wrong types)."""
+        from gradscope.core.formats import TargetFile, decode
+
+        doc = decode(data, TargetFile, what=what, error=TargetError, parsed=True)
+        return cls(
+            kind=doc.kind,
+            index=doc.index,
+            node=doc.node,
+            neuron=None if doc.neuron is None else tuple(doc.neuron),
+            channel=doc.channel,
+            loss=doc.loss,
+        )
 
     @classmethod
     def parse(cls, text: str | None) -> Target:

@@ -17,8 +17,7 @@ import numpy as np
 from PIL import Image
 
 from gradscope.core.files import write_atomic, write_text_atomic
-
-SIDECAR_SCHEMA = 2  # 2: one schema for every front end (view: colormap/alpha/normalization/reduction/style)
+from gradscope.core.formats import SIDECAR_SCHEMA
 
 
 def sidecar_path(path: str | Path) -> Path:

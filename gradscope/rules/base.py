@@ -210,23 +210,21 @@ def make_params(cls: type[Rule], params: dict[str, Any] | None) -> Any:
 
 
 def _coerce(rule: str, key: str, f: dataclasses.Field, value: Any) -> Any:
+    """``value`` checked against the parameter's declared type; a whole number may stand for a float and a
+    float with no fraction for an int, nothing else is converted ("2", "yes" used to be read silently)."""
     kind = f.type if isinstance(f.type, str) else getattr(f.type, "__name__", str(f.type))
-    try:
-        if kind == "float":
-            number = float(value)
-            if math.isnan(number):  # NaN silently turned every map into the plain input (exit 0)
-                raise PlanError(f"Rule {rule!r}: parameter {key!r} is NaN; give a number.")
-            return number
-        if kind == "int":
-            return int(value)
-        if kind == "bool":
-            if isinstance(value, str):
-                return value.strip().lower() in ("1", "true", "yes", "on")
-            return bool(value)
-        if kind == "str":
-            return str(value)
-    except (TypeError, ValueError):
-        raise PlanError(f"Rule {rule!r}: parameter {key!r} must be {kind}, got {value!r}.") from None
+    is_number = isinstance(value, (int, float)) and not isinstance(value, bool)
+    if kind == "float" and is_number:
+        if math.isnan(value):  # NaN silently turned every map into the plain input (exit 0)
+            raise PlanError(f"Rule {rule!r}: parameter {key!r} is NaN; give a number.")
+        return float(value)
+    if kind == "int" and is_number and float(value).is_integer():
+        return int(value)
+    if (kind == "bool" and isinstance(value, bool)) or (kind == "str" and isinstance(value, str)):
+        return value
+    if kind in ("float", "int", "bool", "str"):
+        words = {"float": "a number", "int": "a whole number", "bool": "true or false", "str": "a string"}[kind]
+        raise PlanError(f"Rule {rule!r}: parameter {key!r} must be {words}, got {value!r}.")
     return value
 
 

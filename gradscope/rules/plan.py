@@ -22,10 +22,10 @@ from pathlib import Path
 from typing import Any
 
 from gradscope.core.errors import PlanError
+from gradscope.core.formats import PLAN_SCHEMA, PlanDocument, PlanFile, decode
 from gradscope.core.graph import LayerGraph, NodeSpec
 from gradscope.rules.base import Rule, get_rule_class, make_params
 
-PLAN_SCHEMA = 1
 _KINDS = ("node", "type", "activation", "name", "group")
 
 
@@ -151,32 +151,24 @@ class Plan:
         return json.dumps(self.to_dict(), indent=2)
 
     @classmethod
-    def from_dict(cls, data: Any) -> Plan:
-        if isinstance(data, list):  # a bare list of entries
-            data = {"entries": data}
-        if not isinstance(data, dict) or not isinstance(data.get("entries", []), list):
-            raise PlanError('A plan is {"entries": [{"select": ..., "rule": ..., "params": {...}}, ...]}.')
-        schema = data.get("schema", PLAN_SCHEMA)
-        if not isinstance(schema, int) or isinstance(schema, bool):
-            raise PlanError(f"Plan schema must be a whole number, got {schema!r}.")
-        if schema > PLAN_SCHEMA:
-            raise PlanError(f"Plan schema {schema} is newer than this gradscope understands ({PLAN_SCHEMA}).")
-        entries = []
-        for i, e in enumerate(data.get("entries", [])):
-            if not isinstance(e, dict) or "rule" not in e:
-                raise PlanError(f"Plan entry {i} needs at least a 'rule' (and usually a 'select').")
-            params = e.get("params") or {}
-            if not isinstance(params, dict):
-                raise PlanError(f"Plan entry {i}: 'params' must be an object.")
-            entries.append(PlanEntry(str(e.get("select", "*")), str(e["rule"]), dict(params)))
-        return cls(tuple(entries), str(data.get("name", "")))
+    def from_dict(cls, data: Any, *, what: str = "The plan") -> Plan:
+        """A plan from parsed JSON: ``{"entries": [...]}`` or a bare list of entries, checked against the one
+        declared format (``core.formats.PlanFile``): unknown keys, a missing ``select`` and wrong types are
+        errors naming the place."""
+        return cls._from_document(decode(data, PlanDocument, what=what, error=PlanError, parsed=True), what)
 
     @classmethod
-    def from_json(cls, text: str) -> Plan:
-        try:
-            return cls.from_dict(json.loads(text))
-        except json.JSONDecodeError as exc:
-            raise PlanError(f"Plan is not valid JSON: {exc}") from None
+    def from_json(cls, text: str | bytes, *, what: str = "The plan") -> Plan:
+        """A plan from JSON text (UTF-8, a byte-order mark allowed)."""
+        return cls._from_document(decode(text, PlanDocument, what=what, error=PlanError), what)
+
+    @classmethod
+    def _from_document(cls, doc: Any, what: str) -> Plan:
+        if isinstance(doc, list):
+            doc = PlanFile(entries=doc)
+        if doc.schema > PLAN_SCHEMA:
+            raise PlanError(f"{what} has schema {doc.schema}, newer than this gradscope understands ({PLAN_SCHEMA}).")
+        return cls(tuple(PlanEntry(e.select, e.rule, dict(e.params)) for e in doc.entries), doc.name)
 
     @classmethod
     def load(cls, path: str | Path) -> Plan:
@@ -184,10 +176,10 @@ class Plan:
         if path.exists() and not path.is_file():
             raise PlanError(f"{path} is not a regular file.")
         try:
-            text = path.read_text()
+            data = path.read_bytes()
         except OSError as exc:
             raise PlanError(f"Cannot read plan file {path}: {exc.strerror}") from None
-        return cls.from_json(text)
+        return cls.from_json(data, what=f"Plan file {path.name}")
 
     def save(self, path: str | Path) -> None:
         """Write the plan as JSON, atomically (an existing plan file is never left half-written)."""

@@ -410,7 +410,7 @@ def test_exports_and_session_file_round_trip(tmp_path, model, image):
 def test_bad_session_files(tmp_path):
     p = tmp_path / "x.gradscope.json"
     p.write_text("{nope")
-    with pytest.raises(SessionFileError, match="invalid JSON"):
+    with pytest.raises(SessionFileError, match="not valid JSON"):
         read_session_file(p)
     p.write_text(json.dumps({"schema": 99, "model": "m.keras"}))
     with pytest.raises(SessionFileError, match="schema 99"):
