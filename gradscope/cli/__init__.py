@@ -169,10 +169,13 @@ def cmd_rules(args: argparse.Namespace) -> int:
 
 def cmd_explain(args: argparse.Namespace) -> int:
     from gradscope.api import explain
+    from gradscope.app.export import check_long_side
     from gradscope.core.targets import Target
     from gradscope.io.images import list_images
     from gradscope.rules.plan import Plan
 
+    check_long_side(args.size)  # before the model loads: an absurd size is one line, at once
+    plan = Plan.load(args.plan) if args.plan else None  # a bad plan too
     engine = _engine(args)
     image_arg = Path(args.image) if args.image else Path(_demo_image())
     images = list_images(image_arg) if image_arg.is_dir() else [image_arg]
@@ -184,7 +187,6 @@ def cmd_explain(args: argparse.Namespace) -> int:
         out.mkdir(parents=True, exist_ok=True)
     elif out.suffix.lower() != ".png":
         raise GradscopeError(f"--out must be a .png file (got {out}); for a folder of images give a folder.")
-    plan = Plan.load(args.plan) if args.plan else None
     target = Target.parse(args.target)
     method = None if (plan is not None and args.method is None) else (args.method or "gradient")
     written, failed, warned, method_warnings = [], [], 0, ()
@@ -460,6 +462,7 @@ def build_parser() -> argparse.ArgumentParser:
     _diagnostic_options(p)
     p.add_argument("--plan", help="plan JSON file: the flow under these rules (default: the plain gradient)")
     p.add_argument("--no-weights", action="store_true", help="skip weight gradients (faster; no |grad W|/|W|)")
+    p.add_argument("--strict", action="store_true", help="exit 1 on a warning (NaN/Inf in the input or weights)")
     p.add_argument("--csv", metavar="FILE", help="write one row per node to FILE")
     p.add_argument("--png", metavar="FILE", help="write a chart of the flow to FILE")
     p.set_defaults(func=_delegate("gradscope.cli.diagnose", "cmd_flow"))

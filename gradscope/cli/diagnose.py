@@ -2,15 +2,29 @@
 
 from __future__ import annotations
 
+import sys
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
 from gradscope.cli import _engine
+from gradscope.core.results import non_finite_input_warnings
 from gradscope.core.targets import Target
 from gradscope.engine.flow import gradient_flow
 from gradscope.engine.paths import diagnose_model
+
+MAX_INPUT_BYTES = 2 << 30  # an array input is checked before it is read: 2 GiB is far past any batch here
+
+
+def _check_input_size(name: str, nbytes: int) -> None:
+    from gradscope.core.errors import ImageLoadError
+
+    if nbytes > MAX_INPUT_BYTES:
+        raise ImageLoadError(
+            f"{name} holds {nbytes / 2**30:.1f} GiB; gradscope reads array inputs up to "
+            f"{MAX_INPUT_BYTES / 2**30:.0f} GiB. Pass a smaller batch."
+        )
 
 
 def _cli_inputs(args: Any, engine: Any) -> list[np.ndarray] | None:
@@ -28,14 +42,17 @@ def _cli_inputs(args: Any, engine: Any) -> list[np.ndarray] | None:
             raise ImageLoadError(f"Input file not found: {p}")
         if p.suffix.lower() in (".npy", ".npz"):
             try:
-                loaded = np.load(p, allow_pickle=False)
+                loaded = np.load(p, mmap_mode="r", allow_pickle=False)  # .npy: the header only, for now
             except (OSError, ValueError) as exc:
                 raise ImageLoadError(f"Cannot read {p.name} as a NumPy array: {exc}") from None
             if isinstance(loaded, np.ndarray):
-                arrays.append(loaded)
+                _check_input_size(p.name, loaded.nbytes)
+                arrays.append(np.array(loaded))
             else:
                 with loaded:
-                    arrays.extend(loaded[k] for k in loaded.files)
+                    for k in loaded.files:
+                        _check_input_size(f"{p.name}[{k}]", loaded.zip.getinfo(f"{k}.npy").file_size)
+                        arrays.append(loaded[k])
         else:
             from gradscope.io.images import load_image, prepare_input
 
@@ -123,6 +140,12 @@ def cmd_flow(args: Any) -> int:
         _info(args, f"wrote {report.to_csv(args.csv)}")
     if getattr(args, "png", None):
         _info(args, f"wrote {report.to_png(args.png)}")
+    warnings = non_finite_input_warnings(xs) + engine.weight_problems()
+    for w in warnings:
+        print(f"warning: {w}", file=sys.stderr)  # shown even with -q: the table alone does not say why
+    if warnings and getattr(args, "strict", False):
+        print("--strict: warnings make this a failure.", file=sys.stderr)
+        return 1
     return 0
 
 

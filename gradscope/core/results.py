@@ -13,6 +13,23 @@ import numpy as np
 STAT_NAMES = ("norm", "mean_abs", "max_abs", "zero_fraction", "nan_count", "inf_count")
 
 
+def non_finite_input_warnings(inputs: Any) -> list[str]:
+    """One line per model input holding NaN or Inf (reported like NaN/Inf weights: the maps and the flow of
+    such an input are NaN, and nothing else says why)."""
+    inputs = list(inputs)
+    out = []
+    for i, x in enumerate(inputs):
+        x = np.asarray(x)
+        if np.issubdtype(x.dtype, np.floating) and not np.isfinite(x).all():
+            nan, inf = int(np.isnan(x).sum()), int(np.isinf(x).sum())
+            which = "the input" if len(inputs) == 1 else f"input {i}"
+            out.append(
+                f"{which} has {nan} NaN and {inf} Inf of {x.size} values: every gradient that depends on them is "
+                "NaN (check how the input was made)"
+            )
+    return out
+
+
 @dataclass(frozen=True)
 class NodeStats:
     """Statistics of the gradient arriving at a node's output (over the whole batch)."""
@@ -110,6 +127,7 @@ class BackwardResult:
         """What makes this result misleading whatever the map: selectors that matched no node, NaN/Inf weights
         (``meta["weight_problems"]``, from the engine) and NaN/Inf outputs."""
         out = [f"selector {s!r} matched no node: its rule is not applied" for s in self.unmatched]
+        out += non_finite_input_warnings(self.inputs or ())
         out += list(self.meta.get("weight_problems", ()))
         logits = np.asarray(self.logits)
         if logits.size and not np.isfinite(logits).all():
