@@ -21,7 +21,7 @@ from gradscope import render
 from gradscope.app.view import OverlayImages, ViewSettings
 from gradscope.core.errors import GradscopeError
 from gradscope.core.files import write_atomic, write_text_atomic
-from gradscope.core.formats import SIDECAR_SCHEMA, SidecarFile, decode, encode
+from gradscope.core.formats import SIDECAR_SCHEMA, SidecarFile, encode, read_file
 
 FLOW_COLUMNS = ("norm", "mean_abs", "max_abs", "zero_fraction", "nan_count", "inf_count")
 
@@ -67,11 +67,7 @@ def read_sidecar(path: str | Path) -> dict[str, Any]:
     a hand-edited or foreign file is refused with the place of the problem, not half-read."""
     p = Path(path)
     p = p if p.suffix.lower() == ".json" else render.sidecar_path(p)
-    try:
-        raw = p.read_bytes()
-    except OSError as exc:
-        raise ExportError(f"Cannot read the sidecar {p}: {exc.strerror}") from None
-    doc = decode(raw, SidecarFile, what=f"Sidecar {p.name}", error=ExportError)
+    doc = read_file(p, SidecarFile, what="sidecar", error=ExportError)
     if doc.schema > SIDECAR_SCHEMA:
         raise ExportError(f"{p.name} has sidecar schema {doc.schema}; this gradscope reads {SIDECAR_SCHEMA}.")
     return encode(doc)

@@ -10,7 +10,7 @@ from typing import Any
 
 from gradscope.app.view import ViewSettings
 from gradscope.core.errors import GradscopeError
-from gradscope.core.formats import SESSION_SCHEMA, SessionFile, decode, encode
+from gradscope.core.formats import SESSION_SCHEMA, SessionFile, encode, read_file
 from gradscope.core.targets import Target
 from gradscope.rules.plan import Plan
 
@@ -38,13 +38,7 @@ def read_session_file(path: str | Path) -> dict[str, Any]:
     """The session file as plain JSON values, checked against ``core.formats.SessionFile`` (and its plan, target
     and view against theirs) before anything changes."""
     p = Path(path)
-    if p.exists() and not p.is_file():
-        raise SessionFileError(f"{p} is not a regular file.")
-    try:
-        raw = p.read_bytes()
-    except OSError as exc:
-        raise SessionFileError(f"Cannot read session file {p}: {exc.strerror}") from None
-    doc = decode(raw, SessionFile, what=f"Session file {p.name}", error=SessionFileError)
+    doc = read_file(p, SessionFile, what="session file", error=SessionFileError)
     if doc.schema > SESSION_SCHEMA:
         raise SessionFileError(f"{p.name} has session schema {doc.schema}; this gradscope reads {SESSION_SCHEMA}.")
     if not doc.model:

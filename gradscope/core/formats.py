@@ -14,6 +14,7 @@ import difflib
 import json
 import re
 import typing
+from pathlib import Path
 from typing import Any, Union
 
 import msgspec
@@ -147,6 +148,19 @@ def decode(
         raise error(f"{what}: {explain(str(exc), kind)}") from None
     except UnicodeDecodeError as exc:
         raise error(f"{what} is not UTF-8 text ({exc.reason} at byte {exc.start}).") from None
+
+
+def read_file(path: str | Path, kind: Any, *, what: str, error: type[GradscopeError] = FormatError) -> Any:
+    """The file at ``path`` decoded as ``kind`` (``what``: "plan file", "session file", "sidecar"), every failure
+    an ``error`` with one line: not a regular file, unreadable, not UTF-8 / JSON, or not the format."""
+    p = Path(path)
+    if p.exists() and not p.is_file():
+        raise error(f"{p} is not a regular file.")
+    try:
+        raw = p.read_bytes()
+    except OSError as exc:
+        raise error(f"Cannot read the {what} {p}: {exc.strerror}") from None
+    return decode(raw, kind, what=f"{what[:1].upper()}{what[1:]} {p.name}", error=error)
 
 
 def encode(value: Any) -> Any:

@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from gradscope.core.errors import PlanError
-from gradscope.core.formats import PLAN_SCHEMA, PlanDocument, PlanFile, decode
+from gradscope.core.formats import PLAN_SCHEMA, PlanDocument, PlanFile, decode, read_file
 from gradscope.core.graph import LayerGraph, NodeSpec
 from gradscope.rules.base import Rule, get_rule_class, make_params
 
@@ -172,14 +172,8 @@ class Plan:
 
     @classmethod
     def load(cls, path: str | Path) -> Plan:
-        path = Path(path)
-        if path.exists() and not path.is_file():
-            raise PlanError(f"{path} is not a regular file.")
-        try:
-            data = path.read_bytes()
-        except OSError as exc:
-            raise PlanError(f"Cannot read plan file {path}: {exc.strerror}") from None
-        return cls.from_json(data, what=f"Plan file {path.name}")
+        """A plan file (UTF-8, a byte-order mark allowed), checked like ``from_dict``."""
+        return cls._from_document(read_file(path, PlanDocument, what="plan file", error=PlanError), str(path))
 
     def save(self, path: str | Path) -> None:
         """Write the plan as JSON, atomically (an existing plan file is never left half-written)."""
