@@ -161,3 +161,14 @@ def test_explain_at_a_chosen_size_with_a_colour_bar(model_file, image_dir, tmp_p
     bar_row = img[64 + 4 + 2]  # inside the bar, after a 4 px gap: low end of the colormap left, high end right
     assert not np.array_equal(bar_row[2], bar_row[-3])
     assert json.loads(out.with_suffix(".json").read_text())["export"]["colorbar"] is True
+
+
+def test_gui_takes_the_window_options(monkeypatch):
+    """``gradscope gui --screenshot x.png`` (as CI's install check runs it) reaches the window's own parser."""
+    from gradscope.cli import main
+
+    seen = []
+    monkeypatch.setattr("gradscope.qt.app.main", lambda argv: seen.append(argv) or 0)
+    assert main(["gui", "--size", "1024x640", "--screenshot", "x.png"]) == 0
+    assert main(["--debug", "gui", "m.keras", "--no-demo"]) == 0
+    assert seen == [["--size", "1024x640", "--screenshot", "x.png"], ["m.keras", "--no-demo"]]

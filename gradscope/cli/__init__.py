@@ -279,8 +279,7 @@ def _batch_output(out: Path, image: Path, method: str, stems: list[str], taken: 
 def cmd_gui(args: argparse.Namespace) -> int:
     from gradscope.qt.app import main as gui_main
 
-    argv = [a for a in (args.model, args.image) if a]
-    return gui_main(argv)
+    return gui_main([a for a in (args.model, args.image) if a])
 
 
 def _delegate(module: str, function: str) -> Callable[[argparse.Namespace], int]:
@@ -475,7 +474,13 @@ def build_parser() -> argparse.ArgumentParser:
     _diagnostic_options(p)
     p.set_defaults(func=_delegate("gradscope.cli.diagnose", "cmd_diagnose"))
 
-    p = sub.add_parser("gui", help="open the desktop GUI")
+    p = sub.add_parser(
+        "gui",
+        help="open the desktop GUI",
+        description="Open the desktop GUI. It also takes the window's options: --screenshot PNG, --size WxH, "
+        "--select NODE, --method NAME, --rule RULE, --no-demo, ... (`gradscope gui -h` lists them all).",
+        add_help=False,
+    )
     p.add_argument("model", nargs="?")
     p.add_argument("image", nargs="?")
     p.set_defaults(func=cmd_gui)
@@ -515,6 +520,12 @@ def _exit_on_interrupt_in_native_code(grace: float = 1.0) -> None:
 
 def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
+    words = list(sys.argv[1:] if argv is None else argv)
+    command = next((w for w in words if not w.startswith("-")), None)
+    if command == "gui":  # the window parses its own options (--screenshot, --size, --select, ...): qt.app
+        from gradscope.qt.app import main as gui_main
+
+        return gui_main(words[words.index("gui") + 1 :])
     args = parser.parse_args(argv)
     if argv is None and args.command != "gui":  # a real command line (the GUI handles its own shutdown)
         _exit_on_interrupt_in_native_code()
