@@ -22,9 +22,10 @@ if grep -i "warning" "$work/build.log" | grep -v "^WARNING: Location" >/dev/null
   cat "$work/build.log"; fail "the build printed warnings"
 fi
 whl=$(ls "$work"/dist/*.whl)
+.venv/bin/python -m zipfile -l "$whl" > "$work/wheel.txt"
 for member in gradscope/resources/demo/shapes_cnn.keras gradscope/resources/icons/gradscope.svg \
   gradscope/resources/rules/weight_aware_example.py gradscope/resources/demo/images/circle_0.png; do
-  .venv/bin/python -m zipfile -l "$whl" | grep -q "$member" || fail "the wheel lacks $member"
+  grep -q "$member" "$work/wheel.txt" || fail "the wheel lacks $member"
 done
 
 say "a fresh venv with tensorflow==$TF_VERSION and keras==$KERAS_VERSION (the user's environment)"
