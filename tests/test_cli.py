@@ -133,7 +133,11 @@ def test_ctrl_c_ends_a_rule_stuck_in_native_code(tmp_path):
     # and then blocks the child's last message, so the child never ends (seen once in CI)
     err_path = tmp_path / "stderr.txt"
     with open(err_path, "w") as err:
-        proc = subprocess.Popen(cmd, env=env, stderr=err, text=True)
+        # as at a terminal: a suite started in the background by a non-interactive shell (as CI may be) has
+        # SIGINT ignored, the child would inherit that, and no Ctrl-C could ever reach it
+        proc = subprocess.Popen(
+            cmd, env=env, stderr=err, text=True, preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL)
+        )
     try:
         deadline = time.monotonic() + 120
         while not marker.exists() and proc.poll() is None and time.monotonic() < deadline:
