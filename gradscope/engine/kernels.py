@@ -39,12 +39,12 @@ def missing_kernel_cause(exc: BaseException) -> str | None:
 
 
 def missing_kernel_op(exc: BaseException) -> str | None:
+    """The TensorFlow op without a kernel (``Conv2DBackpropInput``), or None when the message does not say
+    (a compiled function's error names the function, ``[Op:__inference_fn_12]``, not the op)."""
     message = str(exc)
-    found = re.search(r"\[Op:(\w+)\]", message) or re.search(r"__wrapped__(\w+?)_device", message)
-    if found:
-        return found.group(1)
-    op = getattr(exc, "op", None)
-    return getattr(op, "type", None)
+    candidates = re.findall(r"__wrapped__(\w+?)_device", message) + re.findall(r"\[Op:(\w+)\]", message)
+    candidates.append(getattr(getattr(exc, "op", None), "type", None) or "")
+    return next((c for c in candidates if c and not c.startswith("__")), None)
 
 
 def _node_of_op(graph: LayerGraph, exc: BaseException) -> str | None:

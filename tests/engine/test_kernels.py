@@ -69,6 +69,7 @@ def test_a_graph_mode_error_is_named_by_its_op_name():
     )
     error = as_missing_kernel(exc, engine.graph)
     assert error is not None and error.node_id == "up" and "Conv2DTranspose" in str(error)
+    assert "__inference" not in str(error)  # the function's name is not an op the user could look up
 
 
 def test_an_eager_forward_without_the_kernel_names_the_node_it_ran(monkeypatch):
