@@ -24,14 +24,15 @@ def _range(bounds: tuple[tuple[int, int], tuple[int, int]]) -> str:
     return f"{a}.{b}-{c}.{d}"
 
 
-def _minor(version: str) -> tuple[int, int]:
-    parts = [int("".join(ch for ch in p if ch.isdigit()) or 0) for p in version.split(".")[:2]]
-    return (parts + [0, 0])[0], (parts + [0, 0])[1]
+def version_tuple(version: str, parts: int = 3) -> tuple[int, ...]:
+    """``"3.15.1"`` -> ``(3, 15, 1)``; digits only per part (``"2.21.0rc1"`` -> ``(2, 21, 0)``), zero-padded."""
+    numbers = [int("".join(ch for ch in p.split("rc")[0] if ch.isdigit()) or 0) for p in version.split(".")[:parts]]
+    return tuple(numbers + [0] * (parts - len(numbers)))
 
 
 def version_problem(name: str, version: str, bounds: tuple[tuple[int, int], tuple[int, int]]) -> tuple[bool, str]:
     """(fatal, message) when ``version`` of ``name`` lies outside ``bounds``; (False, "") when inside."""
-    have = _minor(version)
+    have = version_tuple(version, 2)
     if have < bounds[0]:
         return True, (
             f"gradscope needs {name} {_range(bounds)}; this environment has {name} {version}. "
@@ -288,4 +289,5 @@ __all__ = [
     "keras_saving_steps",
     "tf",
     "version_problem",
+    "version_tuple",
 ]

@@ -276,12 +276,6 @@ def _batch_output(out: Path, image: Path, method: str, stems: list[str], taken: 
     return out / name
 
 
-def cmd_gui(args: argparse.Namespace) -> int:
-    from gradscope.qt.app import main as gui_main
-
-    return gui_main([a for a in (args.model, args.image) if a])
-
-
 def _delegate(module: str, function: str) -> Callable[[argparse.Namespace], int]:
     """Commands implemented in other modules (diagnostics), imported only when used."""
 
@@ -339,30 +333,43 @@ def _diagnostic_options(p: argparse.ArgumentParser) -> None:
 
 
 def version_line() -> str:
-    """``gradscope X (TensorFlow Y as <distribution>, Keras Z)``, read from the installed metadata: no import of
+    """``gradscope X (TensorFlow Y as <distribution>; Keras Z)``, read from the installed metadata: no import of
     TensorFlow, so it answers at once and also where TensorFlow is missing."""
     from importlib import metadata
 
     from gradscope import __version__
 
-    def installed(*names: str) -> str | None:
+    def installed(*names: str) -> tuple[str, str] | None:
         for name in names:
             try:
-                return f"{metadata.version(name)} as {name}"
+                return metadata.version(name), name
             except metadata.PackageNotFoundError:
                 continue
         return None
 
-    tf = installed("tensorflow", "tensorflow-cpu", "tf-nightly", "tensorflow-macos") or "not installed"
-    keras = installed("keras") or "not installed"
-    return f"gradscope {__version__} (TensorFlow {tf}; Keras {keras.split(' as ')[0]})"
+    tf = installed("tensorflow", "tensorflow-cpu", "tf-nightly", "tensorflow-macos")
+    keras = installed("keras")
+    tf_text = f"{tf[0]} as {tf[1]}" if tf else "not installed"
+    return f"gradscope {__version__} (TensorFlow {tf_text}; Keras {keras[0] if keras else 'not installed'})"
+
+
+class _VersionAction(argparse.Action):
+    """``--version``: the metadata is read only when asked (~20 ms otherwise spent on every command)."""
+
+    def __init__(self, option_strings: list[str], dest: str = argparse.SUPPRESS, **kwargs: Any) -> None:
+        super().__init__(option_strings, dest, nargs=0, default=argparse.SUPPRESS, **kwargs)
+
+    def __call__(self, parser: argparse.ArgumentParser, *args: Any) -> None:
+        parser.exit(message=version_line() + "\n")
 
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="gradscope", description="Visual debugger for gradients of Keras 3 models (TensorFlow backend)."
     )
-    parser.add_argument("--version", action="version", version=version_line())
+    parser.add_argument(
+        "--version", action=_VersionAction, help="show gradscope's, TensorFlow's and Keras' versions and exit"
+    )
     parser.add_argument("--debug", action="store_true", help="show tracebacks of internal errors")
     parser.add_argument("-q", "--quiet", action="store_true", help="print only results")
     parser.add_argument(
@@ -474,16 +481,14 @@ def build_parser() -> argparse.ArgumentParser:
     _diagnostic_options(p)
     p.set_defaults(func=_delegate("gradscope.cli.diagnose", "cmd_diagnose"))
 
-    p = sub.add_parser(
+    # Listed for --help only: main() hands `gui ...` to the window's own parser (qt.app) before parsing.
+    sub.add_parser(
         "gui",
         help="open the desktop GUI",
         description="Open the desktop GUI. It also takes the window's options: --screenshot PNG, --size WxH, "
         "--select NODE, --method NAME, --rule RULE, --no-demo, ... (`gradscope gui -h` lists them all).",
         add_help=False,
     )
-    p.add_argument("model", nargs="?")
-    p.add_argument("image", nargs="?")
-    p.set_defaults(func=cmd_gui)
     return parser
 
 

@@ -586,14 +586,12 @@ def _saved_by_newer_keras(p: Path) -> tuple[str, str] | None:
             saved = json.loads(_read_member(zf, "metadata.json", p)).get("keras_version")
     except (zipfile.BadZipFile, OSError, KeyError, ValueError, GradscopeError):
         return None
+    from gradscope.backend import version_tuple  # loaded already: this runs after Keras failed to load the file
+
     running = str(import_keras().__version__)
-    if not isinstance(saved, str) or _version_tuple(saved) <= _version_tuple(running):
+    if not isinstance(saved, str) or version_tuple(saved) <= version_tuple(running):
         return None
     return saved, running
-
-
-def _version_tuple(version: str) -> tuple[int, ...]:
-    return tuple(int("".join(c for c in part if c.isdigit()) or 0) for part in version.split(".")[:3])
 
 
 def _translate_error(
