@@ -40,7 +40,7 @@ def image_dir(tmp_path_factory):
 def test_graph_prints_node_table(model_file, capsys):
     assert main(["graph", str(model_file)]) == 0
     out = capsys.readouterr().out
-    for node_id in ("conv", "conv:act", "pool", "flat", "probs", "probs:act"):
+    for node_id in ("conv:pre", "conv", "pool", "flat", "probs:pre", "probs"):
         assert node_id in out
 
 
@@ -68,7 +68,7 @@ def test_explain_with_plan_file_and_layer(model_file, image_dir, tmp_path, capsy
     assert code == 0, capsys.readouterr().err
     sidecar = json.loads(out.with_suffix(".json").read_text())
     assert sidecar["readout_node"] == "conv"
-    assert sidecar["changed_nodes"] == ["conv:act"]
+    assert sidecar["changed_nodes"] == ["conv"]
 
 
 def test_explain_folder_writes_one_overlay_per_image(model_file, image_dir, tmp_path, capsys):
@@ -124,7 +124,7 @@ def test_ctrl_c_ends_a_rule_stuck_in_native_code(tmp_path):
         "        return list(grad_outputs)\n"
     )
     plan = tmp_path / "plan.json"
-    plan.write_text(json.dumps({"entries": [{"select": "conv1:act", "rule": "spin_forever"}]}))
+    plan.write_text(json.dumps({"entries": [{"select": "conv1", "rule": "spin_forever"}]}))
     marker = tmp_path / "started"
     env = {**os.environ, "SPIN_MARKER": str(marker)}
     cmd = [sys.executable, "-m", "gradscope", "explain", "--rules", str(rules), "--plan", str(plan),

@@ -49,7 +49,7 @@ def test_gui_and_cli_exports_of_the_same_result_are_identical(files, tmp_path, m
 
 def test_an_export_never_replaces_an_input(files, tmp_path, capsys):
     plan = tmp_path / "myplan.json"
-    plan.write_text(json.dumps({"entries": [{"select": "conv:act", "rule": "zero"}]}))
+    plan.write_text(json.dumps({"entries": [{"select": "conv", "rule": "zero"}]}))
     before = plan.read_text()
     code = main(
         [

@@ -61,7 +61,7 @@ def test_sys_exit_in_a_rule_is_a_rule_error():
     x = np.zeros((1, 12, 12, 3), np.float32)
     for mode in ("live", "compiled"):
         with pytest.raises(RuleError, match="SystemExit"):
-            engine.backward(x, Target(), Plan().with_entry("c1:act", "_exits_in_backward"), mode=mode)
+            engine.backward(x, Target(), Plan().with_entry("c1", "_exits_in_backward"), mode=mode)
 
 
 def test_sys_exit_in_a_rule_file_is_a_rule_file_error(tmp_path):

@@ -39,7 +39,7 @@ def test_the_exported_script_trains_with_the_plan_the_debugger_showed(tmp_path):
     load_rule_file(rules)
     model_file = tmp_path / "tiny.keras"
     tiny_cnn(seed=3).save(model_file)
-    plan = Plan(name="fix").with_entry("c1:act", "guided_backprop").with_entry("c2", "snippet_half")
+    plan = Plan(name="fix").with_entry("c1", "guided_backprop").with_entry("c2", "snippet_half")
     script = write_plan_snippet(tmp_path / "train", plan, model_file)
     assert script.suffix == ".py"
     assert f"load_rule_file({str(rules)!r})" in script.read_text()

@@ -34,6 +34,8 @@ class PlanEditingMixin:
     def set_plan(self, plan: Plan, *, record: bool = True, run: bool = True) -> bool:
         """Make ``plan`` current (undoable, with the method and read-out now set). Returns False, and reports
         why, if it does not fit the model. ``run=False``: do not compute it (the caller shows its result)."""
+        if self.graph is not None:
+            plan = plan.upgraded(self.graph)  # a plan file of the first id scheme (plan schema 1)
         if not self._validate(plan):
             return False
         if record:

@@ -122,6 +122,7 @@ class ModelLoadingMixin:
         self.target = Target()
         restore, self._restore = self._restore, None
         if restore is not None:
+            restore = restore.upgraded(self.graph)
             self.preprocessing = restore.preprocessing
             self.target = restore.target
             self.view = restore.view

@@ -657,6 +657,7 @@ class Session(PlanEditingMixin, ModelLoadingMixin, ExportingMixin, ComparingMixi
             data.get("selected"),
             data.get("method"),
             data.get("preprocessing") or "unit",
+            data.get("schema", SESSION_SCHEMA),
         )
         self.open_model(data["model"], custom_objects_file=objects)
         return True

@@ -3,14 +3,16 @@ model's description file beside it provides."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from gradscope.app.view import ViewSettings
+from gradscope.app.view import INPUT_KEY, ViewSettings
 from gradscope.core.errors import GradscopeError
 from gradscope.core.formats import SESSION_SCHEMA, SessionFile, encode, read_file
+from gradscope.core.graph import LayerGraph
 from gradscope.core.targets import Target
 from gradscope.rules.plan import Plan
 
@@ -28,6 +30,23 @@ class Restore:
     selected: str | None
     method: str | None
     preprocessing: str
+    schema: int = SESSION_SCHEMA  # the node-id scheme of its ids (1: "<id>:act" for a split activation)
+
+    def upgraded(self, graph: LayerGraph) -> Restore:
+        """The same settings with today's node ids (``LayerGraph.id_from_v1``) when the file is schema 1."""
+        if self.schema >= SESSION_SCHEMA:
+            return self
+
+        def new(node_id: str | None) -> str | None:
+            return graph.id_from_v1(node_id) if node_id else node_id
+
+        target = dataclasses.replace(self.target, node=new(self.target.node)) if self.target.node else self.target
+        view = self.view
+        if view.readout_node and view.readout_node != INPUT_KEY:
+            view = dataclasses.replace(view, readout_node=new(view.readout_node))
+        plan = self.plan.upgraded(graph)
+        selected = new(self.selected)
+        return dataclasses.replace(self, plan=plan, target=target, view=view, selected=selected, schema=SESSION_SCHEMA)
 
 
 class SessionFileError(GradscopeError):

@@ -32,7 +32,7 @@ def weight_info(engine: Any) -> dict[str, list[WeightInfo]]:
     out: dict[str, list[WeightInfo]] = {}
     seen: dict[int, list[WeightInfo]] = {}
     for node in engine.graph.nodes:
-        if node.id.endswith(":act"):
+        if node.fused_with is not None:  # the activation of a fused layer: its weights are at "<id>:pre"
             continue
         op = engine.exec.operations.get(node.id)
         if op is None or not getattr(op, "weights", None) or getattr(op, "layers", None):

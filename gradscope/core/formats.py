@@ -21,9 +21,9 @@ import msgspec
 
 from gradscope.core.errors import GradscopeError
 
-PLAN_SCHEMA = 1
-SESSION_SCHEMA = 1
-SIDECAR_SCHEMA = 2  # 2: one schema for every front end (view: colormap/alpha/normalization/reduction/style)
+PLAN_SCHEMA = 2  # 2: a fused layer's id is its output (the activation), "<id>:pre" its linear part (1: "<id>:act")
+SESSION_SCHEMA = 2  # 2: node ids as in plan schema 2
+SIDECAR_SCHEMA = 3  # 3: node ids as in plan schema 2; 2: one schema for every front end (view settings)
 
 # Editors validate a file against the schema its "$schema" key names; gradscope accepts and ignores the key.
 _EDITOR_SCHEMA = msgspec.field(name="$schema", default=None)

@@ -11,13 +11,16 @@ from dataclasses import dataclass, field
 
 Shape = tuple[int | None, ...]
 
+PRE_SUFFIX = ":pre"  # "feat:pre": the linear part of a layer with a fused activation; "feat" is its output
+
 
 @dataclass(frozen=True)
 class NodeSpec:
     """One call of one operation in the model (a shared layer called twice is two nodes).
 
     ``id`` is stable across save/load: the layer path (``outer/inner/layer``) plus ``#k`` for the k-th call of a
-    shared layer (k > 0), and ``:act`` for an activation split off a fused ``activation=`` argument.
+    shared layer (k > 0). A layer with a fused ``activation=`` is two nodes: its id names the activation, whose
+    output is what Keras calls the layer's output, and ``<id>:pre`` the linear part before it.
     """
 
     id: str
@@ -34,6 +37,9 @@ class NodeSpec:
     layer_name: str | None = None  # name of the Keras layer/operation that runs this node
     is_input: bool = False
     is_output: bool = False
+    fused_with: str | None = None  # on a split activation: the id of its layer's linear part ("<id>:pre")
+    fused_activation: str | None = None  # on that linear part: the activation split off after it
+    first_call: str | None = None  # the node that first called this node's layer, when another did (shared weights)
     config: dict = field(default_factory=dict, compare=False, hash=False)
 
     @property
@@ -41,10 +47,20 @@ class NodeSpec:
         return self.output_shapes[0] if self.output_shapes else ()
 
     @property
+    def kind(self) -> str:
+        """The node's type in words: ``Conv2D``; for a layer with a fused activation ``Conv2D (pre-relu)`` and
+        ``relu (output)``, so the graph shows which of the two nodes is the layer's output."""
+        if self.fused_with is not None:
+            return f"{self.activation} (output)"
+        if self.fused_activation is not None:
+            return f"{self.op_type} (pre-{self.fused_activation})"
+        return self.op_type
+
+    @property
     def label(self) -> str:
         """What the graph view draws: the id (the name JSON, the CLI and diagnostics use), type and shape."""
         shape = "x".join("?" if d is None else str(d) for d in self.output_shape[1:])
-        return f"{self.id}\n{self.op_type} {shape}".rstrip()
+        return f"{self.id}\n{self.kind} {shape}".rstrip()
 
 
 @dataclass(frozen=True)
@@ -81,6 +97,12 @@ class LayerGraph:
         except KeyError:
             from gradscope.core.errors import GraphError
 
+            base, _, suffix = node_id.rpartition(":")
+            if suffix == "act" and base in self:  # an id of plan/session schema 1
+                raise GraphError(
+                    f"No node {node_id!r} in model {self.model_name!r}: a fused activation is now {base!r} (the "
+                    f"layer's output, as Keras defines it) and the linear part before it {base + PRE_SUFFIX!r}."
+                ) from None
             close = [n.id for n in self.nodes if node_id.lower() in n.id.lower()][:5]
             hint = f" Did you mean: {', '.join(close)}?" if close else " Run `gradscope graph MODEL` to list nodes."
             raise GraphError(f"No node {node_id!r} in model {self.model_name!r}.{hint}") from None
@@ -111,13 +133,24 @@ class LayerGraph:
         widths = [max(len(r[i]) for r in rows) for i in range(4)]
         lines = ["  ".join(c.ljust(w) for c, w in zip(r[:4], widths)) + "  " + r[4] for r in rows]
         lines.insert(1, "-" * len(lines[0]))
-        per_layer: dict[str, int] = {}  # a shared layer (or a split activation) counts once
-        for n in self.nodes:
-            key = n.layer_name or n.id
-            per_layer[key] = max(per_layer.get(key, 0), n.params)
-        total = sum(per_layer.values())
-        lines.append(f"{len(self.nodes)} nodes, {total:,} parameters")
+        lines.append(f"{len(self.nodes)} nodes, {self.param_count():,} parameters")
         return "\n".join(line.rstrip() for line in lines)
+
+    def id_from_v1(self, old_id: str) -> str:
+        """The id a node had in files of gradscope's first id scheme (plan/session schema 1), in today's scheme.
+
+        Schema 1 called a fused layer's linear part ``feat`` and its activation ``feat:act``; today ``feat`` is
+        the layer's output (the activation) and ``feat:pre`` the linear part. Other ids are unchanged.
+        """
+        base, _, suffix = old_id.rpartition(":")
+        if suffix == "act" and base in self and self.node(base).fused_with is not None:
+            return base
+        return old_id + PRE_SUFFIX if old_id + PRE_SUFFIX in self else old_id
+
+    def param_count(self) -> int:
+        """The model's parameters, each layer once (Keras' ``count_params()``): shared calls and split
+        activations hold no weights of their own."""
+        return sum(n.params for n in self.nodes if n.first_call is None)
 
     def to_dict(self) -> dict:
         return {

@@ -1,7 +1,7 @@
 """Canonizers: plan-independent views of a model that never modify the user's model.
 
-- Split fused activations: done by the graph walk itself (``Conv2D(activation="relu")`` is the nodes ``conv`` and
-  ``conv:act``; bit-exact); ``split_activations`` returns that view.
+- Split fused activations: done by the graph walk itself (``Conv2D(activation="relu")`` is the nodes ``conv:pre``, the
+  linear part, and ``conv``, its activation and output; bit-exact); ``split_activations`` returns that view.
 - Strip the final softmax: the Engine explains the logits (``Engine(strip_softmax=True)``); ``final_softmax``
   names the node it skips and ``strip_softmax`` builds the same thing as a separate model.
 - Fold inference BatchNorm into the preceding Dense/Conv (RULES_SPEC §2.3/§2.5, zennit's canonizer route):
@@ -68,7 +68,7 @@ def _removed(layer: Any) -> RemovedLayer:
 
 # ------------------------------------------------------------------------------------------------ split view
 def split_activations(model: Any) -> LayerGraph:
-    """The graph with every fused ``activation=`` as its own ``<id>:act`` node (the view the engine runs)."""
+    """The graph with every fused ``activation=`` as its own node, ``<id>`` after ``<id>:pre`` (the engine's view)."""
     return build_exec_graph(model).graph
 
 
@@ -92,7 +92,7 @@ def strip_softmax(model: Any) -> tuple[Any, str | None]:
     layer = ex.operations[node_id]
     if len(_layer_nodes(ex).get(id(layer), [])) > 1:
         raise GraphError(f"The final softmax layer {layer.name!r} is shared by several calls; cannot strip it alone.")
-    fused = ex.graph.node(node_id).op_type == "Activation" and node_id.endswith(":act")
+    fused = ex.graph.node(node_id).fused_with is not None
 
     def replace(orig: Any) -> Any | None:
         if orig is not layer:
@@ -205,10 +205,10 @@ def _channel_axis_matches(layer: Any, bn: Any, rank: int) -> bool:
 
 # ------------------------------------------------------------------------------------------------ cloning
 def _layer_nodes(ex: Any) -> dict[int, list[str]]:
-    """id(layer) -> its node ids (split ``:act`` nodes excluded: they are the same call)."""
+    """id(layer) -> its node ids (split activations excluded: they are the same call as their ``:pre`` node)."""
     calls: dict[int, list[str]] = {}
     for node in ex.graph.nodes:
-        if node.is_input or node.id.endswith(":act"):
+        if node.is_input or node.fused_with is not None:
             continue
         calls.setdefault(id(ex.operations[node.id]), []).append(node.id)
     return calls

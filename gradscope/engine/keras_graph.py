@@ -19,7 +19,7 @@ import numpy as np
 
 from gradscope.backend import check_keras_internals, keras
 from gradscope.core.errors import GraphError
-from gradscope.core.graph import LayerGraph, NodeSpec, Shape
+from gradscope.core.graph import PRE_SUFFIX, LayerGraph, NodeSpec, Shape
 
 #: Layer classes whose ``activation=`` is applied last and can be split off bit-exactly.
 _FUSED_ACTIVATION_BASES = (
@@ -235,6 +235,7 @@ class _Builder:
         self.operations: dict[str, Any] = {}
         self.call_counts: dict[str, int] = {}
         self.groups: list[str] = []
+        self.first_call: dict[int, str] = {}  # id(layer) -> id of the first node that called it
 
     def unique_id(self, base: str) -> str:
         k = self.call_counts.get(base, 0)
@@ -273,9 +274,31 @@ class _Builder:
         in_shapes = tuple(_shape(t) for t in node.input_tensors)
         out_shapes = tuple(_shape(t) for t in node.outputs)
         dtype = str(node.outputs[0].dtype) if node.outputs else "float32"
-        common = dict(group=group, layer_name=op.name, dtype=dtype)
-        layer_spec = NodeSpec(
-            id=node_id,
+        own_id = node_id if act is None else node_id + PRE_SUFFIX  # the node that calls the layer (holds its weights)
+        first = self.first_call.setdefault(id(op), own_id)
+        common = dict(group=group, layer_name=op.name, dtype=dtype, first_call=None if first == own_id else first)
+        if act is None:
+            spec = NodeSpec(
+                id=node_id,
+                name=op.name,
+                op_type=type(op).__name__,
+                inputs=inputs,
+                input_shapes=in_shapes,
+                output_shapes=out_shapes,
+                params=params,
+                trainable_params=trainable,
+                activation=layer_activation(op),
+                config=_config_summary(op),
+                **common,
+            )
+            self.steps.append(Step("call", node_id, op, node.arguments, in_keys, out_keys))
+            self.add_node(spec, op, out_keys)
+            return
+        # `Conv2D(activation="relu", name="feat")` is two nodes: "feat:pre", the linear part, and "feat", its
+        # activation, so that the layer's name reads what Keras calls its output (after the activation).
+        pre_id = own_id
+        pre_spec = NodeSpec(
+            id=pre_id,
             name=op.name,
             op_type=type(op).__name__,
             inputs=inputs,
@@ -283,31 +306,26 @@ class _Builder:
             output_shapes=out_shapes,
             params=params,
             trainable_params=trainable,
-            activation=layer_activation(op) if act is None else None,
-            config=_config_summary(op) if act is None else {**_config_summary(op), "activation": "linear (split off)"},
+            fused_activation=act,
+            config={**_config_summary(op), "activation": "linear (split off)"},
             **common,
         )
-        if act is None:
-            self.steps.append(Step("call", node_id, op, node.arguments, in_keys, out_keys))
-            self.add_node(layer_spec, op, out_keys)
-            return
-        # Split `Conv2D(activation="relu")` into the linear layer and an activation node.
         mid_key = ("preact", node_id)
-        self.steps.append(Step("call", node_id, op, node.arguments, in_keys, [mid_key], linear_call=True))
-        self.add_node(layer_spec, op, [mid_key])
-        act_id = node_id + ":act"
+        self.steps.append(Step("call", pre_id, op, node.arguments, in_keys, [mid_key], linear_call=True))
+        self.add_node(pre_spec, op, [mid_key])
         act_spec = NodeSpec(
-            id=act_id,
+            id=node_id,
             name=f"{op.name}:{act}",
             op_type="Activation",
-            inputs=(node_id,),
+            inputs=(pre_id,),
             input_shapes=out_shapes,
             output_shapes=out_shapes,
             activation=act,
-            config={"activation": act, "fused_in": node_id},
-            **common,
+            fused_with=pre_id,
+            config={"activation": act, "fused_in": pre_id},
+            **{**common, "first_call": pre_id},
         )
-        self.steps.append(Step("activation", act_id, op, None, [mid_key], out_keys))
+        self.steps.append(Step("activation", node_id, op, None, [mid_key], out_keys))
         self.add_node(act_spec, op, out_keys)
 
     def inline_model(

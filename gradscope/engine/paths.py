@@ -295,7 +295,7 @@ def variable_owners(engine: Any) -> dict[int, str]:
     """id(keras variable) -> node id of the first node whose layer owns it (split activations skipped)."""
     owners: dict[int, str] = {}
     for node_id, op in engine.exec.operations.items():
-        if node_id.endswith(":act"):
+        if engine.graph.node(node_id).fused_with is not None:  # the layer's weights belong to "<id>:pre"
             continue
         for v in getattr(op, "trainable_variables", None) or []:
             owners.setdefault(id(v), node_id)

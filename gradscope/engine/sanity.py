@@ -263,7 +263,7 @@ def _weighted_layers(engine: Any) -> list[tuple[str, list[Any]]]:
     out = []
     for node in engine.graph.nodes:
         op = engine.exec.operations.get(node.id)
-        if op is None or id(op) in seen or node.id.endswith(":act"):
+        if op is None or id(op) in seen or node.fused_with is not None:
             continue
         # learnable weights only, as Adebayo et al.: a BatchNorm's moving variance must stay positive
         variables = [v for v in getattr(op, "trainable_weights", []) or [] if "float" in str(v.dtype)]

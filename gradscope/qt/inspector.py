@@ -114,10 +114,9 @@ class NodeInfo(QTextBrowser):
             return
         if node_id is None:
             g = s.graph
-            total = sum({(n.layer_name or n.id): n.params for n in g.nodes}.values())
             self.setHtml(
                 f"<h3 style='margin:0'>{html.escape(g.model_name)}</h3>"
-                f"<p>{len(g)} nodes, {total:,} parameters, {len(g.groups)} nested model(s).</p>"
+                f"<p>{len(g)} nodes, {g.param_count():,} parameters, {len(g.groups)} nested model(s).</p>"
                 "<p style='color:#607d8b'>Click a node in the graph (or a bar in the flow plot) to inspect it "
                 "and give it a backward rule.</p>"
             )
@@ -134,6 +133,13 @@ class NodeInfo(QTextBrowser):
             ("output", ", ".join(shape(t) for t in n.output_shapes)),
             ("parameters", f"{n.params:,}"),
         ]
+        if n.fused_with is not None:
+            rows.append(("is", f"the output of layer {html.escape(n.layer_name or n.id)}; its linear part before "
+                               f"the {html.escape(n.activation or '')} is node {html.escape(n.fused_with)}"))
+        elif n.fused_activation is not None:
+            after = next((m.id for m in s.graph.nodes if m.fused_with == n.id), "")
+            rows.append(("is", f"the linear part of layer {html.escape(n.layer_name or n.id)}, before its fused "
+                               f"{html.escape(n.fused_activation)}; the layer's output is node {html.escape(after)}"))
         if n.group:
             rows.append(("nested in", html.escape(n.group)))
         if n.inputs:

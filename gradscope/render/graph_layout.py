@@ -177,9 +177,9 @@ def visible_graph(
         if root is None:
             rep[n.id] = n.id
             # the title is the node's id (inside its group's frame, the part after the group's "/"), the name JSON,
-            # the CLI and diagnostics use; a split activation is "conv1:act", not the layer's "conv1:relu"
+            # the CLI and diagnostics use; a fused layer is "conv1:pre" (linear) and "conv1" (activation: the output)
             title = n.id[len(n.group) + 1 :] if n.group and n.id.startswith(n.group + "/") else n.id
-            boxes[n.id] = (n.id, title, f"{n.op_type}  {shape_text(n)}", group, None)
+            boxes[n.id] = (n.id, title, f"{n.kind}  {shape_text(n)}", group, None)
         else:
             box_id = GROUP_PREFIX + root
             rep[n.id] = box_id

@@ -73,7 +73,7 @@ def parse_selector(select: str) -> tuple[str, str]:
             except re.error as exc:
                 raise PlanError(f"Selector {select!r}: bad regular expression: {exc}") from None
         return kind, value
-    return "node", select  # a bare node id (ids may contain ':' as in 'conv1:act')
+    return "node", select  # a bare node id (ids may contain ':' as in 'conv1:pre')
 
 
 @dataclass(frozen=True)
@@ -96,13 +96,32 @@ class Resolution:
 class Plan:
     entries: tuple[PlanEntry, ...] = ()
     name: str = ""
+    schema: int = PLAN_SCHEMA  # the node-id scheme its selectors use (1: read from an old file, see ``upgraded``)
 
     # ------------------------------------------------------------------------------------------- editing
     def with_entry(self, select: str, rule: str, params: dict[str, Any] | None = None) -> Plan:
-        return Plan(self.entries + (PlanEntry(select, rule, dict(params or {})),), self.name)
+        return Plan(self.entries + (PlanEntry(select, rule, dict(params or {})),), self.name, self.schema)
 
     def without(self, index: int) -> Plan:
-        return Plan(self.entries[:index] + self.entries[index + 1 :], self.name)
+        return Plan(self.entries[:index] + self.entries[index + 1 :], self.name, self.schema)
+
+    def upgraded(self, graph: LayerGraph) -> Plan:
+        """The same plan with today's node ids (``LayerGraph.id_from_v1``); ``resolve`` does this itself.
+
+        A schema-1 plan's ``conv:act`` is today's ``conv`` and its ``conv`` (a layer with a fused activation)
+        today's ``conv:pre``. ``name:`` regular expressions are kept as written.
+        """
+        if self.schema >= PLAN_SCHEMA:
+            return self
+        entries = []
+        for e in self.entries:
+            kind, value = parse_selector(e.select)
+            select = e.select
+            if kind == "node":
+                new = graph.id_from_v1(value)
+                select = new if select.strip() == value else f"node:{new}"
+            entries.append(PlanEntry(select, e.rule, dict(e.params)))
+        return Plan(tuple(entries), self.name)
 
     def __len__(self) -> int:
         return len(self.entries)
@@ -113,6 +132,8 @@ class Plan:
 
     # ------------------------------------------------------------------------------------------- resolve
     def resolve(self, graph: LayerGraph) -> Resolution:
+        if self.schema < PLAN_SCHEMA:
+            return self.upgraded(graph).resolve(graph)
         rules: dict[str, ResolvedRule] = {}
         skipped: dict[str, list[str]] = {}
         unmatched: list[str] = []
@@ -140,12 +161,12 @@ class Plan:
 
     def key(self) -> str:
         """A short stable hash of the plan's content (trace-cache key; equal plans share a trace)."""
-        blob = json.dumps([e.to_dict() for e in self.entries], sort_keys=True, default=str)
+        blob = json.dumps([self.schema, [e.to_dict() for e in self.entries]], sort_keys=True, default=str)
         return hashlib.sha1(blob.encode()).hexdigest()[:16]
 
     # ------------------------------------------------------------------------------------------- JSON
     def to_dict(self) -> dict[str, Any]:
-        return {"schema": PLAN_SCHEMA, "name": self.name, "entries": [e.to_dict() for e in self.entries]}
+        return {"schema": self.schema, "name": self.name, "entries": [e.to_dict() for e in self.entries]}
 
     def to_json(self) -> str:
         return json.dumps(self.to_dict(), indent=2)
@@ -168,7 +189,9 @@ class Plan:
             doc = PlanFile(entries=doc)
         if doc.schema > PLAN_SCHEMA:
             raise PlanError(f"{what} has schema {doc.schema}, newer than this gradscope understands ({PLAN_SCHEMA}).")
-        return cls(tuple(PlanEntry(e.select, e.rule, dict(e.params)) for e in doc.entries), doc.name)
+        if doc.schema < 1:
+            raise PlanError(f"{what} has schema {doc.schema}; plan schemas start at 1.")
+        return cls(tuple(PlanEntry(e.select, e.rule, dict(e.params)) for e in doc.entries), doc.name, doc.schema)
 
     @classmethod
     def load(cls, path: str | Path) -> Plan:

@@ -40,15 +40,15 @@ def test_pin_change_the_plan_compare_and_swap(session, tmp_path):
     comparison = s.comparison()
     assert comparison.a_label == "custom plan" and comparison.b_label == "gradient"
     assert comparison.map_cosine == pytest.approx(1.0, abs=1e-6)
-    assert comparison.norm_ratio["c1:act"] == pytest.approx(2.0, rel=1e-5)  # below the rule
-    assert comparison.norm_ratio["out"] == pytest.approx(1.0, rel=1e-5)  # above it
-    assert s.node_cosine["c1:act"] == pytest.approx(1.0, abs=1e-6) and events  # computed on the worker
+    assert comparison.norm_ratio["c1"] == pytest.approx(2.0, rel=1e-5)  # below the rule
+    assert comparison.norm_ratio["out:pre"] == pytest.approx(1.0, rel=1e-5)  # above it (the logits)
+    assert s.node_cosine["c1"] == pytest.approx(1.0, abs=1e-6) and events  # computed on the worker
     path = s.export_comparison(tmp_path / "ab")
     side = json.loads(path.with_suffix(".json").read_text())
     assert side["compare"]["b_method"] == "gradient" and side["plan"]["entries"]
     assert s.swap_compare()  # B's plan (no rules) is current again; the scaled plan is pinned
     assert not s.plan.entries and s.pinned.plan.entries
-    assert s.comparison().norm_ratio["c1:act"] == pytest.approx(0.5, rel=1e-5)
+    assert s.comparison().norm_ratio["c1"] == pytest.approx(0.5, rel=1e-5)
     s.undo()  # the swap is an ordinary plan edit
     assert s.plan.entries
 

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from gradscope.app.session import INPUT_KEY, Session
-from gradscope.app.session_files import SessionFileError, read_session_file
+from gradscope.app.session_files import SESSION_SCHEMA, SessionFileError, read_session_file
 from gradscope.app.view import to_map
 from gradscope.app.worker import InlineExecutor, Job, ThreadExecutor
 from gradscope.core.errors import Cancelled, ModelLoadError, PlanError
@@ -134,12 +134,12 @@ def test_rule_changes_result_and_keeps_baseline(model, image):
     s.set_model(model)
     s.set_image(image)
     base_grad = s.baseline.input_grad.copy()
-    assert s.add_rule("c1:act", "zero")
-    assert s.result.rules == {"c1:act": "zero"}
-    assert s.result.stats["c1"].status == "zero"  # nothing flows below the zeroed activation
+    assert s.add_rule("c1", "zero")
+    assert s.result.rules == {"c1": "zero"}
+    assert s.result.stats["c1:pre"].status == "zero"  # nothing flows below the zeroed activation
     assert np.all(s.result.input_grad == 0)
     np.testing.assert_array_equal(s.baseline.input_grad, base_grad)  # baseline untouched
-    assert s.ruled_nodes() == {"c1:act": "zero"}
+    assert s.ruled_nodes() == {"c1": "zero"}
     assert rec.names().count("result_changed") >= 2
     assert not rec.errors()
 
@@ -192,11 +192,11 @@ def test_stale_results_are_dropped():
     s.executor.run_all()
     s.set_image(np.full((12, 12, 3), 128, np.uint8))
     first = s.executor.jobs[-1]
-    s.add_rule("c1:act", "zero")
+    s.add_rule("c1", "zero")
     second = s.executor.jobs[-1]
     assert first is not second and first.kind == second.kind == "run"
     s.executor.run(second)  # the newer request finishes first
-    assert s.result.rules == {"c1:act": "zero"}
+    assert s.result.rules == {"c1": "zero"}
     shown = s.result
     s.executor.run(first)  # the older one arrives late: dropped (skipped before running)
     assert s.result is shown and s.busy is None
@@ -233,9 +233,9 @@ def test_tensorflow_runs_only_on_the_worker_thread(model, image):
 
         engine.backward = spy
         s.set_image(image)
-        s.add_rule("c1:act", "zero")
+        s.add_rule("c1", "zero")
         assert ex.wait_idle(120)
-        assert s.result is not None and s.result.rules == {"c1:act": "zero"}
+        assert s.result is not None and s.result.rules == {"c1": "zero"}
         assert threads and threading.get_ident() not in threads
         assert ex.thread_ids == threads
     finally:
@@ -377,7 +377,7 @@ def test_exports_and_session_file_round_trip(tmp_path, model, image):
     s = Session(InlineExecutor())
     s.open_model(good)
     assert s.open_image(img_path)
-    s.add_rule("c1:act", "scale", {"factor": 0.5})
+    s.add_rule("c1", "scale", {"factor": 0.5})
     s.set_target_class(1)
     s.set_view(colormap="hot", alpha=0.3, readout_node=None)  # map at the selected node
     s.select("c2")
@@ -398,13 +398,30 @@ def test_exports_and_session_file_round_trip(tmp_path, model, image):
     saved = s.save(tmp_path / "work")
     assert saved.name == "work.gradscope.json"
     data = read_session_file(saved)
-    assert data["schema"] == 1 and data["model"] == str(good)
+    assert data["schema"] == SESSION_SCHEMA and data["model"] == str(good)
 
     t = Session(InlineExecutor())
     assert t.load(saved)
     assert t.plan == s.plan and t.target == s.target and t.view == s.view
     assert t.image_path == str(img_path) and t.selected == "c2"
-    assert t.result is not None and t.result.rules == {"c1:act": "scale"}
+    assert t.result is not None and t.result.rules == {"c1": "scale"}
+
+
+def test_a_session_file_of_the_first_id_scheme_opens_with_its_meaning(tmp_path, model):
+    """Schema 1 called a fused layer's activation "c1:act" and its linear part "c1": both are renamed on load."""
+    good = tmp_path / "m.keras"
+    model.save(good)
+    p = tmp_path / "old.gradscope.json"
+    plan = {"schema": 1, "entries": [{"select": "c1:act", "rule": "zero"}, {"select": "c1", "rule": "sign"}]}
+    p.write_text(json.dumps({"schema": 1, "model": str(good), "plan": plan, "selected": "c1:act",
+                             "target": {"kind": "channel", "node": "c1", "channel": 0},
+                             "view": {"readout_node": "c1:act"}}))
+    s = Session(InlineExecutor())
+    assert s.load(p)
+    assert [e.select for e in s.plan.entries] == ["c1", "c1:pre"] and s.plan.schema == 2
+    assert s.selected == "c1" and s.target.node == "c1:pre" and s.view.readout_node == "c1"
+    assert s.result is not None and s.result.rules == {"c1": "zero", "c1:pre": "sign"}
+    assert read_session_file(s.save(tmp_path / "new"))["plan"]["schema"] == 2
 
 
 def test_bad_session_files(tmp_path):
@@ -611,7 +628,7 @@ def test_custom_objects_file_opens_the_hypernetwork_and_round_trips(tmp_path, no
     assert s.diagnose()
     (cut, blocked), *_ = s.diagnosis.cuts()
     assert cut.op_type == "AssignVariableOp" and cut.node == "target_dense"
-    assert {v.node for v in blocked} == {"hyper_hidden", "hyper_head"}
+    assert {v.node for v in blocked} == {"hyper_hidden:pre", "hyper_head"}  # the nodes holding the weights
     saved = s.save(tmp_path / "hyper")
     assert read_session_file(saved)["custom_objects"] == str(layers)
     registry = keras.saving.get_custom_objects()

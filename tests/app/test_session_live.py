@@ -25,14 +25,14 @@ def _session() -> Session:
 def test_while_a_new_plan_computes_the_old_result_keeps_its_own_labels(tmp_path):
     s = _session()
     assert s.result_plan == Plan() and not s.result_is_stale
-    s.add_rule("c1:act", "zero")
+    s.add_rule("c1", "zero")
     assert s.result_is_stale and "previous plan" in s.result_caption()
     s.export_overlay(tmp_path / "during.png")
     sidecar = json.loads((tmp_path / "during.json").read_text())
     assert sidecar["plan"]["entries"] == []  # the picture on screen is the old plan's, and so is its sidecar
     run = next(j for j in s.executor.jobs if j.kind == "run")
     s.executor.run(run)
-    assert not s.result_is_stale and s.result.rules == {"c1:act": "zero"}
+    assert not s.result_is_stale and s.result.rules == {"c1": "zero"}
     assert "1 plan entry" in s.result_caption()
     s.export_overlay(tmp_path / "after.png")
     assert json.loads((tmp_path / "after.json").read_text())["plan"]["entries"][0]["rule"] == "zero"
@@ -41,7 +41,7 @@ def test_while_a_new_plan_computes_the_old_result_keeps_its_own_labels(tmp_path)
 def test_cancel_goes_back_to_the_plan_of_the_result_shown():
     s = _session()
     shown = s.result
-    s.add_rule("c1:act", "zero")
+    s.add_rule("c1", "zero")
     assert s.plan != s.result_plan
     s.cancel()
     assert s.plan == s.result_plan == Plan() and s.result is shown and s.busy is None
@@ -51,13 +51,13 @@ def test_cancel_goes_back_to_the_plan_of_the_result_shown():
 def test_a_live_answer_is_compiled_in_the_background_and_a_new_edit_cancels_that():
     s = _session()
     engine = s._engine
-    s.add_rule("c1:act", "scale", {"factor": 2.0})
+    s.add_rule("c1", "scale", {"factor": 2.0})
     run = next(j for j in s.executor.jobs if j.kind == "run")
     s.executor.run(run)
     assert s.result.meta["mode"] == "live"
     compile_job = next(j for j in s.executor.jobs if j.kind == "compile")
     assert s.busy is None  # background work shows no busy bar
-    s.add_rule("c1:act", "scale", {"factor": 3.0})  # a newer edit: the old compile is pointless
+    s.add_rule("c1", "scale", {"factor": 3.0})  # a newer edit: the old compile is pointless
     assert compile_job.token.cancelled
     s.executor.run_all()
     assert s.result.meta["mode"] == "live" and s.result_plan == s.plan

@@ -48,15 +48,15 @@ def _session():
 
 def _stuck(s, rule):
     started.clear()
-    s.add_rule("c1:act", rule)
+    s.add_rule("c1", rule)
     assert started.wait(60)  # the rule is running on the worker
     time.sleep(0.1)
 
 
 def _still_works(s):
-    s.set_plan(Plan().with_entry("c1:act", "scale", {"factor": 2.0}))
+    s.set_plan(Plan().with_entry("c1", "scale", {"factor": 2.0}))
     assert s.executor.wait_idle(120)
-    assert s.result is not None and s.result.rules == {"c1:act": "scale"} and s.busy is None
+    assert s.result is not None and s.result.rules == {"c1": "scale"} and s.busy is None
 
 
 def test_a_rule_looping_in_python_is_interrupted():
@@ -89,7 +89,7 @@ def test_a_rule_blocked_in_c_is_abandoned_and_no_second_thread_runs_tensorflow()
         assert s.executor.abandoned == 1 and "restart gradscope" in messages[-1] and s.busy is None
         assert _worker_threads() == threads  # the same single thread, still inside the rule
 
-        s.set_plan(Plan().with_entry("c1:act", "scale", {"factor": 3.0}))  # refused at once, with the reason
+        s.set_plan(Plan().with_entry("c1", "scale", {"factor": 3.0}))  # refused at once, with the reason
         assert s.executor.wait_idle(10)
         assert errors and "did not stop" in errors[-1] and s.busy is None
 

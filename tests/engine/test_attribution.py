@@ -66,7 +66,7 @@ def test_integrated_gradients_match_the_tape_and_are_complete(smooth_net):
 def test_sampling_runs_under_a_plan(smooth_net):
     _, engine = smooth_net
     x = _x(3)
-    zero = Plan().with_entry("conv:act", "zero")
+    zero = Plan().with_entry("conv", "zero")
     assert np.all(smoothgrad(engine, x, Target(index=0), zero, samples=3) == 0)  # the plan's gradient is zero
 
 
@@ -74,7 +74,7 @@ def test_grad_cam_matches_the_numpy_formula(smooth_net):
     model, engine = smooth_net
     x = _x(4)
     e = explain(engine, (x[0] * 255).astype("uint8"), method="grad_cam", target=2)
-    assert e.node == "conv:act"  # the last feature map under the classifier
+    assert e.node == "conv"  # the last feature map under the classifier
     xin = (np.asarray((x[0] * 255).astype("uint8"), np.float32) / 255.0)[None]
     feature = keras.Model(model.input, model.get_layer("conv").output)
     head = keras.Sequential([model.get_layer("gap"), model.get_layer("logits")])

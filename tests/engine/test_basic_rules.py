@@ -20,8 +20,8 @@ def sigmoid(z):
 def numpy_backward(model, x, k, *, a_rule=None, b_rule=None):
     """out = Dense([tanh(x Wa + ba), 2 * relu(x Wb + bb)]); d out_k / dx with per-node overrides.
 
-    ``a_rule(g, za)`` returns the signal leaving node ``a:act`` given the signal arriving at it;
-    ``b_rule(g, zb)`` the same for ``b:act``. None = the true derivative.
+    ``a_rule(g, za)`` returns the signal leaving node ``a`` given the signal arriving at it;
+    ``b_rule(g, zb)`` the same for ``b``. None = the true derivative.
     """
     wa, ba = model.get_layer("a").get_weights()
     wb, bb = model.get_layer("b").get_weights()
@@ -44,26 +44,26 @@ def concat():
 CASES = {
     "plain": (Plan(), {}),
     "backward_as_sigmoid": (
-        Plan().with_entry("b:act", "backward_as", {"activation": "sigmoid"}),
+        Plan().with_entry("b", "backward_as", {"activation": "sigmoid"}),
         {"b_rule": lambda g, z: g * sigmoid(z) * (1 - sigmoid(z))},
     ),
     "backward_as_by_activation_selector": (
         Plan().with_entry("activation:relu", "backward_as", {"activation": "softplus"}),
         {"b_rule": lambda g, z: g * sigmoid(z)},  # softplus' = sigmoid
     ),
-    "zero": (Plan().with_entry("b:act", "zero"), {"b_rule": lambda g, z: 0 * g}),
+    "zero": (Plan().with_entry("b", "zero"), {"b_rule": lambda g, z: 0 * g}),
     "scale": (
-        Plan().with_entry("a:act", "scale", {"factor": 3.0}),
+        Plan().with_entry("a", "scale", {"factor": 3.0}),
         {"a_rule": lambda g, z: 3.0 * g * (1 - np.tanh(z) ** 2)},
     ),
     "clip": (
-        Plan().with_entry("a:act", "clip", {"low": -0.05, "high": 0.02}),
+        Plan().with_entry("a", "clip", {"low": -0.05, "high": 0.02}),
         {"a_rule": lambda g, z: np.clip(g * (1 - np.tanh(z) ** 2), -0.05, 0.02)},
     ),
-    "sign": (Plan().with_entry("a:act", "sign"), {"a_rule": lambda g, z: np.sign(g * (1 - np.tanh(z) ** 2))}),
+    "sign": (Plan().with_entry("a", "sign"), {"a_rule": lambda g, z: np.sign(g * (1 - np.tanh(z) ** 2))}),
     "later_entry_wins": (
         Plan().with_entry("*", "zero").with_entry("type:Dense,InputLayer,Concatenate,Multiply", "identity")
-        .with_entry("a:act", "identity"),
+        .with_entry("a", "identity"),
         {"b_rule": lambda g, z: 0 * g},
     ),
 }
@@ -91,17 +91,17 @@ def test_unknown_node_rule_and_params_are_clear_errors(concat):
     with pytest.raises(GraphError, match="No node 'nope'"):
         engine.backward(x, plan=Plan().with_entry("nope", "zero"))
     with pytest.raises(PlanError, match="Unknown rule 'guided'"):
-        engine.backward(x, plan=Plan().with_entry("a:act", "guided"))
+        engine.backward(x, plan=Plan().with_entry("a", "guided"))
     with pytest.raises(PlanError, match="no parameter"):
-        engine.backward(x, plan=Plan().with_entry("a:act", "scale", {"factr": 2}))
+        engine.backward(x, plan=Plan().with_entry("a", "scale", {"factr": 2}))
     with pytest.raises(PlanError, match="must not exceed"):
-        engine.backward(x, plan=Plan().with_entry("a:act", "clip", {"low": 1, "high": 0}))
+        engine.backward(x, plan=Plan().with_entry("a", "clip", {"low": 1, "high": 0}))
 
 
 def test_broad_selector_skips_and_reports(concat):
     _, engine, x = concat
     result = engine.backward(x, plan=Plan().with_entry("*", "backward_as").with_entry("type:Conv2D", "zero"))
-    assert set(result.rules) == {"a:act", "b:act"}
+    assert set(result.rules) == {"a", "b"}
     assert "cat" in result.skipped["*"]
     assert result.unmatched == ["type:Conv2D"]
 
@@ -171,7 +171,7 @@ def test_weight_gradients_through_wrapped_nodes_equal_tape():
 
 def test_plan_change_back_reuses_trace(concat):
     _, engine, x = concat
-    p1, p2 = Plan().with_entry("a:act", "zero"), Plan().with_entry("a:act", "sign")
+    p1, p2 = Plan().with_entry("a", "zero"), Plan().with_entry("a", "sign")
     engine.backward(x, plan=p1, mode="compiled")
     engine.backward(x, plan=p2, mode="compiled")
     again = engine.backward(x, Target(index=3), plan=Plan.from_json(p1.to_json()), mode="compiled")

@@ -63,15 +63,15 @@ def test_split_graph_forward_is_bit_exact(name):
 def test_split_activation_nodes_carry_the_layer_output():
     model = FIXTURES["chain"]()
     graph = split_activations(model)
-    assert graph.node("conv1").activation is None and graph.node("conv1:act").activation == "relu"
-    assert graph.node("conv1:act").inputs == ("conv1",)
+    assert graph.node("conv1:pre").activation is None and graph.node("conv1").activation == "relu"
+    assert graph.node("conv1").inputs == ("conv1:pre",)
     engine = Engine(model)
     x = tf.convert_to_tensor(sample_input(model, 2, seed=5))
     _, node_values = engine._run([x], {})
     conv1 = model.get_layer("conv1")
-    np.testing.assert_array_equal(node_values["conv1:act"][0].numpy(), keras.Model(model.inputs, conv1.output)(x))
+    np.testing.assert_array_equal(node_values["conv1"][0].numpy(), keras.Model(model.inputs, conv1.output)(x))
     pre = tf.nn.conv2d(x, conv1.kernel, 1, "VALID") + conv1.bias  # the linear part, computed independently
-    np.testing.assert_allclose(node_values["conv1"][0].numpy(), pre.numpy(), rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(node_values["conv1:pre"][0].numpy(), pre.numpy(), rtol=1e-5, atol=1e-5)
     assert conv1.activation is keras.activations.relu
 
 

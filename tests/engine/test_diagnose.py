@@ -217,7 +217,7 @@ def test_loss_target_and_given_inputs():
     x = np.random.default_rng(0).normal(size=(3, 10, 10, 3)).astype("float32")
     report = diagnose_model(model, x, Target(kind="loss"), labels=[0, 1, 2])
     assert report.ok and "loss" in report.target
-    report = diagnose_model(model, x, Target(kind="channel", node="conv1:act", channel=1))
+    report = diagnose_model(model, x, Target(kind="channel", node="conv1", channel=1))
     status = {v.path: v.status for v in report.variables}
     assert status["conv1/kernel"] == "connected"
     assert status["probs/kernel"] == "unused"  # above the target node: never on its path
@@ -259,7 +259,7 @@ def test_hypernet_assign_is_diagnosed(saved_hypernets):
     assert cut.writes_variable == "target_dense/target/kernel"
     assert "stateless_call" in cut.fix
     head = next(v for v in report.variables if v.path == "hyper_hidden/kernel")
-    assert head.path_nodes[0] == "hyper_hidden" and head.path_nodes[-2:] == ("hyper_head", "target_dense")
+    assert head.path_nodes[0] == "hyper_hidden:pre" and head.path_nodes[-2:] == ("hyper_head", "target_dense")
     # diagnosing traces, it does not run: the assign did not change the model
     assert all(np.array_equal(a, v.numpy()) for a, v in zip(before, model.variables))
 

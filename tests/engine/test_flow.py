@@ -58,8 +58,8 @@ def numpy_backward(model, x, dlogits_fn, softmax_out: bool = True):
     da1 = dz2 @ w2.T
     dz1 = da1 * (z1 > 0)
     return {
-        "signals": {"out": dz3, "h2:act": da2, "h2": dz2, "h1:act": da1, "h1": dz1},
-        "values": {"h1:act": a1, "h2:act": a2},
+        "signals": {"out:pre": dz3, "h2": da2, "h2:pre": dz2, "h1": da1, "h1:pre": dz1},
+        "values": {"h1": a1, "h2": a2},
         "weights": {
             "h1/kernel": x.T @ dz1,
             "h1/bias": dz1.sum(0),
@@ -192,8 +192,8 @@ def test_flow_statistics_match_numpy(tmp_path):
     report = gradient_flow(model, x, labels=y, loss="crossentropy")
     ref = numpy_backward(model, x, ce_from_logits(y))
     assert report.loss_value == pytest.approx(ce_loss(ref["p"], y), rel=1e-5)
-    assert report.reference_node == "out"  # the logits: the softmax node is downstream of the target
-    ref_mean = np.abs(ref["signals"]["out"]).mean()
+    assert report.reference_node == "out:pre"  # the logits: the softmax node is downstream of the target
+    ref_mean = np.abs(ref["signals"]["out:pre"]).mean()
     for node, g in ref["signals"].items():
         row = report.row(node)
         assert row.grad_norm == pytest.approx(np.linalg.norm(g), rel=1e-4, abs=1e-9), node
@@ -201,13 +201,14 @@ def test_flow_statistics_match_numpy(tmp_path):
         assert row.grad_max_abs == pytest.approx(np.abs(g).max(), rel=1e-4, abs=1e-9), node
         assert row.grad_zero_fraction == pytest.approx((g == 0).mean(), abs=1e-6), node
         assert row.grad_relative == pytest.approx(np.abs(g).mean() / ref_mean, rel=1e-4, abs=1e-9), node
-    weights = dict(zip(["h1", "h2", "out"], np.split(np.array(model.get_weights(), dtype=object), 3)))
+    weights = dict(zip(["h1:pre", "h2:pre", "out:pre"], np.split(np.array(model.get_weights(), dtype=object), 3)))
     for node, (w, b) in weights.items():
         row = report.row(node)
-        gw, gb = ref["weights"][f"{node}/kernel"], ref["weights"][f"{node}/bias"]
+        layer = node.removesuffix(":pre")
+        gw, gb = ref["weights"][f"{layer}/kernel"], ref["weights"][f"{layer}/bias"]
         norm = math.sqrt((w.astype(float) ** 2).sum() + (b.astype(float) ** 2).sum())
         gnorm = math.sqrt((gw**2).sum() + (gb**2).sum())
-        assert row.weight_paths == (f"{node}/kernel", f"{node}/bias")
+        assert row.weight_paths == (f"{layer}/kernel", f"{layer}/bias")
         assert row.weight_norm == pytest.approx(norm, rel=1e-5)
         assert row.weight_grad_norm == pytest.approx(gnorm, rel=2e-4)
         assert row.weight_ratio == pytest.approx(gnorm / norm, rel=2e-4)
@@ -215,20 +216,20 @@ def test_flow_statistics_match_numpy(tmp_path):
         all_g = np.concatenate([gw.ravel(), gb.ravel()])
         assert row.weight_grad_mean_abs == pytest.approx(np.abs(all_g).mean(), rel=2e-4)
     # dead ReLU: units that are 0 for every sample (h1: 1 of 4, h2: 3 of 4); only h2 crosses the 50% threshold
-    for node, expected in (("h1:act", 0.25), ("h2:act", 0.75)):
+    for node, expected in (("h1", 0.25), ("h2", 0.75)):
         numpy_dead = np.all(ref["values"][node] == 0, axis=0).mean()
         assert numpy_dead == expected  # the fixture is what it claims
         assert report.row(node).dead_relu_fraction == pytest.approx(expected)
-    assert "dead_relu" in report.row("h2:act").flags and "dead_relu" not in report.row("h1:act").flags
-    assert report.row("out:act").status == "none" and "no_gradient" not in report.row("out:act").flags
-    assert report.row("h1").dead_relu_fraction is None
+    assert "dead_relu" in report.row("h2").flags and "dead_relu" not in report.row("h1").flags
+    assert report.row("out").status == "none" and "no_gradient" not in report.row("out").flags
+    assert report.row("h1:pre").dead_relu_fraction is None
     # the CSV holds the same numbers
     path = report.to_csv(tmp_path / "flow.csv")
     rows = list(csv.DictReader(path.open()))
     assert tuple(rows[0].keys()) == FLOW_COLUMNS
     by_node = {r["node"]: r for r in rows}
-    assert float(by_node["h1"]["weight_ratio"]) == pytest.approx(report.row("h1").weight_ratio, rel=1e-6)
-    assert by_node["h2:act"]["flags"] == "dead_relu" and by_node["h1"]["dead_relu_fraction"] == ""
+    assert float(by_node["h1:pre"]["weight_ratio"]) == pytest.approx(report.row("h1:pre").weight_ratio, rel=1e-6)
+    assert by_node["h2"]["flags"] == "dead_relu" and by_node["h1:pre"]["dead_relu_fraction"] == ""
     assert len(rows) == len(report.rows) == len(model.layers) - 1 + 3  # three split activations
     report.weights_to_csv(tmp_path / "weights.csv")
     assert "thresholds" in report.to_text() and report.to_dict()["thresholds"]["dead_relu"] == 0.5
@@ -275,12 +276,12 @@ def test_nan_and_cut_paths_are_flagged():
     x, y = data()
     x[0, 0] = np.nan  # reaches at least h1's kernel gradient (x^T dz)
     report = gradient_flow(model, x, labels=y)
-    assert "nan" in report.row("h1").flags and report.row("h1").weight_nan >= 4
+    assert "nan" in report.row("h1:pre").flags and report.row("h1:pre").weight_nan >= 4
     weights = model.get_weights()
     weights[4][0, 0] = np.nan  # a NaN weight in the classifier: every signal below it is NaN
     model.set_weights(weights)
     report = gradient_flow(model, x, labels=y)
-    for node in ("out", "h2:act", "h2", "h1:act", "h1"):
+    for node in ("out:pre", "h2", "h2:pre", "h1", "h1:pre"):
         row = report.row(node)
         assert "nan" in row.flags and row.grad_nan > 0, node
     cut = gradient_flow(_cut_model("stop_gradient"), np.ones((2, 4), "float32"))  # top-1 logit, no labels
@@ -291,16 +292,23 @@ def test_nan_and_cut_paths_are_flagged():
         gradient_flow(model, x, loss="mse")
 
 
+def weights_row(report, layer: str):
+    """The row of the node that holds ``layer``'s weights (its linear part, when the layer has a fused activation)."""
+    (row,) = [r for r in report.rows if r.layer == layer and r.weight_paths]
+    return row
+
+
 def test_flow_shows_the_hypernetwork_gradient():
     be = hypernet_examples()
     inputs, labels = be.make_data(16)
     tensor = gradient_flow(be.build("tensor"), inputs, labels=labels)
     assign = gradient_flow(be.build("assign"), inputs, labels=labels)
     assert tensor.target.startswith("compiled loss")
-    for node in ("hyper_hidden", "hyper_head"):
-        assert tensor.row(node).weight_grad_norm > 0 and not tensor.row(node).flags
-        assert "weights_no_gradient" in assign.row(node).flags
-        assert set(assign.row(node).weights_without_gradient) == {f"{node}/kernel", f"{node}/bias"}
+    for layer in ("hyper_hidden", "hyper_head"):
+        row, broken = weights_row(tensor, layer), weights_row(assign, layer)  # "<layer>:pre" if fused
+        assert row.weight_grad_norm > 0 and not row.flags
+        assert "weights_no_gradient" in broken.flags
+        assert set(broken.weights_without_gradient) == {f"{layer}/kernel", f"{layer}/bias"}
     assert all(w.is_none == w.path.startswith("hyper_") for w in assign.weights)
 
 
@@ -332,7 +340,7 @@ def test_cli_flow_writes_csv_and_png(tmp_path, capsys):
     assert main([*args, "--csv", str(tmp_path / "flow.csv"), "--png", str(tmp_path / "flow.png")]) == 0
     assert "weights_no_gradient" in capsys.readouterr().out
     rows = {r["node"]: r for r in csv.DictReader((tmp_path / "flow.csv").open())}
-    assert "weights_no_gradient" in rows["hyper_head"]["flags"] and rows["classifier"]["weight_ratio"]
+    assert "weights_no_gradient" in rows["hyper_head"]["flags"] and rows["classifier:pre"]["weight_ratio"]
     assert Image.open(tmp_path / "flow.png").size[1] > 16 * len(rows)
     # user errors are one line and exit code 2: an input file that is missing, labels that are not numbers
     assert main([*args[:5], "--input", str(tmp_path / "missing.npy")]) == 2

@@ -19,7 +19,7 @@ RULE_CASES = [
     ("*", "true_gradient", {}),
     ("branch_relu", "zero", {}),
     ("branch_a", "scale", {"factor": -2.5}),
-    ("stem", "clip", {"low": -0.01, "high": 0.02}),
+    ("stem:pre", "clip", {"low": -0.01, "high": 0.02}),
     ("branch_b", "sign", {}),
     ("activation:relu", "backward_as", {"activation": "sigmoid"}),
     ("activation:relu", "guided_backprop", {}),
@@ -84,9 +84,9 @@ def test_neuron_and_channel_targets_live(residual_engine):
     ):
         plan = Plan().with_entry("activation:relu", "guided_backprop")
         assert_same(
-            engine.backward(x, target, plan, capture=["stem"], mode="live"),
-            engine.backward(x, target, plan, capture=["stem"], mode="compiled"),
-            ["stem"],
+            engine.backward(x, target, plan, capture=["stem:pre"], mode="live"),
+            engine.backward(x, target, plan, capture=["stem:pre"], mode="compiled"),
+            ["stem:pre"],
         )
 
 
@@ -98,7 +98,7 @@ def test_a_one_node_edit_recomputes_only_that_node_and_the_nodes_below():
     assert first.meta["recomputed_nodes"] == len(engine.stat_nodes)  # fresh input: every node
     edit = Plan().with_entry("branch_relu", "scale", {"factor": 3.0})
     again = engine.backward(x, target, edit, mode="live")
-    # branch_relu and what feeds it (branch_a, stem:act, stem); not logits, gap, post, add, branch_b above it
+    # branch_relu and what feeds it (branch_a, stem, stem:pre); not logits, gap, post, add, branch_b above it
     assert again.meta["recomputed_nodes"] == 4
     expected = engine.backward(x, target, edit, mode="compiled")
     np.testing.assert_allclose(again.input_grad, expected.input_grad, rtol=1e-5, atol=1e-6)
@@ -168,19 +168,20 @@ def test_reloading_an_edited_rule_file_runs_the_new_code(residual_engine, tmp_pa
         path.write_text(RULE_FILE.format(k=k))
         load_rule_file(path)
         results[k] = {
-            m: engine.backward(x, Target(index=0), plan, capture=["stem"], mode=m) for m in ("live", "compiled")
+            m: engine.backward(x, Target(index=0), plan, capture=["stem:pre"], mode=m) for m in ("live", "compiled")
         }
-    base = engine.backward(x, Target(index=0), Plan().with_entry("branch_b", "zero"), capture=["stem"], mode="compiled")
-    unit = engine.backward(x, Target(index=0), Plan(), capture=["stem"], mode="compiled")
+    cut = Plan().with_entry("branch_b", "zero")
+    base = engine.backward(x, Target(index=0), cut, capture=["stem:pre"], mode="compiled")
+    unit = engine.backward(x, Target(index=0), Plan(), capture=["stem:pre"], mode="compiled")
     # the branch's share of the signal at stem is linear in k: (k=3 - base) == 1.5 * (k=2 - base)
     for m in ("live", "compiled"):
-        d2 = results[2.0][m].node_grads["stem"] - base.node_grads["stem"]
-        d3 = results[3.0][m].node_grads["stem"] - base.node_grads["stem"]
+        d2 = results[2.0][m].node_grads["stem:pre"] - base.node_grads["stem:pre"]
+        d3 = results[3.0][m].node_grads["stem:pre"] - base.node_grads["stem:pre"]
         np.testing.assert_allclose(d3, 1.5 * d2, rtol=1e-4, atol=1e-7)
         assert np.abs(d2).max() > 0
-    d1 = unit.node_grads["stem"] - base.node_grads["stem"]
+    d1 = unit.node_grads["stem:pre"] - base.node_grads["stem:pre"]
     np.testing.assert_allclose(
-        results[2.0]["live"].node_grads["stem"] - base.node_grads["stem"], 2 * d1, rtol=1e-4, atol=1e-7
+        results[2.0]["live"].node_grads["stem:pre"] - base.node_grads["stem:pre"], 2 * d1, rtol=1e-4, atol=1e-7
     )
 
 
@@ -204,5 +205,5 @@ def test_cold_nodes_use_their_recorded_vjp_even_when_a_tensor_is_used_twice():
     # independent check through the chain rule: d/dh sum_j W[j,1] * 2 h_j^2 = 4 h W[:,1]
     w = engine.model.get_layer("logits").kernel.numpy()[:, 1]
     hv = keras.Model(engine.model.input, engine.model.get_layer("h").output)(x).numpy()
-    assert "h:act" in engine.stat_nodes  # the signal at tanh's output
-    np.testing.assert_allclose(live.node_grads["h:act"], 4 * hv * w, rtol=1e-5, atol=1e-6)
+    assert "h" in engine.stat_nodes  # the signal at tanh's output
+    np.testing.assert_allclose(live.node_grads["h"], 4 * hv * w, rtol=1e-5, atol=1e-6)

@@ -34,7 +34,7 @@ def test_evicted_whole_plan_traces_are_freed():
     graphs_before, registered_before = _traced_graphs(), _custom_gradients()
     n = runner._CACHE_SIZE + 6
     for i in range(n):
-        plan = Plan().with_entry("c1:act", "scale", {"factor": 1.0 + i})
+        plan = Plan().with_entry("c1", "scale", {"factor": 1.0 + i})
         result = engine.backward(x, Target(), plan, capture="all", mode="compiled")
         assert result.meta["mode"] == "compiled"
     assert engine.trace_count >= n
@@ -63,7 +63,7 @@ def test_soak_500_session_edits_hold_memory():
     s.executor.run_all()
     after_50 = graphs_50 = 0
     for i in range(1, 501):
-        s.add_rule("c1:act", "scale", {"factor": 1.0 + i / 1000})
+        s.add_rule("c1", "scale", {"factor": 1.0 + i / 1000})
         s.executor.run_all()
         if i == 50:
             gc.collect()

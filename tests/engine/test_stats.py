@@ -15,7 +15,7 @@ def test_stats_match_numpy_for_every_node():
     engine = Engine(model)
     result = engine.backward(sample_input(model, 3), Target(index=0), capture="all")
     assert set(result.stats) == set(engine.stat_nodes)
-    assert [n for n, s in result.stats.items() if s.is_none] == ["probs:act"]  # stripped softmax
+    assert [n for n, s in result.stats.items() if s.is_none] == ["probs"]  # stripped softmax
     for node_id, s in result.stats.items():
         if s.is_none:
             continue
@@ -33,9 +33,9 @@ def test_stopped_gradient_shows_as_zero_and_softmax_is_not_on_the_path():
     result = engine.backward(sample_input(model, 2), plan=Plan().with_entry("relu2", "zero"))
     assert result.stats["bn"].status == "zero"
     assert result.stats["conv1"].status == "zero"
-    assert result.stats["probs"].status == "ok"
+    assert result.stats["probs:pre"].status == "ok"
     # A final softmax is stripped: the class target reads the logits, so no gradient reaches its output.
-    assert result.stats["probs:act"].status == "none"
+    assert result.stats["probs"].status == "none"
     assert result.meta["softmax_stripped"] is True
     assert np.all(result.input_grad == 0)
 

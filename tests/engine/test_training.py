@@ -70,7 +70,7 @@ def test_sgd_step_follows_the_substituted_derivative():
     planned_base = mlp()
     weights = plain.get_weights()
     planned = plan_model(planned_base, SIGMOID_BACKWARD)
-    assert planned.applied == {"h1:act": "backward_as", "relu2": "backward_as"}
+    assert planned.applied == {"h1": "backward_as", "relu2": "backward_as"}
     plain_delta = one_fit_step(plain, x, y)
     plan_delta = one_fit_step(planned, x, y)
     expected_plain = numpy_sgd_delta(weights, x, y, relu_prime)
@@ -112,7 +112,7 @@ def test_gradient_tape_loop_and_training_flag():
     h = keras.layers.Dense(6, activation="relu", name="h")(inp)
     h = keras.layers.Dropout(0.5, name="drop")(h)
     model = keras.Model(inp, keras.layers.Dense(1, name="out")(h))
-    planned = plan_model(model, Plan().with_entry("h:act", "scale", {"factor": 0.0}))
+    planned = plan_model(model, Plan().with_entry("h", "scale", {"factor": 0.0}))
     x = np.ones((16, 6), "float32")
     np.testing.assert_allclose(planned(x, training=False), model(x, training=False), rtol=1e-6)
     assert not np.allclose(planned(x, training=True), planned(x, training=False))  # dropout is on in training

@@ -23,20 +23,20 @@ def test_open_select_rule_badge_undo(window, qtbot, wait_idle, model_file, image
     assert set(view.items_by_id) == set(s.graph.ids())
     assert window.windowTitle() == "gradscope — tiny.keras — input.png"
     # click the node in the graph: the selection drives the inspector
-    item = view.items_by_id["c1:act"]
+    item = view.items_by_id["c1"]
     view.centerOn(item)
     qtbot.mouseClick(view.viewport(), Qt.MouseButton.LeftButton, pos=view.mapFromScene(item.scenePos()))
-    assert s.selected == "c1:act"
+    assert s.selected == "c1"
     assert "c1:relu" in window.inspector.info.toPlainText()
     editor = window.inspector.rule_editor
     editor.select_rule("zero")
     baseline_grad = s.baseline.input_grad.copy()
     qtbot.mouseClick(editor.apply_node, Qt.MouseButton.LeftButton)
     qtbot.waitUntil(
-        lambda: s.busy is None and s.result is not None and s.result.rules == {"c1:act": "zero"}, timeout=60_000
+        lambda: s.busy is None and s.result is not None and s.result.rules == {"c1": "zero"}, timeout=60_000
     )
-    assert view.items_by_id["c1:act"].rule == "zero"  # the badge
-    assert view.items_by_id["c1"].status == "zero"  # nothing flows below the zeroed activation
+    assert view.items_by_id["c1"].rule == "zero"  # the badge
+    assert view.items_by_id["c1:pre"].status == "zero"  # nothing flows below the zeroed activation
     assert np.all(s.result.input_grad == 0) and np.any(baseline_grad != 0)
     assert window.inspector.plan_table.table.rowCount() == 1
     assert "Backward rule: zero" in window.inspector.info.toPlainText()
@@ -44,7 +44,7 @@ def test_open_select_rule_badge_undo(window, qtbot, wait_idle, model_file, image
     assert window.overlay.map_panel.pixmap() is not None
     window.undo_action.trigger()
     qtbot.waitUntil(lambda: s.busy is None and s.result is not None and not s.result.rules, timeout=60_000)
-    assert view.items_by_id["c1:act"].rule is None
+    assert view.items_by_id["c1"].rule is None
     assert window.inspector.plan_table.table.rowCount() == 0
     assert window.redo_action.isEnabled()
 
@@ -198,7 +198,7 @@ def test_search_finds_and_selects(window, qtbot, wait_idle, model_file, image_fi
 def test_session_file_and_recent_models(window, qtbot, wait_idle, model_file, image_file, tmp_path):
     _open(window, qtbot, wait_idle, model_file, image_file)
     s = window.session
-    s.add_rule("c1:act", "zero")
+    s.add_rule("c1", "zero")
     wait_idle(window)
     saved = s.save(tmp_path / "work")
     assert window._recent()[0] == str(model_file.resolve())
@@ -206,7 +206,7 @@ def test_session_file_and_recent_models(window, qtbot, wait_idle, model_file, im
     wait_idle(window)
     window.open_path(str(saved))
     qtbot.waitUntil(
-        lambda: s.busy is None and s.result is not None and s.result.rules == {"c1:act": "zero"}, timeout=60_000
+        lambda: s.busy is None and s.result is not None and s.result.rules == {"c1": "zero"}, timeout=60_000
     )
     assert window.inspector.plan_table.table.rowCount() == 1
 
@@ -256,7 +256,7 @@ def test_the_window_fits_a_1280x720_screen(window, qtbot, wait_idle, model_file,
     _open(window, qtbot, wait_idle, model_file, image_file)
     hint = window.minimumSizeHint()
     assert hint.width() <= 1280 and hint.height() <= 720, (hint.width(), hint.height())
-    node = next(n for n in window.session.graph.nodes if n.id.endswith(":act"))
+    node = next(n for n in window.session.graph.nodes if n.fused_with is not None)
     assert node.label.splitlines()[0] == node.id  # the graph draws the id every file and command uses
 
 
@@ -381,7 +381,7 @@ def test_view_menu_lays_the_graph_out_left_to_right(window, qtbot, wait_idle, mo
     window.lr_action.trigger()
     qtbot.waitUntil(lambda: window.graph_view.layout_data.direction == "LR", timeout=30_000)
     boxes = window.graph_view.layout_data.boxes
-    assert boxes["c2"].x > boxes["c1"].x
+    assert boxes["c2"].x > boxes["c1:pre"].x
     window.lr_action.trigger()
     qtbot.waitUntil(lambda: window.graph_view.layout_data.direction == "TB", timeout=30_000)
 

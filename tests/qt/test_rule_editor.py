@@ -24,7 +24,7 @@ def _narrow(cls) -> bool:
 def test_a_node_without_a_rule_starts_on_the_true_gradient(window, qtbot, wait_idle, model_file):
     s, editor = _open(window, qtbot, wait_idle, model_file)
     rules = available_rules()
-    for node_id in ("c1", "c1:act", "c2", "gap", "out"):
+    for node_id in ("c1:pre", "c1", "c2", "gap", "out"):
         s.select(node_id)
         assert editor.rule_combo.currentText() == DEFAULT_RULES[0], node_id  # not "clip", the first by name
         assert "true gradient" in editor.description.text().lower()
@@ -36,7 +36,7 @@ def test_a_node_without_a_rule_starts_on_the_true_gradient(window, qtbot, wait_i
         specific = [rules[n].applies_to(node) and _narrow(rules[n]) for n in names]
         assert specific == sorted(specific, reverse=True), (node_id, names)  # node-specific ones before those
         assert names.index("identity") < names.index("true_gradient") < names.index("zero")
-    s.select("c1:act")
+    s.select("c1")
     names = editor.rule_names()
     for name in ("guided_backprop", "deconvnet", "backward_as"):
         if name in rules:  # registered by the ReLU-family / substitute modules
@@ -67,12 +67,12 @@ def test_group_headers_cannot_be_chosen(window, qtbot, wait_idle, model_file):
 def test_a_node_shows_the_rule_the_plan_gives_it(window, qtbot, wait_idle, model_file):
     s, editor = _open(window, qtbot, wait_idle, model_file)
     s.add_rule("type:Conv2D", "scale", {"factor": 2.5})  # by type: no entry names the node itself
-    s.add_rule("c1:act", "zero")
+    s.add_rule("c1", "zero")
     wait_idle(window)
-    s.select("c1")
+    s.select("c1:pre")
     assert editor.rule_combo.currentText() == "scale"
     assert float(editor.params.editors["factor"][1].text()) == 2.5
-    s.select("c1:act")
+    s.select("c1")
     assert editor.rule_combo.currentText() == "zero"
     s.select("gap")  # no rule: back to the true gradient, not the previous node's choice
     assert editor.rule_combo.currentText() == "identity"
@@ -81,7 +81,7 @@ def test_a_node_shows_the_rule_the_plan_gives_it(window, qtbot, wait_idle, model
     qtbot.mouseClick(editor.apply_node, Qt.MouseButton.LeftButton)
     qtbot.waitUntil(lambda: s.busy is None and s.result is not None and "c2" in s.result.rules, timeout=60_000)
     assert s.rule_for("c2") == "clip" and editor.rule_combo.currentText() == "clip"
-    s.select("c1")
+    s.select("c1:pre")
     s.select("c2")
     assert editor.rule_combo.currentText() == "clip"
     window.undo_action.trigger()  # the plan no longer gives c2 clip: the editor follows

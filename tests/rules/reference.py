@@ -6,8 +6,8 @@ The net is given explicitly as a list of nodes, so the reference does not share 
 
     net = ReferenceNet([
         RefNode("x", "input"),
-        RefNode("conv", "conv2d", ("x",), conv_params(model.get_layer("conv"))),
-        RefNode("conv:act", "relu", ("conv",)),
+        RefNode("conv:pre", "conv2d", ("x",), conv_params(model.get_layer("conv"))),
+        RefNode("conv", "relu", ("conv:pre",)),
         ...
     ])
     values = net.forward(x)

@@ -39,6 +39,10 @@ class Net:
         self.signed = rng.normal(size=shape).astype("float32")
         self.nonneg = rng.uniform(0.05, 1.0, size=shape).astype("float32")
         self.input_id = self.ref.nodes[0].id
+        # the node that runs the classifier layer: "<layer>:pre" when it has a fused activation (a softmax)
+        self.classifier_node = next(
+            n.id for n in self.engine.graph.nodes if n.layer_name == self.classifier and n.fused_with is None
+        )
 
     def run(self, method: str, x: np.ndarray, **options):
         m = build_method(method, self.engine.graph, **options)
@@ -114,7 +118,7 @@ def test_cmwp_matches_reference(name):
     net = get_net(name)
     method, result = net.run("cmwp", net.signed)
     values = net.ref.forward(net.signed)
-    grads = net.ref.backward(values, result.target_indices, "cmwp", classifier=net.classifier)
+    grads = net.ref.backward(values, result.target_indices, "cmwp", classifier=net.classifier_node)
     assert_matches_reference(net, result, grads)
     assert method.reduction == "sum_clamped" and method.readout_node in result.node_grads
 
@@ -128,7 +132,7 @@ def _mass(result, node_id: str) -> np.ndarray:
     "name, cut_nodes",
     [
         ("conv_net", None),  # a chain: every node below the logits is a cut
-        ("residual_net", ("c1", "c1:act", "add", "relu", "gap", "fc")),
+        ("residual_net", ("c1:pre", "c1", "add", "relu", "gap", "fc")),
         ("conv1d3d_net", ("cat", "fc")),
     ],
 )
@@ -144,7 +148,7 @@ def test_mwp_mass_is_one_at_every_layer(name, cut_nodes):
         c3 = net.model.get_layer("c3")
         c3.set_weights([c3.get_weights()[0], np.zeros(4, "float32")])
     _, result = net.run("mwp", net.nonneg)
-    nodes = cut_nodes or [n.id for n in net.engine.graph.nodes if not n.is_input and n.id != "fc2:act"]
+    nodes = cut_nodes or [n.id for n in net.engine.graph.nodes if not n.is_input and n.id != "fc2"]
     for node_id in nodes:
         np.testing.assert_allclose(_mass(result, node_id), 1.0, rtol=2e-5, err_msg=node_id)
     np.testing.assert_allclose(result.input_grad.reshape(3, -1).sum(1), 1.0, rtol=2e-5)
@@ -152,7 +156,7 @@ def test_mwp_mass_is_one_at_every_layer(name, cut_nodes):
     if name == "residual_net":  # the two branches split the mass between them
         branch, shortcut = _mass(result, "c3"), _mass(result, "add") - _mass(result, "c3")
         assert (branch > 0).all() and (shortcut > 0).all()
-        np.testing.assert_allclose(_mass(result, "c2:act"), branch, rtol=2e-5)
+        np.testing.assert_allclose(_mass(result, "c2"), branch, rtol=2e-5)
 
 
 def test_mwp_split_mass_is_one_for_signed_input():
@@ -179,7 +183,7 @@ def test_cmwp_equals_mwp_minus_mwp_of_negated_classifier(name):
         return engine.backward(net.signed, target, build_method(method, engine.graph).plan, capture="all")
 
     both, plain, dual = run(net.engine, "cmwp"), run(net.engine, "mwp"), run(dual_engine, "mwp")
-    below = [k for k in both.node_grads if k not in (net.classifier, net.classifier + ":act")]
+    below = [k for k in both.node_grads if k not in (net.classifier, net.classifier + ":pre")]
     assert len(below) >= 5
     for k in below:
         want = plain.node_grads[k] - dual.node_grads[k]
@@ -248,12 +252,12 @@ def test_mwp_preset_changes_the_layers_it_should():
 def test_cmwp_preset_classifier_and_readout():
     graph = get_net("conv_net").engine.graph
     m = build_method("cmwp", graph)
-    assert m.plan.resolve(graph).rules["fc2"].entry.rule == "cmwp"
+    assert m.plan.resolve(graph).rules["fc2:pre"].entry.rule == "cmwp"
     assert m.readout_node == "avg"  # the input of the Flatten above the last conv block
-    assert "fc2:act" not in m.changed  # the stripped final softmax is not on the path
+    assert "fc2" not in m.changed  # the stripped final softmax is not on the path
     graph = get_net("residual_net").engine.graph
     assert build_method("cmwp", graph).readout_node == "relu"  # the input of the global pool
-    assert build_method("cmwp", graph, readout="c2:act").readout_node == "c2:act"
+    assert build_method("cmwp", graph, readout="c2").readout_node == "c2"
 
 
 def test_cmwp_without_linear_classifier_is_a_clear_error():
@@ -287,7 +291,7 @@ def test_unhandled_layers_are_reported_by_node_id_and_keep_their_gradient():
         m = build_method(name, engine.graph)
         text = " ".join(m.warnings)
         assert "mul" in text and "ln" in text and "Multiply" in text and "LayerNormalization" in text, name
-        assert "mul" not in m.changed and "ln" not in m.changed and {"d1", "gate:act", "out"} <= set(m.changed)
+        assert "mul" not in m.changed and "ln" not in m.changed and {"d1:pre", "gate", "out"} <= set(m.changed)
         if name in ("mwp", "lrp_epsilon"):
             r = engine.backward(np.ones((1, 6), "float32"), Target(index=0), m.plan)
             assert np.isfinite(r.input_grad).all() and np.abs(r.input_grad).sum() > 0
@@ -337,9 +341,9 @@ def test_squeeze_excitation_gate_takes_no_signal(size):
         m = build_method(name, engine.graph, **({"bias": False} if name == "lrp_zplus" else {}))
         assert m.plan.resolve(engine.graph).rules["gate"].entry.rule == "signal_take_all" and not m.warnings
         r = engine.backward(x_in, Target(), m.plan, capture="all")  # top-1: its logit has excitatory inputs
-        assert np.all(r.node_grads["excite:act"] == 0) and np.all(r.node_grads["squeeze"] == 0)
+        assert np.all(r.node_grads["excite"] == 0) and np.all(r.node_grads["squeeze"] == 0)
         np.testing.assert_allclose(r.node_grads["gate"].reshape(2, -1).sum(1), 1.0, rtol=1e-4)  # z⁺: 1e-6 stab
-        np.testing.assert_allclose(r.node_grads["conv:act"], r.node_grads["gate"], rtol=1e-6)
+        np.testing.assert_allclose(r.node_grads["conv"], r.node_grads["gate"], rtol=1e-6)
         np.testing.assert_allclose(r.input_grad.reshape(2, -1).sum(1), 1.0, rtol=1e-4)
 
 

@@ -49,17 +49,17 @@ def conv_pool_dense():
             RefNode("conv1", "conv2d", ("image",), conv_params(model.get_layer("conv1"))),
             RefNode("pool", "maxpool", ("conv1",)),
             RefNode("relu1", "relu", ("pool",)),
-            RefNode("conv2", "conv2d", ("relu1",), conv_params(model.get_layer("conv2"))),
-            RefNode("conv2:act", "relu", ("conv2",)),
-            RefNode("conv3", "conv2d", ("conv2:act",), conv_params(model.get_layer("conv3"))),
-            RefNode("conv3:act", "relu", ("conv3",)),
-            RefNode("flat", "flatten", ("conv3:act",)),
-            RefNode("fc", "dense", ("flat",), dense_params(model.get_layer("fc"))),
-            RefNode("fc:act", "relu", ("fc",)),
-            RefNode("probs", "dense", ("fc:act",), dense_params(model.get_layer("probs"))),  # logits
+            RefNode("conv2:pre", "conv2d", ("relu1",), conv_params(model.get_layer("conv2"))),
+            RefNode("conv2", "relu", ("conv2:pre",)),
+            RefNode("conv3:pre", "conv2d", ("conv2",), conv_params(model.get_layer("conv3"))),
+            RefNode("conv3", "relu", ("conv3:pre",)),
+            RefNode("flat", "flatten", ("conv3",)),
+            RefNode("fc:pre", "dense", ("flat",), dense_params(model.get_layer("fc"))),
+            RefNode("fc", "relu", ("fc:pre",)),
+            RefNode("probs", "dense", ("fc",), dense_params(model.get_layer("probs"))),  # logits
         ]
     )
-    return model, ref, ("relu1", "conv2:act", "conv3:act", "fc:act")
+    return model, ref, ("relu1", "conv2", "conv3", "fc")
 
 
 def residual():
@@ -80,16 +80,16 @@ def residual():
             RefNode("image", "input"),
             RefNode("stem", "conv2d", ("image",), conv_params(model.get_layer("stem"))),
             RefNode("stem_relu", "relu", ("stem",)),
-            RefNode("a", "conv2d", ("stem_relu",), conv_params(model.get_layer("a"))),
-            RefNode("a:act", "relu", ("a",)),
-            RefNode("b", "conv2d", ("a:act",), conv_params(model.get_layer("b"))),
+            RefNode("a:pre", "conv2d", ("stem_relu",), conv_params(model.get_layer("a"))),
+            RefNode("a", "relu", ("a:pre",)),
+            RefNode("b", "conv2d", ("a",), conv_params(model.get_layer("b"))),
             RefNode("add", "add", ("stem_relu", "b")),
             RefNode("post", "relu", ("add",)),
             RefNode("gap", "gap", ("post",)),
             RefNode("logits", "dense", ("gap",), dense_params(model.get_layer("logits"))),
         ]
     )
-    return model, ref, ("stem_relu", "a:act", "post")
+    return model, ref, ("stem_relu", "a", "post")
 
 
 def relu_variants():
@@ -117,16 +117,16 @@ def relu_variants():
             RefNode("in_relu", "relu", ("x",)),
             RefNode("d1", "dense", ("in_relu",), dense_params(model.get_layer("d1"))),
             RefNode("r6", "relu6", ("d1",)),
-            RefNode("d2", "dense", ("r6",), dense_params(model.get_layer("d2"))),
-            RefNode("d2:act", "relu6", ("d2",)),
-            RefNode("d3", "dense", ("d2:act",), dense_params(model.get_layer("d3"))),
+            RefNode("d2:pre", "dense", ("r6",), dense_params(model.get_layer("d2"))),
+            RefNode("d2", "relu6", ("d2:pre",)),
+            RefNode("d3", "dense", ("d2",), dense_params(model.get_layer("d3"))),
             RefNode("leaky", "leaky_relu", ("d3",), {"alpha": 0.3}),
             RefNode("d4", "dense", ("leaky",), dense_params(model.get_layer("d4"))),
             RefNode(op_relu, "relu", ("d4",)),
             RefNode("out", "dense", (op_relu,), dense_params(model.get_layer("out"))),
         ]
     )
-    return model, ref, ("in_relu", "r6", "d2:act", "leaky", op_relu)
+    return model, ref, ("in_relu", "r6", "d2", "leaky", op_relu)
 
 
 NETS = {"conv_pool_dense": conv_pool_dense, "residual": residual, "relu_variants": relu_variants}
@@ -179,9 +179,9 @@ def test_single_node_override_matches_reference():
     model, ref, relu_ids = conv_pool_dense()
     engine = Engine(model)
     x = np.random.default_rng(9).normal(size=(2, 16, 16, 3)).astype("float32")
-    plan = Plan().with_entry("conv2:act", "guided_backprop").with_entry("fc:act", "deconvnet")
+    plan = Plan().with_entry("conv2", "guided_backprop").with_entry("fc", "deconvnet")
     result = engine.backward(x, Target(index=3), plan)
-    expected = ref.backward(ref.forward(x), 3, modes={"conv2:act": "guided", "fc:act": "deconvnet"})
+    expected = ref.backward(ref.forward(x), 3, modes={"conv2": "guided", "fc": "deconvnet"})
     np.testing.assert_allclose(result.input_grad, expected["image"], rtol=1e-4, atol=ATOL)
 
 

@@ -94,7 +94,7 @@ def test_numpy_reference_backward_matches_finite_differences(relu_mlp):
 def test_backward_as_is_local(relu_mlp):
     """backward_as(sigmoid): only h1's derivative is sigmoid'; h2 and out are differentiated at the real forward."""
     model, engine, x = relu_mlp
-    plan = Plan().with_entry("h1:act", "backward_as", {"activation": "sigmoid"})
+    plan = Plan().with_entry("h1", "backward_as", {"activation": "sigmoid"})
     result = engine.backward(x, Target(index=K), plan)
     _, expected = numpy_mlp(model, x, backward_first="sigmoid")
     np.testing.assert_allclose(result.input_grad, expected, rtol=1e-5, atol=1e-6)
@@ -132,7 +132,7 @@ def _tape_gradient(model: keras.Model, x: np.ndarray, k: int) -> tuple[np.ndarra
 
 def test_substitute_activation_is_global_on_mlp(relu_mlp):
     model, engine, x = relu_mlp
-    plan = Plan().with_entry("h1:act", "substitute_activation", {"activation": "sigmoid"})
+    plan = Plan().with_entry("h1", "substitute_activation", {"activation": "sigmoid"})
     result = engine.backward(x, Target(index=K), plan)
     copy = _swap_activation_clone(model, "relu", "sigmoid")
     expected, copy_out = _tape_gradient(copy, x, K)
@@ -165,7 +165,7 @@ def test_substitute_activation_everywhere_equals_clone_and_keeps_real_prediction
     x = np.random.default_rng(8).normal(size=(12, 9, 9, 2)).astype("float32")
     plan = Plan().with_entry("activation:relu", "substitute_activation", {"activation": "softplus"})
     result = engine.backward(x, Target(), plan)  # each sample's top-1 class
-    assert set(result.rules) == {"c1:act", "r", "h:act"}
+    assert set(result.rules) == {"c1", "r", "h"}
     real = model(x, training=False).numpy()
     np.testing.assert_allclose(result.predictions, real, rtol=1e-6, atol=1e-6)
     # top-1 means the class the user is shown: the real model's, not the substituted model's
@@ -188,10 +188,10 @@ def test_substitute_activation_everywhere_equals_clone_and_keeps_real_prediction
 
 def test_straight_through_identity_passes_gradient_unchanged(relu_mlp):
     model, engine, x = relu_mlp
-    result = engine.backward(x, Target(index=K), Plan().with_entry("h1:act", "straight_through"))
+    result = engine.backward(x, Target(index=K), Plan().with_entry("h1", "straight_through"))
     _, expected = numpy_mlp(model, x, backward_first="identity")
     np.testing.assert_allclose(result.input_grad, expected, rtol=1e-5, atol=1e-6)
-    sig = engine.backward(x, Target(index=K), Plan().with_entry("h1:act", "straight_through", {"backward": "sigmoid"}))
+    sig = engine.backward(x, Target(index=K), Plan().with_entry("h1", "straight_through", {"backward": "sigmoid"}))
     _, expected_sig = numpy_mlp(model, x, backward_first="sigmoid")
     np.testing.assert_allclose(sig.input_grad, expected_sig, rtol=1e-5, atol=1e-6)
 
@@ -213,9 +213,9 @@ def test_straight_through_makes_round_differentiable():
 
 def test_substitution_rules_refuse_nodes_they_cannot_run_on(relu_mlp):
     _, engine, _ = relu_mlp
-    with pytest.raises(PlanError, match="cannot run on node 'h2'"):
-        Plan().with_entry("h2", "substitute_activation").resolve(engine.graph)
+    with pytest.raises(PlanError, match="cannot run on node 'h2:pre'"):
+        Plan().with_entry("h2:pre", "substitute_activation").resolve(engine.graph)
     with pytest.raises(PlanError, match="Unknown activation"):
-        Plan().with_entry("h1:act", "substitute_activation", {"activation": "nope"}).resolve(engine.graph)
-    with pytest.raises(PlanError, match="cannot run on node 'h2'"):  # Dense 6 -> 4: shape changes
-        Plan().with_entry("h2", "straight_through").resolve(engine.graph)
+        Plan().with_entry("h1", "substitute_activation", {"activation": "nope"}).resolve(engine.graph)
+    with pytest.raises(PlanError, match="cannot run on node 'h2:pre'"):  # Dense 6 -> 4: shape changes
+        Plan().with_entry("h2:pre", "straight_through").resolve(engine.graph)

@@ -57,7 +57,7 @@ def test_guided_example_registers_and_equals_the_builtin(relu_case):
     assert rule_source("example_guided_backprop") == str(GUIDED_FILE)
     user = engine.backward(x, Target(index=1), Plan().with_entry("activation:relu", "example_guided_backprop"))
     builtin = engine.backward(x, Target(index=1), Plan().with_entry("activation:relu", "guided_backprop"))
-    assert set(user.rules) == {"conv:act", "relu", "d1:act"}
+    assert set(user.rules) == {"conv", "relu", "d1"}
     np.testing.assert_allclose(user.input_grad, builtin.input_grad, rtol=1e-6, atol=1e-7)
     plain = engine.backward(x, Target(index=1))
     assert not np.allclose(user.input_grad, plain.input_grad, atol=1e-4)
@@ -78,16 +78,16 @@ def test_weight_aware_examples_match_numpy():
     expected = ((seed @ np.maximum(w2, 0).T) * (z1 > 0)) @ np.maximum(w1, 0).T
     np.testing.assert_allclose(pos.input_grad, expected, rtol=1e-5, atol=1e-6)
 
-    # one MWP step on the classifier layer only, read at its input (d1:act): a1 ⊙ W₊ (g / (a1 W₊))
+    # one MWP step on the classifier layer only, read at its input (d1): a1 ⊙ W₊ (g / (a1 W₊))
     mwp = engine.backward(
-        x, Target(index=2), Plan().with_entry("d2", "example_excitation_backprop"), capture=["d1:act"]
+        x, Target(index=2), Plan().with_entry("d2", "example_excitation_backprop"), capture=["d1"]
     )
     wp = np.maximum(w2, 0)
     z = a1 @ wp
     s = np.where(z > 0, seed / np.where(z > 0, z, 1), 0)
     expected_mwp = a1 * (s @ wp.T)
-    np.testing.assert_allclose(mwp.node_grads["d1:act"], expected_mwp, rtol=1e-5, atol=1e-6)
-    np.testing.assert_allclose(mwp.node_grads["d1:act"].sum(-1), (z[:, 2] > 0).astype(float), atol=1e-5)
+    np.testing.assert_allclose(mwp.node_grads["d1"], expected_mwp, rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(mwp.node_grads["d1"].sum(-1), (z[:, 2] > 0).astype(float), atol=1e-5)
 
 
 @register_rule("test_user_rules_probe")
@@ -195,11 +195,11 @@ class _BadOverride(Rule):
 
 
 FAILURES = {
-    "test_user_rules_too_many": ("d1:act", r"returned 2 gradient\(s\); the node has 1 input"),
-    "test_user_rules_bad_shape": ("d1:act", r"gradient 0 has shape \(1, 3\), input has shape \(3, 6\)"),
+    "test_user_rules_too_many": ("d1", r"returned 2 gradient\(s\); the node has 1 input"),
+    "test_user_rules_bad_shape": ("d1", r"gradient 0 has shape \(1, 3\), input has shape \(3, 6\)"),
     "test_user_rules_raises": ("relu", r"failed in backward\(\) on node 'relu' \(ReLU\): ZeroDivisionError: user bug"),
-    "test_user_rules_bad_forward": ("conv", r"failed in backward\(\) on node 'conv' \(Conv2D\)"),
-    "test_user_rules_bad_override": ("conv:act", r"failed in forward_override\(\) on node 'conv:act'"),
+    "test_user_rules_bad_forward": ("conv:pre", r"failed in backward\(\) on node 'conv:pre' \(Conv2D\)"),
+    "test_user_rules_bad_override": ("conv", r"failed in forward_override\(\) on node 'conv'"),
 }
 
 

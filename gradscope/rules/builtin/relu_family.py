@@ -2,7 +2,7 @@
 
 Every other layer keeps its true VJP; only the ReLU-like nodes change. The rules work on any ReLU-like node:
 standalone ``ReLU``/``LeakyReLU`` layers, ``Activation("relu")``, fused ``activation="relu"`` split off into
-``<id>:act`` nodes, ``ReLU(max_value=6)``/``relu6`` and ``keras.ops.relu`` calls in functional models.
+``<id>`` nodes (after ``<id>:pre``), ``ReLU(max_value=6)``/``relu6`` and ``keras.ops.relu`` calls in functional models.
 """
 
 from __future__ import annotations
