@@ -12,7 +12,7 @@ import pytest
 from gradscope.app.export import ExportError, read_sidecar
 from gradscope.app.session_files import SessionFileError, read_session_file
 from gradscope.cli import EXIT_USER_ERROR, main
-from gradscope.core.errors import PlanError
+from gradscope.core.errors import PlanError, TargetError
 from gradscope.engine.runner import Engine
 from gradscope.rules.plan import Plan
 from tests.engine.fixtures import tiny_cnn
@@ -101,3 +101,24 @@ def test_a_non_finite_input_is_a_warning_and_fails_under_strict(tmp_path, capsys
     assert main(["flow", "--input", str(x), "--label", "1", "--strict"]) == 1
     result = Engine(tiny_cnn()).backward(np.full((1, 12, 12, 3), np.inf, np.float32))
     assert any("0 NaN and 432 Inf" in w for w in result.warnings())
+
+
+def test_a_npy_whose_header_promises_more_than_the_limit_is_refused_unread(tmp_path, capsys):
+    """A header claiming 56 GiB over a few bytes: refused from the header, not by a failing memory map."""
+    header = "{'descr': '<f4', 'fortran_order': False, 'shape': (100000, 224, 224, 3), }"
+    header += " " * (118 - len(header)) + "\n"
+    path = tmp_path / "huge.npy"
+    path.write_bytes(b"\x93NUMPY\x01\x00" + len(header).to_bytes(2, "little") + header.encode())
+    assert main(["flow", "--input", str(path), "--label", "0"]) == EXIT_USER_ERROR
+    assert "huge.npy holds 56.1 GiB" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(
+    "array, dtype",
+    [(np.zeros((1, 12, 12, 3), np.complex64), "complex64"), (np.array([["a"]]), "<U1"),
+     (np.array([None], dtype=object), "object")],
+)
+def test_inputs_that_are_not_real_numbers_are_refused_not_cast(array, dtype):
+    """Complex inputs lost their imaginary part with a NumPy warning; strings were an internal error."""
+    with pytest.raises(TargetError, match=f"Input 'img' must hold real numbers; got an array of {dtype}"):
+        Engine(tiny_cnn()).backward(array)

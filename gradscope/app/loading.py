@@ -121,8 +121,9 @@ class ModelLoadingMixin:
         self.method_sampling = None
         self.target = Target()
         restore, self._restore = self._restore, None
+        missing: list[str] = []
         if restore is not None:
-            restore = restore.upgraded(self.graph)
+            restore, missing = restore.fitted(self.graph)
             self.preprocessing = restore.preprocessing
             self.target = restore.target
             self.view = restore.view
@@ -148,6 +149,10 @@ class ModelLoadingMixin:
                 self.open_image(restore.image, run=False)
             if restore.selected:
                 self.select(restore.selected)
+            if missing:
+                self.status_changed.emit(
+                    f"The session names node(s) this model does not have, left out: {', '.join(missing)}."
+                )
         else:
             self.plan_changed.emit(self.plan)
             self.target_changed.emit(self.target)

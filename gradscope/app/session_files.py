@@ -32,6 +32,21 @@ class Restore:
     preprocessing: str
     schema: int = SESSION_SCHEMA  # the node-id scheme of its ids (1: "<id>:act" for a split activation)
 
+    def fitted(self, graph: LayerGraph) -> tuple[Restore, list[str]]:
+        """The settings for ``graph``: ids upgraded (``upgraded``), and the selection, read-out node and target
+        node dropped (to nothing, the input and top-1) where the model has no such node; returns those ids too."""
+        new = self.upgraded(graph)
+        missing = [i for i in (new.selected, new.view.readout_node, new.target.node) if i and i != INPUT_KEY]
+        missing = list(dict.fromkeys(i for i in missing if i not in graph))
+        if not missing:
+            return new, []
+        view = new.view
+        if view.readout_node in missing:
+            view = dataclasses.replace(view, readout_node=INPUT_KEY)
+        target = Target() if new.target.node in missing else new.target
+        selected = None if new.selected in missing else new.selected
+        return dataclasses.replace(new, view=view, target=target, selected=selected), missing
+
     def upgraded(self, graph: LayerGraph) -> Restore:
         """The same settings with today's node ids (``LayerGraph.id_from_v1``) when the file is schema 1."""
         if self.schema >= SESSION_SCHEMA:

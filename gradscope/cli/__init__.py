@@ -13,10 +13,9 @@ from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
-from gradscope.core.errors import GradscopeError, ImageLoadError
+from gradscope.core.errors import EXIT_BUG, EXIT_USER_ERROR, GradscopeError, ImageLoadError
 
-EXIT_USER_ERROR = 2
-EXIT_BUG = 3
+__all__ = ["EXIT_BUG", "EXIT_USER_ERROR", "main"]
 
 
 # ------------------------------------------------------------------------------------------------- helpers

@@ -27,6 +27,18 @@ def _check_input_size(name: str, nbytes: int) -> None:
         )
 
 
+def _npy_nbytes(path: Path) -> int:
+    """The size a .npy file's header promises (0 when it has no readable header: np.load then says why)."""
+    try:
+        with path.open("rb") as f:
+            major, _ = np.lib.format.read_magic(f)
+            read = np.lib.format.read_array_header_1_0 if major == 1 else np.lib.format.read_array_header_2_0
+            shape, _, dtype = read(f)
+    except (OSError, ValueError):
+        return 0
+    return int(np.prod(shape, dtype=np.float64)) * dtype.itemsize
+
+
 def _cli_inputs(args: Any, engine: Any) -> list[np.ndarray] | None:
     """Model inputs from ``--input`` files: .npy (one array), .npz (one array per model input), or images."""
     from gradscope.core.errors import ImageLoadError
@@ -41,12 +53,13 @@ def _cli_inputs(args: Any, engine: Any) -> list[np.ndarray] | None:
         if not p.is_file():
             raise ImageLoadError(f"Input file not found: {p}")
         if p.suffix.lower() in (".npy", ".npz"):
+            if p.suffix.lower() == ".npy":
+                _check_input_size(p.name, _npy_nbytes(p))  # from the header, before anything is mapped
             try:
-                loaded = np.load(p, mmap_mode="r", allow_pickle=False)  # .npy: the header only, for now
+                loaded = np.load(p, mmap_mode="r", allow_pickle=False)
             except (OSError, ValueError) as exc:
                 raise ImageLoadError(f"Cannot read {p.name} as a NumPy array: {exc}") from None
             if isinstance(loaded, np.ndarray):
-                _check_input_size(p.name, loaded.nbytes)
                 arrays.append(np.array(loaded))
             else:
                 with loaded:
@@ -70,7 +83,7 @@ def _cli_inputs(args: Any, engine: Any) -> list[np.ndarray] | None:
             f"The model takes {len(input_ids)} inputs ({', '.join(input_ids)}); got {len(arrays)} array(s). "
             "Give one --input per model input, or one .npz file holding them in order."
         )
-    return [np.asarray(a, np.float32) for a in arrays]
+    return engine.checked_inputs(arrays)  # shape and dtype per input, before labels are matched to the batch
 
 
 def _random_inputs(engine: Any, batch: int = 8) -> list[np.ndarray]:

@@ -5,6 +5,9 @@ Messages are written for the person using the tool: what went wrong and what to 
 
 from __future__ import annotations
 
+EXIT_USER_ERROR = 2  # every front end's exit status for a user error (bad input, bad file): one line, no traceback
+EXIT_BUG = 3  # an exception gradscope did not raise on purpose
+
 
 class GradscopeError(Exception):
     """Base of every error gradscope raises on purpose."""

@@ -343,18 +343,26 @@ class Engine:
 
     # ------------------------------------------------------------------------------------------- public
     def _as_inputs(self, inputs: Any) -> list[Any]:
+        return [tf.convert_to_tensor(a) for a in self.checked_inputs(inputs)]
+
+    def checked_inputs(self, inputs: Any) -> list[np.ndarray]:
+        """The model's inputs as float32 arrays with a batch axis, or a ``TargetError`` naming the input whose
+        count, shape or dtype does not fit (strings, objects and complex numbers are refused, never cast)."""
         arrays = list(inputs) if isinstance(inputs, (list, tuple)) else [inputs]
         if len(arrays) != len(self.exec.input_keys):
             raise TargetError(f"The model takes {len(self.exec.input_keys)} input(s); got {len(arrays)}.")
         out = []
         for a, node_id in zip(arrays, self.graph.input_ids):
-            a = np.asarray(a, dtype=np.float32)
+            a = np.asarray(a)
+            if a.dtype.kind not in "biuf":
+                raise TargetError(f"Input {node_id!r} must hold real numbers; got an array of {a.dtype} ({a.shape}).")
+            a = a.astype(np.float32, copy=False)
             want = self.graph.node(node_id).output_shape
             if a.ndim == len(want) - 1:
                 a = a[None]  # a single sample: add the batch axis
             if a.ndim != len(want) or any(w is not None and w != d for w, d in zip(want[1:], a.shape[1:])):
                 raise TargetError(f"Input {node_id!r} expects shape {want}, got {a.shape}.")
-            out.append(tf.convert_to_tensor(a))
+            out.append(a)
         return out
 
     def backward(

@@ -8,6 +8,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from gradscope.core.errors import EXIT_USER_ERROR
+
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p = argparse.ArgumentParser(prog="gradscope gui", description="The gradscope desktop GUI.")
@@ -40,7 +42,10 @@ def main(argv: list[str] | None = None) -> int:
     icon = resource_path("icons", "gradscope.svg")
     if icon.is_file():
         app.setWindowIcon(QIcon(str(icon)))
-    window = MainWindow()
+    errors: list[str] = []  # headless (--screenshot): what went wrong, printed once the window has closed
+    window = MainWindow(modal_errors=not args.screenshot)  # nobody can click a dialog away
+    if args.screenshot:
+        window.error_shown.connect(lambda title, message: errors.append(f"{title}: {message}"))
     try:
         w, h = (int(v) for v in args.size.lower().split("x"))
         window.resize(w, h)
@@ -75,12 +80,16 @@ def main(argv: list[str] | None = None) -> int:
 
         window.when_idle(shoot)
     code = app.exec()
+    # printed now, not when they happen: while the worker imports TensorFlow, fd 2 points at /dev/null
+    for line in errors:
+        print(f"gradscope gui: error: {line}", file=sys.stderr)
+    status = code or (EXIT_USER_ERROR if errors else 0)  # a screenshot run that met an error says so
     executor = window.session.executor
     if getattr(executor, "alive", False):  # closed during a TensorFlow call: exit without finalising under it
         sys.stdout.flush()
         sys.stderr.flush()
-        os._exit(code)
-    return code
+        os._exit(status)
+    return status
 
 
 def _demo_paths(image: str | None) -> tuple[str | None, str | None, str]:

@@ -418,7 +418,7 @@ class MainWindow(QMainWindow):
         """Open a session file; if it names Python code (custom objects), show the paths and ask first."""
         code = session_code_files(path)
         allow = False
-        if code:
+        if code and self.modal_errors:  # headless: nobody to ask, so the code is not run (the status says so)
             answer = QMessageBox.question(
                 self,
                 "Run code from this session?",

@@ -54,12 +54,17 @@ class Recorder:
             "layout_changed",
         ):
             getattr(session, name).connect(lambda *a, name=name: self.events.append((name, a)))
+        self.status: list[str] = []
+        session.status_changed.connect(self.status.append)
 
     def names(self) -> list[str]:
         return [n for n, _ in self.events]
 
     def errors(self) -> list[tuple]:
         return [a for n, a in self.events if n == "error_raised"]
+
+    def statuses(self) -> list[str]:
+        return list(self.status)
 
 
 class ManualExecutor:
@@ -422,6 +427,20 @@ def test_a_session_file_of_the_first_id_scheme_opens_with_its_meaning(tmp_path, 
     assert s.selected == "c1" and s.target.node == "c1:pre" and s.view.readout_node == "c1"
     assert s.result is not None and s.result.rules == {"c1": "zero", "c1:pre": "sign"}
     assert read_session_file(s.save(tmp_path / "new"))["plan"]["schema"] == 2
+
+
+def test_a_session_naming_nodes_the_model_lacks_opens_without_them_and_says_so(tmp_path, model):
+    good = tmp_path / "m.keras"
+    model.save(good)
+    p = tmp_path / "stale.gradscope.json"
+    p.write_text(json.dumps({"model": str(good), "selected": "conv9", "view": {"readout_node": "gone"},
+                             "target": {"kind": "channel", "node": "c9", "channel": 0}}))
+    s = Session(InlineExecutor())
+    rec = Recorder(s)
+    assert s.load(p) and not rec.errors()
+    assert s.selected is None and s.view.readout_node == "<input>" and s.target == Target()
+    assert any("conv9, gone, c9" in m for m in rec.statuses()), rec.statuses()
+    assert s.result is not None  # the rest of the session applied and computed
 
 
 def test_bad_session_files(tmp_path):

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import threading
 import time
 
@@ -485,3 +486,21 @@ def test_a_loading_model_is_drawn_unclickable_and_the_current_one_returns_if_it_
     assert not withdrawn and clickable_after and items_after == shown  # the model still held is back
     assert window.session.model_path == str(model_file) and "bad.keras" in errors[0]
     assert "tiny" in window.graph_pane.title.text()
+
+
+def test_a_headless_screenshot_with_a_bad_file_never_waits_for_a_click(tmp_path, model_file):
+    """`gui MODEL x.npy --screenshot` used to wait forever on a modal "not an image" dialog. Headless, errors
+    are printed and the exit status is 2; the screenshot is still written."""
+    import subprocess
+    import sys
+
+    bad = tmp_path / "x.npy"
+    np.save(bad, np.zeros((2, 3), np.float32))
+    shot = tmp_path / "shot.png"
+    cmd = [sys.executable, "-m", "gradscope", "gui", str(model_file), str(bad), "--screenshot", str(shot),
+           "--size", "800x600"]
+    env = {**os.environ, "QT_QPA_PLATFORM": "offscreen"}
+    out = subprocess.run(cmd, capture_output=True, text=True, timeout=180, env=env)
+    assert out.returncode == 2, out.stderr
+    assert "gradscope gui: error: Cannot open the image: " in out.stderr and "x.npy is not an image" in out.stderr
+    assert shot.is_file()
