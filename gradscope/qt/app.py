@@ -51,7 +51,8 @@ def main(argv: list[str] | None = None) -> int:
         window.resize(w, h)
     except ValueError:
         pass
-    _fit_to_screen(window, app)
+    if not args.screenshot:  # a screenshot is exactly --size, whatever screen (or none) there is
+        _fit_to_screen(window, app)
     window.show()
     model, image = args.model, args.image
     if model is None and not args.no_demo:
@@ -74,8 +75,17 @@ def main(argv: list[str] | None = None) -> int:
 
         def shoot() -> None:
             out.parent.mkdir(parents=True, exist_ok=True)
-            window.grab().save(str(out))
+            shot = window.grab()
+            shot.save(str(out))
             print(f"screenshot: {out}")
+            if (shot.width(), shot.height()) != (window.width(), window.height()) or args.size.lower() != (
+                f"{window.width()}x{window.height()}"
+            ):
+                smallest = window.minimumSizeHint()
+                errors.append(
+                    f"--size: the screenshot is {shot.width()}x{shot.height()}, not {args.size} (the window is at "
+                    f"least {smallest.width()}x{smallest.height()})"
+                )
             app.quit()
 
         window.when_idle(shoot)

@@ -31,6 +31,7 @@ from PySide6.QtWidgets import (
 
 from gradscope.app.session import Session
 from gradscope.core.graph import NodeSpec
+from gradscope.qt.reflow import ReflowGrid
 from gradscope.rules.base import Rule, available_rules, rule_source
 from gradscope.rules.methods import available_methods
 
@@ -127,7 +128,7 @@ class NodeInfo(QTextBrowser):
             return "(" + ", ".join("None" if d is None else str(d) for d in t) + ")"
 
         rows = [
-            *([("layer name", html.escape(n.name))] if n.name != n.id else []),
+            *([("layer name", html.escape(n.layer_name))] if n.layer_name and n.layer_name != n.id else []),
             ("type", html.escape(n.op_type) + (f" ({html.escape(n.activation)})" if n.activation else "")),
             ("inputs", ", ".join(shape(t) for t in n.input_shapes) or "–"),
             ("output", ", ".join(shape(t) for t in n.output_shapes)),
@@ -326,14 +327,8 @@ class RuleEditor(QGroupBox):
         lay.addWidget(self.rule_combo)
         lay.addWidget(self.description)
         lay.addWidget(self.params)
-        row = QHBoxLayout()
-        row.addWidget(self.apply_node)
-        row.addWidget(self.apply_type)
-        lay.addLayout(row)
-        row2 = QHBoxLayout()
-        row2.addWidget(self.reset_node)
-        row2.addWidget(self.load_file)
-        lay.addLayout(row2)
+        buttons = (self.apply_node, self.apply_type, self.reset_node, self.load_file)
+        lay.addWidget(ReflowGrid(buttons, max_columns=2, min_columns=1))
         if session.rules_ready:
             self.refresh_rules()
         self.set_node(None)
@@ -514,8 +509,6 @@ class PlanTable(QGroupBox):
         self.table.setEditTriggers(QAbstractItemView.EditTrigger.NoEditTriggers)
         self.table.setMinimumHeight(110)
         self.table.setToolTip("Select a row and press Delete (or Remove) to drop it")
-        lay.addWidget(self.table)
-        row = QHBoxLayout()
         self.remove = QPushButton("Remove")
         self.clear = QPushButton("Clear")
         self.undo = QPushButton("Undo")
@@ -526,9 +519,10 @@ class PlanTable(QGroupBox):
         self.clear.clicked.connect(self.session.clear_plan)
         self.undo.clicked.connect(self.session.undo)
         self.redo.clicked.connect(self.session.redo)
-        for b in (self.remove, self.clear, self.undo, self.redo):
-            row.addWidget(b)
-        lay.addLayout(row)
+        # above the table, so they are in sight however long the dock (they sat below its fold)
+        buttons = (self.remove, self.clear, self.undo, self.redo)
+        lay.addWidget(ReflowGrid(buttons, max_columns=4, min_columns=2, even=True))
+        lay.addWidget(self.table)
         self.summary = QLabel()
         self.summary.setWordWrap(True)
         self.summary.setStyleSheet("color:#546e7a")

@@ -10,7 +10,6 @@ from PySide6.QtGui import QPixmap
 from PySide6.QtWidgets import (
     QCheckBox,
     QComboBox,
-    QGridLayout,
     QHBoxLayout,
     QLabel,
     QPushButton,
@@ -25,6 +24,7 @@ from gradscope.app.session import INPUT_KEY, NORMALIZATIONS, PREPROCESSINGS, RED
 from gradscope.app.view import degenerate_note
 from gradscope.core.errors import GradscopeError
 from gradscope.qt.images import to_pixmap
+from gradscope.qt.reflow import ReflowGrid
 
 
 class ImagePanel(QWidget):
@@ -81,9 +81,6 @@ class OverlayView(QWidget):
         self._updating = False
         lay = QVBoxLayout(self)
         lay.setContentsMargins(4, 4, 4, 4)
-        grid = QGridLayout()
-        grid.setHorizontalSpacing(6)
-        grid.setVerticalSpacing(3)
 
         self.target = QComboBox()
         self.target.setObjectName("target_combo")
@@ -170,19 +167,26 @@ class OverlayView(QWidget):
             combo.setSizeAdjustPolicy(QComboBox.SizeAdjustPolicy.AdjustToMinimumContentsLengthWithIcon)
             combo.setMinimumContentsLength(4)
         self.target.setMinimumContentsLength(8)
-        grid.addWidget(cell("Target", self.target), 0, 0, 1, 2)
-        grid.addWidget(cell("class", self.other_class), 0, 2)
-        grid.addWidget(cell("Pixels", self.preprocessing), 0, 3)
-        grid.addWidget(cell("Map at", self.readout), 1, 0)
-        grid.addWidget(cell("Show", self.which), 1, 1)
-        grid.addWidget(cell("Channels", self.reduction), 1, 2)
-        grid.addWidget(self.times_input, 1, 3)
-        grid.addWidget(cell("Colormap", self.cmap), 2, 0)
-        grid.addWidget(cell("Alpha", self.alpha), 2, 1)
-        grid.addWidget(cell("Norm", self.norm), 2, 2)
-        grid.addWidget(cell("Blend", self.style), 2, 3)
-        lay.addLayout(grid)
-        lay.addLayout(self._compare_bar())
+        # four columns where they fit, three or two on a narrow window (the rows reflow, nothing is cut)
+        self.controls = ReflowGrid(
+            [
+                (cell("Target", self.target), 2),
+                cell("class", self.other_class),
+                cell("Pixels", self.preprocessing),
+                cell("Map at", self.readout),
+                cell("Show", self.which),
+                cell("Channels", self.reduction),
+                self.times_input,
+                cell("Colormap", self.cmap),
+                cell("Alpha", self.alpha),
+                cell("Norm", self.norm),
+                cell("Blend", self.style),
+            ],
+            max_columns=4,
+            min_columns=2,
+        )
+        lay.addWidget(self.controls)
+        lay.addWidget(self._compare_bar())
         panels = QHBoxLayout()
         self.input_panel = ImagePanel("Input")
         self.map_panel = ImagePanel("Map")
@@ -272,9 +276,7 @@ class OverlayView(QWidget):
         self.session.set_view(readout_node=self.readout.itemData(index))
 
     # ------------------------------------------------------------------------------------------- compare
-    def _compare_bar(self) -> QHBoxLayout:
-        bar = QHBoxLayout()
-        bar.setSpacing(4)
+    def _compare_bar(self) -> QWidget:
         self.pin_button = QPushButton("Pin as B")
         self.pin_button.setShortcut("Ctrl+B")
         self.pin_button.setToolTip("Keep this result as B and compare the next plans with it (Ctrl+B)")
@@ -289,11 +291,9 @@ class OverlayView(QWidget):
         self.export_compare_button.clicked.connect(self._export_comparison)
         self.compare_label = QLabel("Compare plans: pin a result as B, then change the plan")
         self.compare_label.setStyleSheet("color:#607d8b")
-        self.compare_label.setSizePolicy(QSizePolicy.Policy.Ignored, QSizePolicy.Policy.Preferred)
-        for w in (self.pin_button, self.swap_button, self.unpin_button, self.export_compare_button):
-            bar.addWidget(w)
-        bar.addWidget(self.compare_label, 1)
-        return bar
+        self.compare_label.setWordWrap(True)  # a long A/B caption wraps instead of being cut
+        buttons = (self.pin_button, self.swap_button, self.unpin_button, self.export_compare_button)
+        return ReflowGrid([*buttons, (self.compare_label, 4)], max_columns=8, min_columns=2, even=True)
 
     def _export_comparison(self) -> None:
         from PySide6.QtWidgets import QFileDialog, QMessageBox

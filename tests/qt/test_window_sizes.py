@@ -1,0 +1,64 @@
+"""The window fits the screens people have: from 1024x640 (a 1280x800 laptop at 125 %) to 1920x1080, no
+control is clipped and no dock needs a horizontal scrollbar."""
+
+from __future__ import annotations
+
+import pytest
+from PySide6.QtWidgets import QAbstractButton, QAbstractScrollArea, QComboBox, QLabel, QWidget
+
+SIZES = [(1024, 640), (1280, 720), (1920, 1080)]
+
+
+def clipped(window: QWidget) -> list[str]:
+    """Visible controls narrower than their text needs, or cut by the window's edge; visible horizontal
+    scrollbars (a dock that does not fit its width)."""
+    problems = []
+    frame = window.rect()
+    for w in window.findChildren(QWidget):
+        if not w.isVisibleTo(window) or w.width() <= 0:
+            continue
+        label = w.text() if isinstance(w, (QAbstractButton, QLabel)) else w.objectName()
+        name = f"{type(w).__name__} {label!r}"
+        if isinstance(w, QAbstractButton) and w.text() and w.width() < w.minimumSizeHint().width():
+            problems.append(f"{name}: {w.width()} px < {w.minimumSizeHint().width()} px")
+        if isinstance(w, QComboBox) and w.width() < w.minimumSizeHint().width():
+            problems.append(f"{name}: {w.width()} px < {w.minimumSizeHint().width()} px")
+        if isinstance(w, QLabel) and w.text() and not w.wordWrap() and w.width() < w.minimumSizeHint().width():
+            problems.append(f"{name}: {w.width()} px < {w.minimumSizeHint().width()} px")
+        if isinstance(w, QAbstractScrollArea) and w.horizontalScrollBar().isVisible() and w.objectName() != "graph":
+            problems.append(f"{name}: horizontal scrollbar")
+        left = w.mapTo(window, w.rect().topLeft()).x()
+        if left + w.width() > frame.width() + 1:  # (taller than the window is fine: docks scroll vertically)
+            problems.append(f"{name}: past the window's right edge")
+    return problems
+
+
+@pytest.mark.parametrize("size", SIZES, ids=lambda s: f"{s[0]}x{s[1]}")
+def test_no_control_is_clipped(window, qtbot, wait_idle, model_file, image_file, size):
+    assert window.open_image(str(image_file))
+    window.open_model(str(model_file))
+    wait_idle(window)
+    qtbot.waitUntil(lambda: window.session.rules_ready, timeout=60_000)
+    window.session.select("c1")
+    window.resize(*size)
+    qtbot.wait(50)
+    assert (window.width(), window.height()) == size, f"minimum {window.minimumSizeHint().toTuple()}"
+    problems = clipped(window)
+    assert not problems, "\n".join(problems)
+
+
+def test_a_headless_screenshot_is_exactly_the_size_asked_for(tmp_path):
+    """It used to be clamped to the offscreen platform's screen and the window's minimum (1155 px wide)."""
+    import os
+    import subprocess
+    import sys
+
+    from PIL import Image
+
+    out = tmp_path / "shot.png"
+    cmd = [sys.executable, "-m", "gradscope", "gui", "--size", "1024x640", "--screenshot", str(out)]
+    run = subprocess.run(cmd, capture_output=True, text=True, timeout=180,
+                         env={**os.environ, "QT_QPA_PLATFORM": "offscreen"})
+    assert run.returncode == 0, run.stderr
+    with Image.open(out) as im:
+        assert im.size == (1024, 640)
