@@ -60,7 +60,7 @@ class ComparingMixin:
             return None
         labels = (self.result_method or self.method_name, self.pinned.method)
         stats = (self.result.stats, self.pinned.result.stats)
-        return compare(a, b, self.image, self.view, node, labels, stats)
+        return compare(a, b, self.image, self.shown_view, node, labels, stats)
 
     def export_comparison(self, path: str | Path) -> Path:
         """A, B and A-B side by side as PNG, with a sidecar naming both plans and their agreement."""

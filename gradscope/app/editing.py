@@ -147,6 +147,7 @@ class PlanEditingMixin:
             method.reduction, method.times_input, method.signed, method.readout_node, grad_cam=method.grad_cam
         )
         self.method_sampling = (method.sampling, dict(method.options)) if method.sampling else None
+        replaced = self.plan.entries if self._history.current.method.endswith("custom plan") else ()
         plan = Plan(method.plan.entries, method.plan.name or name)
         ok = self.set_plan(plan)
         self.view_changed.emit(self.view)
@@ -154,6 +155,12 @@ class PlanEditingMixin:
             self.status_changed.emit(w)
         if ok and plan == self.plan and not method.warnings:
             self.status_changed.emit(f"Method {name}: {len(method.changed)} node(s) with rules.")
+        if ok and replaced:
+            n = len(replaced)
+            self.status_changed.emit(
+                f"Method {name} replaced the {n} hand-made plan entr{'y' if n == 1 else 'ies'} (Ctrl+Z brings "
+                f"{'it' if n == 1 else 'them'} back)."
+            )
         return ok
 
     def _take_readout(

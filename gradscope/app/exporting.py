@@ -51,7 +51,7 @@ class ExportingMixin:
             plan=self.plan if self.result_plan is None else self.result_plan,
             readout_node=readout_node,
             changed_nodes=result.rules if result is not None else (),
-            view=self.view,
+            view=self.shown_view,
         )
         return sidecar
 

@@ -21,7 +21,7 @@ import numpy as np
 from gradscope.app.comparing import ComparingMixin
 from gradscope.app.editing import PlanEditingMixin
 from gradscope.app.exporting import ExportingMixin
-from gradscope.app.history import PlanHistory
+from gradscope.app.history import READOUT_FIELDS, PlanHistory
 from gradscope.app.jobs import JobsMixin
 from gradscope.app.loading import ModelLoadingMixin
 from gradscope.app.session_files import SESSION_SCHEMA, SESSION_SUFFIX, Restore, read_session_file
@@ -88,6 +88,7 @@ class RunOutput:
     retraced: bool
     plan: Plan
     method: str
+    readout: dict[str, Any]  # the view's read-out fields the run was asked with (they belong to its plan)
 
 
 # ------------------------------------------------------------------------------------------------ session
@@ -122,6 +123,7 @@ class Session(PlanEditingMixin, ModelLoadingMixin, ExportingMixin, ComparingMixi
         #: label the result with these (never the old pixels under the new plan's name) and exports use them.
         self.result_plan: Plan | None = None
         self.result_method: str | None = None
+        self.result_readout: dict[str, Any] = {}  # and the read-out settings it was computed for
         self.last_run_seconds: float | None = None
         self.last_error: str | None = None
         self.collapsed: set[str] = set()
@@ -329,6 +331,7 @@ class Session(PlanEditingMixin, ModelLoadingMixin, ExportingMixin, ComparingMixi
             return False
         engine, x, target, plan, method = self._engine, self.inputs, self.target, self.plan, self.method_name
         sampling = self.method_sampling
+        readout = {k: getattr(self.view, k) for k in READOUT_FIELDS}
         shown = [n for n in (self.readout, self.selected) if n is not None]  # copied to numpy on the worker
         self._cancel_kind("compile")  # a background compile of an older plan only competes with this one
         base_key = (id(engine), self._input_version, target)
@@ -354,14 +357,14 @@ class Session(PlanEditingMixin, ModelLoadingMixin, ExportingMixin, ComparingMixi
                     if node in res.node_grads:
                         res.node_grads[node], res.node_values.get(node)
             seconds = time.perf_counter() - t0
-            return RunOutput(result, base, base_key, seconds, engine.trace_count != traces, plan, method)
+            return RunOutput(result, base, base_key, seconds, engine.trace_count != traces, plan, method, readout)
 
         self._submit("run", "Computing gradients...", job, self._on_run)
         return True
 
     def _on_run(self, out: RunOutput) -> None:
         self.result, self.baseline, self._baseline_key = out.result, out.baseline, out.baseline_key
-        self.result_plan, self.result_method = out.plan, out.method
+        self.result_plan, self.result_method, self.result_readout = out.plan, out.method, out.readout
         self.last_run_seconds = out.seconds
         self.last_error = None
         self.result_changed.emit(self.result, self.baseline)
@@ -402,6 +405,15 @@ class Session(PlanEditingMixin, ModelLoadingMixin, ExportingMixin, ComparingMixi
     def result_is_stale(self) -> bool:
         """True while the shown result belongs to another plan than the current one (a newer one computes)."""
         return self.result is not None and self.result_plan is not None and self.result_plan != self.plan
+
+    @property
+    def shown_view(self) -> ViewSettings:
+        """The view the shown result is drawn with: the current one, except that while a newer plan computes
+        the read-out (node, channel reduction, x input, sign, Grad-CAM) stays the one the result was computed
+        for, so a preset's new reduction is never applied to the previous plan's signal."""
+        if not self.result_is_stale or not self.result_readout:
+            return self.view
+        return dataclasses.replace(self.view, **self.result_readout)
 
     def result_caption(self) -> str:
         """What the shown result is: its method and plan size, marked when a newer plan is computing."""
@@ -541,7 +553,7 @@ class Session(PlanEditingMixin, ModelLoadingMixin, ExportingMixin, ComparingMixi
     @property
     def readout(self) -> str | None:
         """The node whose signal the overlay shows (None: the model input)."""
-        node = self.view.readout_node or self.selected
+        node = self.shown_view.readout_node or self.selected
         if (
             node is None
             or node == INPUT_KEY
@@ -590,12 +602,14 @@ class Session(PlanEditingMixin, ModelLoadingMixin, ExportingMixin, ComparingMixi
             if node not in res.node_grads:
                 raise GraphError(f"No signal was captured at {node!r}.")
             sig, val = res.node_grads[node][0], res.node_values.get(node, [None])[0]
-        return weighted_signal(sig, val, times_input=self.view.times_input, grad_cam=self.view.grad_cam)
+        view = self.shown_view
+        return weighted_signal(sig, val, times_input=view.times_input, grad_cam=view.grad_cam)
 
     def overlay(self, node: str | None = ..., which: str = "current") -> OverlayImages:  # type: ignore[assignment]
         """The saliency map at ``node`` (default: ``readout``) as heat map and blend over the image."""
         node = self.readout if node is ... else node
-        return overlay_images(self.signal(node, which), self.image, self.view, node, blend=self.input_note == "")
+        view = self.shown_view
+        return overlay_images(self.signal(node, which), self.image, view, node, blend=self.input_note == "")
 
     def flow_rows(self, which: str = "current") -> list[dict[str, Any]]:
         res = self.result if which == "current" else self.baseline

@@ -473,6 +473,7 @@ class MethodPanel(QGroupBox):
         self.apply = QPushButton("Apply")
         self.apply.setToolTip("Replace the plan with this method's plan (undo with Ctrl+Z)")
         self.apply.clicked.connect(lambda: self.session.apply_method(self.combo.currentText()))
+        self.combo.currentIndexChanged.connect(lambda i: self.apply.setEnabled(i >= 0))
         lay.addWidget(self.combo, 1)
         lay.addWidget(self.apply)
         self.refresh()
@@ -486,9 +487,11 @@ class MethodPanel(QGroupBox):
             self.combo.addItem(name)
             self.combo.setItemData(self.combo.count() - 1, summary, Qt.ItemDataRole.ToolTipRole)
         idx = self.combo.findText(self.session.method_name)
-        if idx < 0:
-            idx = self.combo.findText(current)
-        self.combo.setCurrentIndex(max(idx, 0))
+        if idx < 0 and self.session.plan.entries:  # a hand-made plan (or one undone back to): no preset named
+            self.combo.setPlaceholderText(self.session.method_name or "custom plan")
+        elif idx < 0:
+            idx = max(self.combo.findText(current), 0)
+        self.combo.setCurrentIndex(idx)
 
 
 class PlanTable(QGroupBox):

@@ -216,6 +216,7 @@ class MainWindow(QMainWindow):
     def _build_status_bar(self) -> None:
         sb = self.statusBar()
         self.status_label = QLabel("Ready")
+        self._last_status, self._showing_busy = "Ready", False  # what to show again when busy work ends
         self.progress = QProgressBar()
         self.progress.setRange(0, 0)
         self.progress.setFixedWidth(140)
@@ -295,6 +296,9 @@ class MainWindow(QMainWindow):
             self._elapsed_timer.start(250)
         else:
             self._elapsed_timer.stop()
+            if self._showing_busy:  # work ended without a message of its own: no stale "Laying out..." stays
+                self.status_label.setText(self._last_status)
+        self._showing_busy = label is not None
 
     def _show_elapsed(self) -> None:
         label = self.session.busy
@@ -303,12 +307,13 @@ class MainWindow(QMainWindow):
 
     def _on_status(self, message: str) -> None:
         self.status_label.setText(message)
+        self._last_status, self._showing_busy = message, False
 
     def _on_subscriber_error(self, exc: BaseException) -> None:
         self._on_error("Display error", f"{type(exc).__name__}: {exc}", exc)
 
     def _on_error(self, title: str, message: str, exc: BaseException | None) -> None:
-        self.status_label.setText(f"{title}: {message.splitlines()[0]}")
+        self._on_status(f"{title}: {message.splitlines()[0]}")
         request = self.session.load_request
         if isinstance(exc, UnsafeModelError) and request:
             self.error_shown.emit(title, message)

@@ -207,6 +207,37 @@ def test_stale_results_are_dropped():
     assert s.result is shown and s.busy is None
 
 
+def test_while_a_new_plan_computes_the_previous_result_keeps_its_own_read_out():
+    """After Apply mwp the old gradient map was redrawn with mwp's "sum" reduction: a picture of no result."""
+    s = Session(ManualExecutor())
+    s.set_model(_cnn())
+    s.set_image(np.full((12, 12, 3), 100, np.uint8))
+    s.executor.run_all()
+    before = s.overlay().heat.copy()
+    assert s.view.reduction == "max_abs"
+    s.apply_method("mwp")  # queued, not run: the shown result is the plain gradient's
+    assert s.view.reduction == "sum" and s.result_is_stale
+    assert s.shown_view.reduction == "max_abs"
+    np.testing.assert_array_equal(s.overlay().heat, before)
+    s.executor.run_all()
+    assert not s.result_is_stale and s.shown_view == s.view and s.result_method == "mwp"
+
+
+def test_a_preset_that_replaces_hand_made_entries_says_so():
+    s = Session(InlineExecutor())
+    rec = Recorder(s)
+    s.set_model(_cnn())
+    s.add_rule("c1", "zero")
+    s.add_rule("c2", "sign")
+    assert s.apply_method("guided_backprop")
+    assert any("replaced the 2 hand-made plan entries (Ctrl+Z brings them back)" in m for m in rec.statuses())
+    rec.status.clear()
+    assert s.apply_method("gradient") and not any("replaced" in m for m in rec.statuses())  # a preset's plan
+    s.undo()
+    s.undo()
+    assert [e.select for e in s.plan.entries] == ["c1", "c2"] and s.method_name == "custom plan"
+
+
 def test_cancel_drops_the_running_request():
     s = Session(ManualExecutor())
     rec = Recorder(s)

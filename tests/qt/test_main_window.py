@@ -504,3 +504,29 @@ def test_a_headless_screenshot_with_a_bad_file_never_waits_for_a_click(tmp_path,
     assert out.returncode == 2, out.stderr
     assert "gradscope gui: error: Cannot open the image: " in out.stderr and "x.npy is not an image" in out.stderr
     assert shot.is_file()
+
+
+def test_after_undoing_a_preset_the_preset_box_no_longer_names_it(window, qtbot, wait_idle, model_file, image_file):
+    _open(window, qtbot, wait_idle, model_file, image_file)
+    s, methods = window.session, window.inspector.methods
+    s.add_rule("c1", "zero")
+    wait_idle(window)
+    assert methods.combo.currentIndex() == -1 and methods.combo.placeholderText() == "custom plan"
+    assert not methods.apply.isEnabled()
+    methods.combo.setCurrentText("guided_backprop")
+    assert methods.apply.isEnabled()
+    methods.apply.click()
+    qtbot.waitUntil(lambda: s.busy is None and s.result_method == "guided_backprop", timeout=60_000)
+    assert methods.combo.currentText() == "guided_backprop"
+    s.undo()
+    assert methods.combo.currentIndex() == -1 and [e.select for e in s.plan.entries] == ["c1"]
+
+
+def test_a_finished_job_leaves_no_stale_busy_text(window, qtbot, wait_idle, model_file, image_file):
+    _open(window, qtbot, wait_idle, model_file, image_file)
+    s = window.session
+    s.status_changed.emit("Gradients in 0.1 s")
+    s.set_layout_direction("LR")  # a layout job: it ends without a status message of its own
+    qtbot.waitUntil(lambda: s.busy is None, timeout=30_000)
+    assert "Laying out" not in window.status_label.text()
+    assert window.status_label.text() == "Gradients in 0.1 s"
