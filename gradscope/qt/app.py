@@ -36,6 +36,7 @@ def main(argv: list[str] | None = None) -> int:
     from gradscope.core.resources import resource_path
     from gradscope.qt.main_window import MainWindow
 
+    _warn_about_the_binding()
     app = QApplication.instance() or QApplication(sys.argv[:1])
     app.setApplicationName("gradscope")
     app.setOrganizationName("gradscope")
@@ -100,6 +101,20 @@ def main(argv: list[str] | None = None) -> int:
         sys.stderr.flush()
         os._exit(status)
     return status
+
+
+def _warn_about_the_binding() -> None:
+    """PySide6 6.12 on Python 3.11 loses a reference to None per void call and crashes a long session
+    (pyproject excludes it; an environment gradscope did not install may still have it)."""
+    import PySide6
+
+    if sys.version_info < (3, 12) and tuple(PySide6.__version_info__[:2]) == (6, 12):
+        print(
+            f"gradscope gui: warning: PySide6 {PySide6.__version__} on Python {sys.version.split()[0]} crashes "
+            "long sessions (a reference-count bug fixed by Python 3.12's immortal None); install "
+            "'PySide6-Essentials<6.12' or use Python 3.12+.",
+            file=sys.stderr,
+        )
 
 
 def _demo_paths(image: str | None) -> tuple[str | None, str | None, str]:

@@ -73,16 +73,17 @@ class FlowPlot(QWidget):
         self.plot.setObjectName("flow_plot")
         self.plot.setMenuEnabled(False)
         self.plot.showGrid(x=False, y=True, alpha=0.25)
-        self.plot.setLabel("left", "mean |g| (log scale)")
+        self.plot.setLabel("left", "mean |g| (log)")
         self.legend = self.plot.addLegend(offset=(-10, 8), labelTextSize="8pt", brush=pg.mkBrush(255, 255, 255, 210))
         self.plot.getPlotItem().getViewBox().setMouseEnabled(x=True, y=False)
         self.plot.scene().sigMouseClicked.connect(self._on_click)
         self.plot.scene().sigMouseMoved.connect(self._on_hover)
         self.as_lines = False
+        self._y_range: tuple[float, float] | None = None  # the bars' log range (before the legend's headroom)
         self.plot.setToolTip("Orange: current plan, grey: baseline. × marks: no / zero / NaN gradient. Click a bar.")
         self.hist = pg.PlotWidget()
         self.hist.setMenuEnabled(False)
-        self.hist.setLabel("left", "count (log)")
+        self.hist.setLabel("left", "count")  # short enough for a short pane (the ticks are 1, 1e2, 1e4...)
         self.hist.setLogMode(x=False, y=True)
         self.hist.setToolTip("Histogram of the selected node's gradient (orange: plan, grey: baseline)")
         self._empty_histogram()
@@ -103,6 +104,7 @@ class FlowPlot(QWidget):
         """No bars (the previous model's would be read as this one's)."""
         self.plot.clear()
         self.legend.clear()
+        self._y_range = None
         self.plot.getAxis("bottom").setTicks(None)
         self.node_ids = []
         self.caption.setText(caption)
@@ -112,8 +114,9 @@ class FlowPlot(QWidget):
         s = self.session
         self.plot.clear()
         self.legend.clear()
+        self._y_range = None
         key = METRICS[self.metric.currentText()]
-        self.plot.setLabel("left", f"{self.metric.currentText()} (log scale)")
+        self.plot.setLabel("left", f"{self.metric.currentText()} (log)")
         cur = s.stats("current")
         base = s.stats("baseline")
         self.node_ids = [n for n in (s.graph.ids() if s.graph else []) if n in cur or n in base]
@@ -158,12 +161,10 @@ class FlowPlot(QWidget):
                     pen=pg.mkPen("#d81b60"),
                 )
             )
-        self.plot.setYRange(floor, top, padding=0)
+        self._y_range = (floor, top)
+        self._fit_y()
         self.plot.setXRange(-0.8, len(self.node_ids) - 0.2, padding=0)
-        # About one name per 80 pixels, so the labels never run into each other.
-        step = max(1, math.ceil(len(self.node_ids) * 110 / max(200, self.width() - 90)))
-        ticks = [(i, _short(self.node_ids[i])) for i in range(0, len(self.node_ids), step)]
-        self.plot.getAxis("bottom").setTicks([ticks, []])
+        self._name_ticks()
         ruled = sum(1 for n in self.node_ids if s.result is not None and n in s.result.rules)
         n_bad = len(bad)
         self.caption.setText(
@@ -254,14 +255,32 @@ class FlowPlot(QWidget):
             parts.append(f"{label}: {value}")
         self.plot.setToolTip("<br>".join(parts))
 
+    def _fit_y(self) -> None:
+        """The bars' range, with headroom above them for the legend, so the legend never covers a bar."""
+        if self._y_range is None:
+            return
+        floor, top = self._y_range
+        rows = len(getattr(self.legend, "items", ()))
+        legend_px = 16 * rows + 12 if rows else 0
+        view_px = max(self.plot.getPlotItem().getViewBox().height(), legend_px + 40)
+        top += (top - floor) * legend_px / (view_px - legend_px)
+        self.plot.setYRange(floor, top, padding=0)
+
+    def _name_ticks(self) -> None:
+        """Node names under the bars, one per ~80 px and centred in their stretch (a name at the very first
+        bar was cut by the axis: 24 nodes showed one name)."""
+        n = len(self.node_ids)
+        step = max(1, math.ceil(n * 80 / max(120, self.plot.width() - 60)))
+        ticks = [(i, _short(self.node_ids[i])) for i in range(step // 2, n, step)]
+        self.plot.getAxis("bottom").setTicks([ticks, []])
+
     def resizeEvent(self, event) -> None:  # noqa: N802
         super().resizeEvent(event)
         if self.node_ids and self.as_lines != (self._pixels_per_node() < MIN_BAR_PIXELS):
             self.refresh()  # bars <-> lines
-        if self.node_ids:
-            step = max(1, math.ceil(len(self.node_ids) * 110 / max(200, self.width() - 90)))
-            ticks = [(i, _short(self.node_ids[i])) for i in range(0, len(self.node_ids), step)]
-            self.plot.getAxis("bottom").setTicks([ticks, []])
+        if self.node_ids and not self._ratio_mode():
+            self._name_ticks()
+            self._fit_y()
 
     def _on_selection(self) -> None:
         s = self.session

@@ -572,8 +572,8 @@ class GraphView(QGraphicsView):
             self.scale(whole, whole)
             self.centerOn((x0 + x1) / 2, (y0 + y1) / 2)
             return
-        if self.layout_data.direction == "LR":  # a long graph left to right: fit its height, show its start
-            zoom = max(min(vh / h, 1.2), LEGIBLE_ZOOM)
+        if self.layout_data.direction == "LR":  # a long row: as many boxes as stay legible, from its start
+            zoom = LEGIBLE_ZOOM  # (fitting its height instead zoomed a 24-node chain in to 4 boxes)
             self.scale(zoom, zoom)
             self.centerOn(x0 - 20 + vw / 2 / zoom, (y0 + y1) / 2)
             return

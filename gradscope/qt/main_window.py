@@ -17,6 +17,7 @@ from PySide6.QtWidgets import (
     QDialog,
     QDockWidget,
     QFileDialog,
+    QFrame,
     QLabel,
     QMainWindow,
     QMessageBox,
@@ -99,14 +100,29 @@ class MainWindow(QMainWindow):
         self.color_by = self.graph_pane.color_by
 
         self.bottom_split = QSplitter(Qt.Orientation.Horizontal)
-        self.bottom_split.addWidget(self.overlay)
+        # the overlay's controls and pictures scroll (vertically only) when a short window also shows a dock
+        overlay_scroll = QScrollArea()
+        overlay_scroll.setObjectName("overlay_scroll")
+        overlay_scroll.setWidget(self.overlay)
+        overlay_scroll.setWidgetResizable(True)
+        overlay_scroll.setFrameShape(QFrame.Shape.NoFrame)
+        overlay_scroll.setHorizontalScrollBarPolicy(Qt.ScrollBarPolicy.ScrollBarAlwaysOff)
+        bar = overlay_scroll.verticalScrollBar().sizeHint().width()
+        overlay_scroll.setMinimumWidth(self.overlay.minimumSizeHint().width() + bar)
+        overlay_scroll.setMinimumHeight(200)
+        self.bottom_split.addWidget(overlay_scroll)
         self.bottom_split.addWidget(self.flow)
         self.bottom_split.setSizes([700, 560])
 
         left = QSplitter(Qt.Orientation.Vertical)
+        self.graph_pane.setMinimumHeight(150)  # whatever docks open, the graph stays usable
         left.addWidget(self.graph_pane)
         left.addWidget(self.bottom_split)
         left.setSizes([560, 400])
+        left.setStretchFactor(0, 1)  # a taller window grows the graph; the controls keep their height
+        left.setStretchFactor(1, 0)
+        self.left_split = left
+        self._split_placed = False
         scroll = QScrollArea()
         scroll.setWidget(self.inspector)
         scroll.setWidgetResizable(True)
@@ -118,6 +134,14 @@ class MainWindow(QMainWindow):
         main.setStretchFactor(0, 1)
         self.setCentralWidget(main)
         self.flow.node_clicked.connect(self.session.select)
+
+    def showEvent(self, event) -> None:  # noqa: N802
+        super().showEvent(event)
+        if not self._split_placed:  # once, at the first show: the bottom pane as tall as its controls need
+            self._split_placed = True
+            total = sum(self.left_split.sizes())
+            bottom = min(self.overlay.sizeHint().height(), int(total * 0.5))
+            self.left_split.setSizes([max(total - bottom, 150), bottom])
 
     def _build_menus(self) -> None:
         bar = self.menuBar()
@@ -265,7 +289,7 @@ class MainWindow(QMainWindow):
     def _on_diagnosis(self, report: Any) -> None:
         self.graph_pane.show_diagnosis(report)
         if report is not None:
-            self.diagnostics_dock.show()
+            self._show_diagnostics_dock()
 
     def _show_sanity(self, report: Any) -> None:
         """The sanity report as monospace text (copyable), non-modal so the map stays usable beside it."""
@@ -284,9 +308,18 @@ class MainWindow(QMainWindow):
 
     def diagnose(self) -> None:
         """Show the diagnostics panel and run the path diagnostics on the worker."""
-        self.diagnostics_dock.show()
+        self._show_diagnostics_dock()
         self.diagnostics_dock.raise_()
         self.diagnostics.run()
+
+    def _show_diagnostics_dock(self) -> None:
+        """Open the panel at about a third of the window's height: opened at its own size hint it crushed the
+        graph to ~110 px at 1280x720."""
+        if self.diagnostics_dock.isVisible():
+            return
+        self.diagnostics_dock.show()
+        height = min(max(int(self.height() * 0.3), 150), 320)
+        self.resizeDocks([self.diagnostics_dock], [height], Qt.Orientation.Vertical)
 
     def _on_busy(self, label: str | None) -> None:
         self.progress.setVisible(label is not None)

@@ -47,6 +47,10 @@ class Minimap(QWidget):
         if self._picture is None or self._source != bounds:
             self._draw_picture(bounds)
         port = self.main.viewport()
+        search = self.main.search.geometry()
+        if port.height() - SIZE[1] - 10 < search.bottom() + 6:  # a short view: the map would cover the Find box
+            self.hide()
+            return
         self.move(port.width() - SIZE[0] - 10, port.height() - SIZE[1] - 10)
         self.show()
         self.update()

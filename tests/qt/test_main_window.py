@@ -7,6 +7,7 @@ import threading
 import time
 
 import numpy as np
+import pytest
 from PySide6.QtCore import Qt, QTimer
 
 
@@ -354,6 +355,12 @@ def test_a_large_model_opens_as_its_blocks_and_expands_on_double_click(window, q
 
 def _open_tall_chain(window, wait_idle, tmp_path):
     """A chain of 51 nodes: flat (under the grouping threshold) and too tall to fit legibly."""
+    from PySide6.QtWidgets import QApplication
+
+    deadline = time.monotonic() + 60
+    while not window.session.rules_ready and time.monotonic() < deadline:  # TensorFlow imports on the worker:
+        QApplication.processEvents()  # importing it here at the same time registers its gradients twice
+        time.sleep(0.01)
     import keras
 
     x = i = keras.Input((3,), name="first")
@@ -530,3 +537,17 @@ def test_a_finished_job_leaves_no_stale_busy_text(window, qtbot, wait_idle, mode
     qtbot.waitUntil(lambda: s.busy is None, timeout=30_000)
     assert "Laying out" not in window.status_label.text()
     assert window.status_label.text() == "Gradients in 0.1 s"
+
+
+def test_fit_left_to_right_shows_as_many_boxes_as_stay_legible(window, qtbot, wait_idle, tmp_path):
+    from gradscope.qt.graph_view import LEGIBLE_ZOOM
+
+    _open_tall_chain(window, wait_idle, tmp_path)
+    window.lr_action.trigger()
+    view = window.graph_view
+    qtbot.waitUntil(lambda: view.layout_data.direction == "LR", timeout=30_000)
+    view.fit_all()
+    assert view.transform().m11() == pytest.approx(LEGIBLE_ZOOM)  # not the 1.2x zoom that showed four boxes
+    shown = view.mapToScene(view.viewport().rect()).boundingRect()
+    visible = [n for n, item in view.items_by_id.items() if shown.contains(item.sceneBoundingRect())]
+    assert "first" in visible and len(visible) >= view.viewport().width() / (2 * 180 * LEGIBLE_ZOOM)

@@ -45,6 +45,15 @@ def test_no_control_is_clipped(window, qtbot, wait_idle, model_file, image_file,
     assert (window.width(), window.height()) == size, f"minimum {window.minimumSizeHint().toTuple()}"
     problems = clipped(window)
     assert not problems, "\n".join(problems)
+    window.diagnose()  # the diagnostics dock opens: the graph keeps a usable height, still nothing is cut
+    qtbot.waitUntil(lambda: window.session.diagnosis is not None and window.session.busy is None, timeout=60_000)
+    qtbot.wait(50)
+    assert window.graph_pane.height() >= 150 and (window.width(), window.height()) == size
+    problems = clipped(window)
+    assert not problems, "\n".join(problems)
+    view = window.graph_view
+    if view.minimap.isVisible():
+        assert not view.minimap.geometry().intersects(view.search.geometry())
 
 
 def test_a_headless_screenshot_is_exactly_the_size_asked_for(tmp_path):
