@@ -168,7 +168,8 @@ class FlowPlot(QWidget):
         ruled = sum(1 for n in self.node_ids if s.result is not None and n in s.result.rules)
         n_bad = len(bad)
         self.caption.setText(
-            f"{len(self.node_ids)} nodes, {ruled} with rules" + (f", {n_bad} cut/zero/NaN" if n_bad else "")
+            f"{len(self.node_ids)} nodes{' (lines: too many for bars)' if self.as_lines else ''}, {ruled} with rules"
+            + (f", {n_bad} cut/zero/NaN" if n_bad else "")
         )
         self._on_selection()
 
@@ -233,7 +234,7 @@ class FlowPlot(QWidget):
             self.legend.addItem(base, "baseline (no rules)")
         plan = pg.PlotDataItem(x, lc, pen=pg.mkPen("#e8710a", width=1.4), connect="finite")
         self.plot.addItem(plan)
-        self.legend.addItem(plan, f"current plan ({len(self.node_ids)} nodes: lines, not bars)")
+        self.legend.addItem(plan, "current plan")  # short: a legend wider than the plot was cut at its left
 
     def _on_hover(self, pos: Any) -> None:
         """The node under the mouse, its statistic under the plan and the baseline, as the plot's tooltip."""

@@ -23,6 +23,8 @@ class GraphPane(QWidget):
         self.view = GraphView()
         self.view.setObjectName("graph_view")
         self.title = QLabel("<b>Layer graph</b>")
+        self.title.setWordWrap(True)  # "Layer graph — resnet50, 178 nodes" wraps on a narrow window
+        self.title.setMinimumWidth(190)  # ...into two lines, not three
         self.color_by = QComboBox()
         self.color_by.addItems(["plan", "baseline", "diagnosis"])
         self.color_by.setToolTip(
@@ -41,15 +43,15 @@ class GraphPane(QWidget):
             ("Fit", "Fit the whole graph (F)", self.view.fit_all),
             ("Find", "Find a node by name (Ctrl+F)", self.view.focus_search),
             ("Diagnose", "Find where gradients stop: the op that cuts each variable's path (Ctrl+D)", diagnose),
-            ("Collapse groups", "Collapse every block and nested model into one box", lambda: self._collapse(True)),
-            ("Expand all", "Expand every block and nested model", lambda: self._collapse(False)),
+            ("Collapse", "Collapse every block and nested model into one box", lambda: self._collapse(True)),
+            ("Expand", "Expand every block and nested model", lambda: self._collapse(False)),
         ):
             b = QToolButton()
             b.setText(text)
             b.setToolTip(tip)
             b.clicked.connect(slot)
             tools.addWidget(b)
-            if text in ("Collapse groups", "Expand all"):
+            if text in ("Collapse", "Expand"):
                 b.setVisible(False)
                 self.group_buttons.append(b)
         box = QVBoxLayout(self)

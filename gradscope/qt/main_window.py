@@ -17,7 +17,6 @@ from PySide6.QtWidgets import (
     QDialog,
     QDockWidget,
     QFileDialog,
-    QFrame,
     QLabel,
     QMainWindow,
     QMessageBox,
@@ -38,6 +37,7 @@ from gradscope.qt.flow_plot import FlowPlot
 from gradscope.qt.graph_pane import GraphPane
 from gradscope.qt.inspector import InspectorWidget
 from gradscope.qt.overlay_view import OverlayView
+from gradscope.qt.reflow import VerticalScroll
 from gradscope.qt.worker import QtExecutor
 
 MODEL_FILTER = "Keras models (*.keras *.h5 *.hdf5)"
@@ -101,14 +101,8 @@ class MainWindow(QMainWindow):
 
         self.bottom_split = QSplitter(Qt.Orientation.Horizontal)
         # the overlay's controls and pictures scroll (vertically only) when a short window also shows a dock
-        overlay_scroll = QScrollArea()
+        overlay_scroll = VerticalScroll(self.overlay)
         overlay_scroll.setObjectName("overlay_scroll")
-        overlay_scroll.setWidget(self.overlay)
-        overlay_scroll.setWidgetResizable(True)
-        overlay_scroll.setFrameShape(QFrame.Shape.NoFrame)
-        overlay_scroll.setHorizontalScrollBarPolicy(Qt.ScrollBarPolicy.ScrollBarAlwaysOff)
-        bar = overlay_scroll.verticalScrollBar().sizeHint().width()
-        overlay_scroll.setMinimumWidth(self.overlay.minimumSizeHint().width() + bar)
         overlay_scroll.setMinimumHeight(200)
         self.bottom_split.addWidget(overlay_scroll)
         self.bottom_split.addWidget(self.flow)

@@ -9,7 +9,8 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from PySide6.QtWidgets import QGridLayout, QLayout, QSizePolicy, QWidget
+from PySide6.QtCore import QSize, Qt
+from PySide6.QtWidgets import QFrame, QGridLayout, QLayout, QScrollArea, QSizePolicy, QWidget
 
 
 class ReflowGrid(QWidget):
@@ -36,7 +37,6 @@ class ReflowGrid(QWidget):
         self.setSizePolicy(QSizePolicy.Policy.Preferred, QSizePolicy.Policy.Fixed)
         self.columns = 0
         self._arrange(max_columns)
-        self.setMinimumWidth(self._width_for(min_columns))
 
     def _column_width(self) -> int:
         return max(-(-w.minimumSizeHint().width() // span) for w, span in self._cells)
@@ -81,3 +81,24 @@ class ReflowGrid(QWidget):
         size = self._grid.minimumSize()
         size.setWidth(self._width_for(self._min_columns))
         return size
+
+
+class VerticalScroll(QScrollArea):
+    """Scrolls its widget vertically only, and is never narrower than the widget needs: a pane that a short
+    window shrinks in height, never cut at its right edge."""
+
+    def __init__(self, widget: QWidget, parent: QWidget | None = None) -> None:
+        super().__init__(parent)
+        self.setWidget(widget)
+        self.setWidgetResizable(True)
+        self.setFrameShape(QFrame.Shape.NoFrame)
+        self.setHorizontalScrollBarPolicy(Qt.ScrollBarPolicy.ScrollBarAlwaysOff)
+
+    def minimumSizeHint(self) -> QSize:  # noqa: N802
+        bar = self.verticalScrollBar().sizeHint().width()
+        return QSize(self.widget().minimumSizeHint().width() + bar, 120)
+
+    def sizeHint(self) -> QSize:  # noqa: N802
+        bar = self.verticalScrollBar().sizeHint().width()
+        hint = self.widget().sizeHint()
+        return QSize(hint.width() + bar, hint.height())

@@ -30,7 +30,23 @@ def clipped(window: QWidget) -> list[str]:
         left = w.mapTo(window, w.rect().topLeft()).x()
         if left + w.width() > frame.width() + 1:  # (taller than the window is fine: docks scroll vertically)
             problems.append(f"{name}: past the window's right edge")
+        port = next((a.viewport() for a in _ancestors(w) if isinstance(a, QAbstractScrollArea)), None)
+        if port is not None and w is not port and _is_control(w):
+            right = w.mapTo(port, w.rect().topRight()).x()
+            if right > port.width() + 1:
+                problems.append(f"{name}: cut by the right edge of its pane")
     return problems
+
+
+def _ancestors(w: QWidget):
+    p = w.parentWidget()
+    while p is not None:
+        yield p
+        p = p.parentWidget()
+
+
+def _is_control(w: QWidget) -> bool:
+    return isinstance(w, (QAbstractButton, QComboBox)) or (isinstance(w, QLabel) and bool(w.text()))
 
 
 @pytest.mark.parametrize("size", SIZES, ids=lambda s: f"{s[0]}x{s[1]}")
