@@ -113,9 +113,7 @@ class ModelLoadingMixin:
         self.diagnosis = None
         self.collapsed = set(out.get("collapsed", ()))
         self.pinned, self.node_cosine = None, {}  # a comparison belongs to the previous model
-        self.result = self.baseline = None
-        self.result_plan = self.result_method = None
-        self._baseline_key = None
+        self.results.clear()
         self.selected = None
         self.method_name = "gradient"
         self.method_sampling = None

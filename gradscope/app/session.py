@@ -24,6 +24,7 @@ from gradscope.app.exporting import ExportingMixin
 from gradscope.app.history import READOUT_FIELDS, PlanHistory
 from gradscope.app.jobs import JobsMixin
 from gradscope.app.loading import ModelLoadingMixin
+from gradscope.app.results import Results, signal_of
 from gradscope.app.session_files import SESSION_SCHEMA, SESSION_SUFFIX, Restore, read_session_file
 from gradscope.app.summaries import WeightInfo, with_input_stats
 from gradscope.app.view import (
@@ -44,7 +45,7 @@ from gradscope.core.files import write_text_atomic
 from gradscope.core.graph import LayerGraph
 from gradscope.core.results import BackwardResult, NodeStats
 from gradscope.core.targets import Target, whole_number
-from gradscope.engine.attribution import sampled_input_grad, weighted_signal
+from gradscope.engine.attribution import sampled_input_grad
 from gradscope.rules.plan import Plan
 
 # Re-exported: the front ends take the view's choices and the session-file names from here.
@@ -117,14 +118,7 @@ class Session(PlanEditingMixin, ModelLoadingMixin, ExportingMixin, ComparingMixi
         self.method_sampling: tuple[str, dict[str, Any]] | None = None
         self.view = ViewSettings()
         self.selected: str | None = None
-        self.result: BackwardResult | None = None
-        self.baseline: BackwardResult | None = None
-        #: The plan and method the shown ``result`` was computed with: while a newer plan computes, the views
-        #: label the result with these (never the old pixels under the new plan's name) and exports use them.
-        self.result_plan: Plan | None = None
-        self.result_method: str | None = None
-        self.result_readout: dict[str, Any] = {}  # and the read-out settings it was computed for
-        self.last_run_seconds: float | None = None
+        self.results = Results()  # what was computed and is shown (app.results): widgets subscribe to it
         self.last_error: str | None = None
         self.collapsed: set[str] = set()
         self.layout_direction = "TB"  # graph view: "TB" top to bottom, "LR" left to right
@@ -138,7 +132,6 @@ class Session(PlanEditingMixin, ModelLoadingMixin, ExportingMixin, ComparingMixi
         self.diagnosis: Any = None  # the DiagnosisReport of the open model (None: not run since it opened)
         self._engine: Any = None  # touched only inside jobs (the worker thread)
         self._history = PlanHistory(self._edit(Plan()))
-        self._baseline_key: tuple | None = None
         self._input_version = 0
         self._restore: Restore | None = None
         self._init_jobs()
@@ -153,7 +146,7 @@ class Session(PlanEditingMixin, ModelLoadingMixin, ExportingMixin, ComparingMixi
         self.target_changed = Signal("target_changed")  # (target)
         self.view_changed = Signal("view_changed")  # (ViewSettings)
         self.selection_changed = Signal("selection_changed")  # (node id or None)
-        self.result_changed = Signal("result_changed")  # (result, baseline)
+        self.result_changed = self.results.changed  # (result, baseline)
         self.weights_ready = Signal("weights_ready")  # (node id -> [WeightInfo]) after a model opened
         self.compare_changed = Signal("compare_changed")  # (Pinned or None): B pinned, A changed, cosines ready
         self.busy_changed = Signal("busy_changed")  # (label or None)
@@ -335,7 +328,7 @@ class Session(PlanEditingMixin, ModelLoadingMixin, ExportingMixin, ComparingMixi
         shown = [n for n in (self.readout, self.selected) if n is not None]  # copied to numpy on the worker
         self._cancel_kind("compile")  # a background compile of an older plan only competes with this one
         base_key = (id(engine), self._input_version, target)
-        old_base = self.baseline if base_key == self._baseline_key else None
+        old_base = self.results.baseline_for(base_key)
 
         def job(token: Any) -> RunOutput:
             t0 = time.perf_counter()
@@ -363,11 +356,16 @@ class Session(PlanEditingMixin, ModelLoadingMixin, ExportingMixin, ComparingMixi
         return True
 
     def _on_run(self, out: RunOutput) -> None:
-        self.result, self.baseline, self._baseline_key = out.result, out.baseline, out.baseline_key
-        self.result_plan, self.result_method, self.result_readout = out.plan, out.method, out.readout
-        self.last_run_seconds = out.seconds
         self.last_error = None
-        self.result_changed.emit(self.result, self.baseline)
+        self.results.show(
+            out.result,
+            out.baseline,
+            plan=out.plan,
+            method=out.method,
+            readout=out.readout,
+            seconds=out.seconds,
+            baseline_key=out.baseline_key,
+        )
         mode = out.result.meta.get("mode", "compiled")
         how = {
             "live": f"live, {out.result.meta.get('recomputed_nodes', 0)} node(s) recomputed",
@@ -401,27 +399,39 @@ class Session(PlanEditingMixin, ModelLoadingMixin, ExportingMixin, ComparingMixi
 
         self._submit("compile", "", job, lambda _done: None, quiet=True)
 
+    # The results on screen live in ``self.results`` (app.results.Results); these read it.
+    @property
+    def result(self) -> BackwardResult | None:
+        return self.results.current
+
+    @property
+    def baseline(self) -> BackwardResult | None:
+        return self.results.baseline
+
+    @property
+    def result_plan(self) -> Plan | None:
+        return self.results.plan
+
+    @property
+    def result_method(self) -> str | None:
+        return self.results.method
+
+    @property
+    def last_run_seconds(self) -> float | None:
+        return self.results.seconds
+
     @property
     def result_is_stale(self) -> bool:
         """True while the shown result belongs to another plan than the current one (a newer one computes)."""
-        return self.result is not None and self.result_plan is not None and self.result_plan != self.plan
+        return self.results.is_stale(self.plan)
 
     @property
     def shown_view(self) -> ViewSettings:
-        """The view the shown result is drawn with: the current one, except that while a newer plan computes
-        the read-out (node, channel reduction, x input, sign, Grad-CAM) stays the one the result was computed
-        for, so a preset's new reduction is never applied to the previous plan's signal."""
-        if not self.result_is_stale or not self.result_readout:
-            return self.view
-        return dataclasses.replace(self.view, **self.result_readout)
+        """The view the shown result is drawn with (``Results.view_for``)."""
+        return self.results.view_for(self.view, self.plan)
 
     def result_caption(self) -> str:
-        """What the shown result is: its method and plan size, marked when a newer plan is computing."""
-        if self.result is None or self.result_plan is None:
-            return ""
-        n = len(self.result_plan.entries)
-        text = f"{self.result_method or 'custom'}, {n} plan {'entry' if n == 1 else 'entries'}"
-        return f"{text} (previous plan; the new one is computing)" if self.result_is_stale else text
+        return self.results.caption(self.plan)
 
     # ------------------------------------------------------------------------------------------- diagnostics
     def diagnose(self) -> bool:
@@ -572,8 +582,7 @@ class Session(PlanEditingMixin, ModelLoadingMixin, ExportingMixin, ComparingMixi
         return set()
 
     def stats(self, which: str = "current") -> dict[str, NodeStats]:
-        res = self.result if which == "current" else self.baseline
-        return {} if res is None else res.stats
+        return self.results.stats(which)
 
     def class_label(self, index: int) -> str:
         known = isinstance(index, (int, np.integer)) and 0 <= index < len(self.class_names)
@@ -591,19 +600,10 @@ class Session(PlanEditingMixin, ModelLoadingMixin, ExportingMixin, ComparingMixi
 
     def signal(self, node: str | None = None, which: str = "current") -> np.ndarray:
         """The first sample's backward signal at ``node`` (None: the input), times input if the view says so."""
-        return self._signal_from(self.result if which == "current" else self.baseline, node)
+        return self._signal_from(self.results.of(which), node)
 
     def _signal_from(self, res: BackwardResult | None, node: str | None) -> np.ndarray:
-        if res is None:
-            raise GraphError("No result yet: open a model and wait for the gradients.")
-        if node is None:
-            sig, val = res.input_grads[0][0], res.inputs[0][0] if res.inputs else None
-        else:
-            if node not in res.node_grads:
-                raise GraphError(f"No signal was captured at {node!r}.")
-            sig, val = res.node_grads[node][0], res.node_values.get(node, [None])[0]
-        view = self.shown_view
-        return weighted_signal(sig, val, times_input=view.times_input, grad_cam=view.grad_cam)
+        return signal_of(res, node, self.shown_view)
 
     def overlay(self, node: str | None = ..., which: str = "current") -> OverlayImages:  # type: ignore[assignment]
         """The saliency map at ``node`` (default: ``readout``) as heat map and blend over the image."""
@@ -612,8 +612,7 @@ class Session(PlanEditingMixin, ModelLoadingMixin, ExportingMixin, ComparingMixi
         return overlay_images(self.signal(node, which), self.image, view, node, blend=self.input_note == "")
 
     def flow_rows(self, which: str = "current") -> list[dict[str, Any]]:
-        res = self.result if which == "current" else self.baseline
-        return [] if res is None else res.flow_table()
+        return self.results.flow_rows(which)
 
     def import_plan(self, path: str | Path) -> bool:
         try:

@@ -1,0 +1,63 @@
+"""The ``Results`` model alone (no Session, no Qt): what is shown, what it was computed with, its events."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from gradscope.app.results import Results, signal_of
+from gradscope.app.view import ViewSettings
+from gradscope.core.errors import GraphError
+from gradscope.core.targets import Target
+from gradscope.engine.runner import Engine
+from gradscope.rules.plan import Plan
+from tests.engine.fixtures import tiny_cnn
+
+
+@pytest.fixture(scope="module")
+def computed():
+    engine = Engine(tiny_cnn())
+    x = np.random.default_rng(0).uniform(size=(1, 12, 12, 3)).astype("float32")
+    plan = Plan().with_entry("c1", "zero")
+    base = engine.backward(x, Target(), Plan(), capture="all")
+    return engine.backward(x, Target(), plan, capture="all"), base, plan
+
+
+def test_show_emits_and_keeps_what_the_result_was_computed_with(computed):
+    current, base, plan = computed
+    results, events = Results(), []
+    results.changed.connect(lambda *a: events.append(a))
+    assert results.caption(plan) == "" and results.stats() == {} and results.flow_rows() == []
+    results.show(current, base, plan=plan, method="custom plan", readout={"reduction": "sum"}, seconds=0.1,
+                 baseline_key=("engine", 0, Target()))
+    assert events == [(current, base)]
+    assert results.caption(plan) == "custom plan, 1 plan entry" and not results.is_stale(plan)
+    assert results.stats("baseline") is base.stats and len(results.flow_rows()) == len(current.stats)
+    assert results.baseline_for(("engine", 0, Target())) is base and results.baseline_for(("other",)) is None
+    results.clear()
+    assert results.current is None and results.readout == {} and len(events) == 1  # clearing is quiet
+
+
+def test_a_stale_result_is_drawn_with_its_own_read_out(computed):
+    current, base, plan = computed
+    results = Results()
+    results.show(current, base, plan=plan, method="custom plan", readout={"reduction": "max_abs"}, seconds=0.1,
+                 baseline_key=())
+    newer = plan.with_entry("c2", "sign")
+    view = ViewSettings(reduction="sum")
+    assert results.is_stale(newer) and results.view_for(view, newer).reduction == "max_abs"
+    assert results.view_for(view, plan) is view  # not stale: the view as it is
+    assert results.caption(newer).endswith("(previous plan; the new one is computing)")
+
+
+def test_signal_of_reads_the_input_or_a_captured_node(computed):
+    current, _, _ = computed
+    view = ViewSettings()
+    np.testing.assert_array_equal(signal_of(current, None, view), current.input_grads[0][0])
+    np.testing.assert_array_equal(signal_of(current, "c1", view), current.node_grads["c1"][0])
+    times = signal_of(current, "c1", ViewSettings(times_input=True))
+    np.testing.assert_allclose(times, current.node_grads["c1"][0] * current.node_values["c1"][0])
+    with pytest.raises(GraphError, match="No result yet"):
+        signal_of(None, None, view)
+    with pytest.raises(GraphError, match="No signal was captured at 'nope'"):
+        signal_of(current, "nope", view)
