@@ -277,28 +277,11 @@ class _Builder:
         own_id = node_id if act is None else node_id + PRE_SUFFIX  # the node that calls the layer (holds its weights)
         first = self.first_call.setdefault(id(op), own_id)
         common = dict(group=group, layer_name=op.name, dtype=dtype, first_call=None if first == own_id else first)
-        if act is None:
-            spec = NodeSpec(
-                id=node_id,
-                name=op.name,
-                op_type=type(op).__name__,
-                inputs=inputs,
-                input_shapes=in_shapes,
-                output_shapes=out_shapes,
-                params=params,
-                trainable_params=trainable,
-                activation=layer_activation(op),
-                config=_config_summary(op),
-                **common,
-            )
-            self.steps.append(Step("call", node_id, op, node.arguments, in_keys, out_keys))
-            self.add_node(spec, op, out_keys)
-            return
         # `Conv2D(activation="relu", name="feat")` is two nodes: "feat:pre", the linear part, and "feat", its
         # activation, so that the layer's name reads what Keras calls its output (after the activation).
-        pre_id = own_id
-        pre_spec = NodeSpec(
-            id=pre_id,
+        config = _config_summary(op)
+        layer_spec = NodeSpec(
+            id=own_id,
             name=op.name,
             op_type=type(op).__name__,
             inputs=inputs,
@@ -306,10 +289,17 @@ class _Builder:
             output_shapes=out_shapes,
             params=params,
             trainable_params=trainable,
+            activation=layer_activation(op) if act is None else None,
             fused_activation=act,
-            config={**_config_summary(op), "activation": "linear (split off)"},
+            config=config if act is None else {**config, "activation": "linear (split off)"},
             **common,
         )
+        if act is None:
+            self.steps.append(Step("call", node_id, op, node.arguments, in_keys, out_keys))
+            self.add_node(layer_spec, op, out_keys)
+            return
+        pre_id = own_id
+        pre_spec = layer_spec
         mid_key = ("preact", node_id)
         self.steps.append(Step("call", pre_id, op, node.arguments, in_keys, [mid_key], linear_call=True))
         self.add_node(pre_spec, op, [mid_key])
