@@ -356,6 +356,7 @@ class GraphView(QGraphicsView):
         self.setBackgroundBrush(QColor("#fbfcfd"))
         self.setToolTip("")
         self.items_by_id: dict[str, NodeItem] = {}
+        self._clicking = False  # a selection coming from a click in this view (see select_node)
         self.edge_items: dict[tuple[str, str], QGraphicsPathItem] = {}
         self.layout_data: GraphLayout | None = None
         self.diagnosis_roles: dict[str, str] = {}  # node id -> role (kept across re-layouts)
@@ -537,8 +538,8 @@ class GraphView(QGraphicsView):
             item = self.item_for(node_id) if node_id else None
             if item is not None:
                 item.setSelected(True)
-                if center:
-                    self.ensureVisible(item, 80, 80)
+                if center and not self._clicking:  # a box the user just clicked is in sight: never scroll it
+                    self.ensureVisible(item, 80, 80)  # away under the second click of a double-click
         finally:
             self._updating_selection = False
 
@@ -547,9 +548,12 @@ class GraphView(QGraphicsView):
             return
         node = self.selected_id()
         if node is not None and node.startswith("group:"):
-            item = self.items_by_id[node]
-            node = item.box.members[0] if item.box.members else None
-        self.node_clicked.emit(node)
+            node = None  # a collapsed box is no node: the inspector shows the model, not a member never picked
+        self._clicking = True
+        try:
+            self.node_clicked.emit(node)
+        finally:
+            self._clicking = False
 
     # ------------------------------------------------------------------------------------------- zoom, search
     def zoom(self, factor: float) -> None:
