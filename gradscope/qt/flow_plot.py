@@ -268,10 +268,10 @@ class FlowPlot(QWidget):
         self.plot.setYRange(floor, top, padding=0)
 
     def _name_ticks(self) -> None:
-        """Node names under the bars, one per ~80 px and centred in their stretch (a name at the very first
-        bar was cut by the axis: 24 nodes showed one name)."""
+        """Node names under the bars, one per ~100 px (a 13-character name's width) and centred in their stretch
+        (a name at the very first bar was cut by the axis: 24 nodes showed one name)."""
         n = len(self.node_ids)
-        step = max(1, math.ceil(n * 80 / max(120, self.plot.width() - 60)))
+        step = max(1, math.ceil(n * 100 / max(120, self.plot.width() - 60)))
         ticks = [(i, _short(self.node_ids[i])) for i in range(step // 2, n, step)]
         self.plot.getAxis("bottom").setTicks([ticks, []])
 

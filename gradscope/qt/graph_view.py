@@ -581,7 +581,7 @@ class GraphView(QGraphicsView):
             self.scale(zoom, zoom)
             self.centerOn(x0 - 20 + vw / 2 / zoom, (y0 + y1) / 2)
             return
-        zoom = max(min(vw / w, 0.8), LEGIBLE_ZOOM)  # a narrow column: more boxes rather than bigger ones
+        zoom = LEGIBLE_ZOOM  # as many boxes as stay legible (at 0.8, DenseNet121 opened showing five)
         self.scale(zoom, zoom)
         self.centerOn((x0 + x1) / 2, y0 - 20 + vh / 2 / zoom)
 
