@@ -22,6 +22,7 @@ from gradscope.app.comparing import ComparingMixin
 from gradscope.app.editing import PlanEditingMixin
 from gradscope.app.exporting import ExportingMixin
 from gradscope.app.history import READOUT_FIELDS, PlanHistory
+from gradscope.app.inputs import Inputs
 from gradscope.app.jobs import JobsMixin
 from gradscope.app.loading import ModelLoadingMixin
 from gradscope.app.results import Results, signal_of
@@ -39,7 +40,7 @@ from gradscope.app.view import (
     overlay_images,
 )
 from gradscope.app.worker import InlineExecutor
-from gradscope.core.errors import GradscopeError, GraphError, ImageLoadError, TargetError
+from gradscope.core.errors import GradscopeError, GraphError, TargetError
 from gradscope.core.events import Signal
 from gradscope.core.files import write_text_atomic
 from gradscope.core.graph import LayerGraph
@@ -103,11 +104,7 @@ class Session(PlanEditingMixin, ModelLoadingMixin, ExportingMixin, ComparingMixi
         self.busy_since = time.monotonic()  # when the current busy work started (the GUI shows elapsed time)
         # state
         self.model_path: str | None = None
-        self.image_path: str | None = None
-        self.image: np.ndarray | None = None  # uint8 (H, W, 3)
-        self.inputs: np.ndarray | None = None  # the batch fed to the model
-        self.input_note = ""  # why the input is what it is (e.g. random for a non-image model)
-        self.preprocessing = "unit"
+        self.fed = Inputs()  # the image, its scaling and the batch built from them (app.inputs)
         self.graph: LayerGraph | None = None
         self.layout: Any = None
         self.previewing = False  # a loading model's graph is on screen (``model_previewed``)
@@ -132,7 +129,6 @@ class Session(PlanEditingMixin, ModelLoadingMixin, ExportingMixin, ComparingMixi
         self.diagnosis: Any = None  # the DiagnosisReport of the open model (None: not run since it opened)
         self._engine: Any = None  # touched only inside jobs (the worker thread)
         self._history = PlanHistory(self._edit(Plan()))
-        self._input_version = 0
         self._restore: Restore | None = None
         self._init_jobs()
         # events (all emitted on the owner's thread)
@@ -141,7 +137,7 @@ class Session(PlanEditingMixin, ModelLoadingMixin, ExportingMixin, ComparingMixi
         # (graph, layout) of a model whose weights still load; (None, None): back to the current model
         self.model_previewed = Signal("model_previewed")
         self.layout_changed = Signal("layout_changed")  # (GraphLayout)
-        self.image_changed = Signal("image_changed")  # (image or None)
+        self.image_changed = self.fed.image_changed  # (image or None)
         self.plan_changed = Signal("plan_changed")  # (plan)
         self.target_changed = Signal("target_changed")  # (target)
         self.view_changed = Signal("view_changed")  # (ViewSettings)
@@ -254,64 +250,63 @@ class Session(PlanEditingMixin, ModelLoadingMixin, ExportingMixin, ComparingMixi
             self._submit_layout()
 
     def set_preprocessing(self, mode: str) -> None:
-        if mode not in PREPROCESSINGS:
+        try:
+            if not self.fed.set_preprocessing(mode):
+                return
+        except ViewError:
             self._error("Unknown preprocessing", f"Choose one of {', '.join(PREPROCESSINGS)}.", None)
             return
-        if mode == self.preprocessing:
-            return
-        self.preprocessing = mode
         self._unpin_for("a new input scaling")
         self._prepare_inputs()
         self._maybe_run()
 
     # ------------------------------------------------------------------------------------------- image
     def open_image(self, path: str | Path, *, run: bool = True) -> bool:
-        from gradscope.io.images import load_image
-
-        try:
-            image = load_image(path)
-        except GradscopeError as exc:
-            self._error("Cannot open the image", str(exc), exc)
-            return False
-        return self.set_image(image, str(path), run=run)
+        return self._take_image(lambda: self.fed.open(path), "Cannot open the image", run)
 
     def set_image(self, image: np.ndarray, path: str | None = None, *, run: bool = True) -> bool:
-        from gradscope.io.images import rgb_image
+        return self._take_image(lambda: self.fed.set_image(image, path), "Cannot use the image", run)
 
+    def _take_image(self, change: Any, title: str, run: bool) -> bool:
         try:
-            image = rgb_image(image)
-        except ImageLoadError as exc:
-            self._error("Cannot use the image", str(exc), exc)
+            change()
+        except GradscopeError as exc:
+            self._error(title, str(exc), exc)
             return False
-        self.image, self.image_path = image, path
         self._unpin_for("a new input")
-        self.image_changed.emit(self.image)
         self._prepare_inputs()
         if run:
             self._maybe_run()
         return True
 
     def _prepare_inputs(self) -> None:
-        """The model's input batch from the image (numpy/Pillow only), or a seeded random batch for a model
-        whose input is not an image, so its gradient flow can still be inspected."""
-        if self.graph is None:
-            return
-        shapes = [self.graph.node(i).output_shape for i in self.graph.input_ids]
-        self.input_note = ""
-        self._input_version += 1
-        if self.image is not None and len(shapes) == 1:
-            from gradscope.io.images import prepare_input
+        if self.graph is not None:
+            self.fed.prepare(self.graph)
 
-            try:
-                self.inputs = prepare_input(self.image, shapes[0], self.preprocessing)
-                return
-            except ImageLoadError as exc:
-                self.input_note = str(exc)
-        rng = np.random.default_rng(0)
-        batch = [rng.standard_normal([1] + [d or 8 for d in s[1:]]).astype(np.float32) for s in shapes]
-        self.inputs = batch[0] if len(batch) == 1 else batch  # type: ignore[assignment]
-        note = "random input (seed 0)"
-        self.input_note = f"{self.input_note} Using a {note}." if self.input_note else f"Using a {note}."
+    # What the model is fed lives in ``self.fed`` (app.inputs.Inputs); these read it.
+    @property
+    def image(self) -> np.ndarray | None:
+        return self.fed.image
+
+    @property
+    def image_path(self) -> str | None:
+        return self.fed.image_path
+
+    @property
+    def inputs(self) -> Any:
+        return self.fed.batch
+
+    @property
+    def input_note(self) -> str:
+        return self.fed.note
+
+    @property
+    def preprocessing(self) -> str:
+        return self.fed.preprocessing
+
+    @preprocessing.setter
+    def preprocessing(self, mode: str) -> None:  # before a model opens (session files, --preprocessing)
+        self.fed.set_preprocessing(mode)
 
     # ------------------------------------------------------------------------------------------- running
     def _maybe_run(self) -> None:
@@ -327,7 +322,7 @@ class Session(PlanEditingMixin, ModelLoadingMixin, ExportingMixin, ComparingMixi
         readout = {k: getattr(self.view, k) for k in READOUT_FIELDS}
         shown = [n for n in (self.readout, self.selected) if n is not None]  # copied to numpy on the worker
         self._cancel_kind("compile")  # a background compile of an older plan only competes with this one
-        base_key = (id(engine), self._input_version, target)
+        base_key = (id(engine), self.fed.version, target)
         old_base = self.results.baseline_for(base_key)
 
         def job(token: Any) -> RunOutput:
