@@ -3,13 +3,14 @@
 Qt's layouts keep a fixed column count, so a row of four labelled combos forces the window to be at least four
 combos wide (the window could not shrink below 1,155 px). ``ReflowGrid`` re-places its cells when resized, from
 ``max_columns`` down to ``min_columns``, and asks its parent only for the narrowest arrangement's width.
+``VerticalScroll`` holds a pane that may scroll vertically on a short window but is never cut at its side.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 
-from PySide6.QtCore import QSize, Qt
+from PySide6.QtCore import QEvent, QSize, Qt
 from PySide6.QtWidgets import QFrame, QGridLayout, QLayout, QScrollArea, QSizePolicy, QWidget
 
 
@@ -93,6 +94,13 @@ class VerticalScroll(QScrollArea):
         self.setWidgetResizable(True)
         self.setFrameShape(QFrame.Shape.NoFrame)
         self.setHorizontalScrollBarPolicy(Qt.ScrollBarPolicy.ScrollBarAlwaysOff)
+        widget.installEventFilter(self)
+
+    def eventFilter(self, watched, event) -> bool:  # noqa: N802
+        # a scroll area does not pass its widget's new minimum on: ask the layout above to read it again
+        if watched is self.widget() and event.type() == QEvent.Type.LayoutRequest:
+            self.updateGeometry()
+        return super().eventFilter(watched, event)
 
     def minimumSizeHint(self) -> QSize:  # noqa: N802
         bar = self.verticalScrollBar().sizeHint().width()

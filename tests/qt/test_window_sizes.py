@@ -87,3 +87,21 @@ def test_a_headless_screenshot_is_exactly_the_size_asked_for(tmp_path):
     assert run.returncode == 0, run.stderr
     with Image.open(out) as im:
         assert im.size == (1024, 640)
+
+
+def test_a_reflow_grid_takes_the_columns_its_width_holds(qtbot):
+    from PySide6.QtWidgets import QPushButton
+
+    from gradscope.qt.reflow import ReflowGrid
+
+    buttons = [QPushButton(f"button {k}") for k in range(4)]
+    grid = ReflowGrid(buttons, max_columns=4, min_columns=1, even=True)
+    qtbot.addWidget(grid)
+    one = max(b.minimumSizeHint().width() for b in buttons)
+    assert grid.minimumSizeHint().width() == one  # it asks only for the narrowest arrangement
+    assert grid.columns_for(10_000) == 4 and grid.columns_for(4 * one) == 2 and grid.columns_for(one) == 1
+    assert grid.columns_for(3 * one + 12) == 2  # even: 4x1, 2x2 or 1x4, never 3 + 1
+    grid.resize(2 * one + 6, 200)
+    grid.show()
+    qtbot.waitUntil(lambda: grid.columns == 2 and buttons[2].y() > buttons[0].y(), timeout=2_000)  # laid out
+    assert buttons[1].y() == buttons[0].y() and buttons[3].y() == buttons[2].y()  # two rows of two
