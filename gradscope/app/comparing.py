@@ -1,96 +1,66 @@
-"""A/B comparison in the Session: pin the result on screen as B, edit the plan (A is always the current
-result), see both maps, their difference and the per-node agreement; swap A and B in one click; export."""
+"""A/B comparison as a small evented model: the result pinned as B and how A (the result on screen) agrees with
+it, node by node. The maps, their difference and the export are in ``app.compare``.
+
+Owns: ``pinned`` (``Pinned``: B's result, plan and method) and ``node_cosine`` (per node, the cosine between A's
+and B's signals, computed on the worker because it reads every node's signal).
+Emits: ``changed(pinned or None)`` when B is pinned or dropped, when A changes, and when the cosines arrive.
+"""
 
 from __future__ import annotations
 
-from pathlib import Path
+from collections.abc import Callable
+from typing import Any
 
-from gradscope.app import export
-from gradscope.app.compare import Comparison, Pinned, compare, comparison_picture, node_cosines
-from gradscope.core.errors import GraphError
+from gradscope.app.compare import Pinned, node_cosines
+from gradscope.app.results import Results
+from gradscope.core.events import Signal
 
 
-class ComparingMixin:
-    """For ``Session`` (which provides ``result``, ``result_plan``, ``result_method``, ``view``, ``image``,
-    ``readout``, ``_signal_from``, ``set_plan``, the signals and ``_submit``)."""
+class PlanComparison:
+    def __init__(self, results: Results, submit: Callable[..., Any]) -> None:
+        """``results``: A is always ``results.current``; ``submit(kind, label, job, on_done, quiet=True)`` runs
+        a job on the worker (the Session's)."""
+        self._results = results
+        self._submit = submit
+        self.pinned: Pinned | None = None
+        self.node_cosine: dict[str, float] = {}
+        self.changed = Signal("compare_changed")
 
-    pinned: Pinned | None  # set by Session.__init__ (None) and reset when a model opens
-    node_cosine: dict[str, float]
-
-    def pin_for_compare(self) -> bool:
-        """Keep the result on screen as B (what the next plans are compared with)."""
-        if self.result is None or self.result_plan is None:
-            self._error("Nothing to pin", "Wait for a result, then pin it to compare the next plan with it.", None)
+    def pin(self, method: str) -> bool:
+        """Keep the result on screen as B (``method``: its method's name when the results do not say)."""
+        r = self._results
+        if r.current is None or r.plan is None:
             return False
-        self.pinned = Pinned(self.result, self.result_plan, self.result_method or self.method_name)
-        self._refresh_comparison()
-        self.status_changed.emit(f"Pinned {self.pinned.method} as B: the next plans are compared with it.")
+        self.pinned = Pinned(r.current, r.plan, r.method or method)
+        self.refresh()
         return True
+
+    def swap(self, method: str) -> Pinned | None:
+        """The result on screen becomes B; returns the B it replaces (whose plan the caller makes current)."""
+        old = self.pinned
+        if old is None or not self.pin(method):
+            return None
+        return old
 
     def unpin(self) -> None:
         self.pinned = None
         self.node_cosine = {}
-        self.compare_changed.emit(None)
+        self.changed.emit(None)
 
-    def _unpin_for(self, why: str) -> None:
-        """B compares plans on one input and target: another one makes it meaningless."""
-        if self.pinned is not None:
-            self.unpin()
-            self.status_changed.emit(f"Comparison ended: {why} (pin again to compare on it).")
-
-    def swap_compare(self) -> bool:
-        """B's plan becomes the current one (an undoable edit) and the result on screen becomes B."""
-        if self.pinned is None or self.result is None or self.result_plan is None:
-            return False
-        old = self.pinned
-        self.pinned = Pinned(self.result, self.result_plan, self.result_method or self.method_name)
-        self.method_name = old.method
-        self.set_plan(old.plan)
-        self._refresh_comparison()
-        return True
-
-    def comparison(self) -> Comparison | None:
-        """A (the result on screen) and B (pinned), read out with the current view at the current read-out."""
-        if self.pinned is None or self.result is None:
-            return None
-        node = self.readout
-        try:
-            a, b = self._signal_from(self.result, node), self._signal_from(self.pinned.result, node)
-        except GraphError:
-            return None
-        labels = (self.result_method or self.method_name, self.pinned.method)
-        stats = (self.result.stats, self.pinned.result.stats)
-        return compare(a, b, self.image, self.shown_view, node, labels, stats)
-
-    def export_comparison(self, path: str | Path) -> Path:
-        """A, B and A-B side by side as PNG, with a sidecar naming both plans and their agreement."""
-        comparison = self.comparison()
-        if comparison is None:
-            raise GraphError("Nothing to compare: pin a result (Compare > Pin as B), then change the plan.")
-        sidecar = {
-            **self._sidecar(comparison.a.node),
-            "compare": {
-                "b_method": self.pinned.method,
-                "b_plan": self.pinned.plan.to_dict(),
-                "map_cosine": comparison.map_cosine,
-                "node_cosine": self.node_cosine,
-            },
-        }
-        return export.write_comparison(path, comparison_picture(comparison), sidecar, inputs=self._inputs())
-
-    def _refresh_comparison(self) -> None:
-        """Tell the views, then compute the per-node cosines on the worker (they read every node's signal)."""
+    def refresh(self) -> None:
+        """A changed (or B was pinned): tell the views, then compute the per-node cosines on the worker."""
         self.node_cosine = {}
-        self.compare_changed.emit(self.pinned)
-        if self.pinned is None or self.result is None:
+        self.changed.emit(self.pinned)
+        a = self._results.current
+        if self.pinned is None or a is None:
             return
-        a, b = self.result, self.pinned.result
+        b = self.pinned.result
 
         def done(cosines: dict[str, float]) -> None:
             self.node_cosine = cosines
-            self.compare_changed.emit(self.pinned)
+            self.changed.emit(self.pinned)
 
         self._submit("compare", "", lambda token: node_cosines(a, b), done, quiet=True)
 
 
-__all__ = ["ComparingMixin", "Pinned"]
+__all__ = ["Pinned", "PlanComparison"]

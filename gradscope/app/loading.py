@@ -112,7 +112,7 @@ class ModelLoadingMixin:
         self.class_names = find_class_names(path) if path else []
         self.diagnosis = None
         self.collapsed = set(out.get("collapsed", ()))
-        self.pinned, self.node_cosine = None, {}  # a comparison belongs to the previous model
+        self.ab.pinned, self.ab.node_cosine = None, {}  # a comparison belongs to the previous model (quiet)
         self.results.clear()
         self.selected = None
         self.method_name = "gradient"

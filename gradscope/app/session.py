@@ -18,7 +18,9 @@ from typing import Any
 
 import numpy as np
 
-from gradscope.app.comparing import ComparingMixin
+from gradscope.app import export
+from gradscope.app.compare import Comparison, compare, comparison_picture
+from gradscope.app.comparing import PlanComparison
 from gradscope.app.editing import PlanEditingMixin
 from gradscope.app.exporting import ExportingMixin
 from gradscope.app.history import READOUT_FIELDS, PlanHistory
@@ -94,7 +96,7 @@ class RunOutput:
 
 
 # ------------------------------------------------------------------------------------------------ session
-class Session(PlanEditingMixin, ModelLoadingMixin, ExportingMixin, ComparingMixin, JobsMixin):
+class Session(PlanEditingMixin, ModelLoadingMixin, ExportingMixin, JobsMixin):
     """One open model and everything shown about it."""
 
     def __init__(self, executor: Any = None, *, auto_run: bool = True) -> None:
@@ -119,8 +121,6 @@ class Session(PlanEditingMixin, ModelLoadingMixin, ExportingMixin, ComparingMixi
         self.last_error: str | None = None
         self.collapsed: set[str] = set()
         self.layout_direction = "TB"  # graph view: "TB" top to bottom, "LR" left to right
-        self.pinned = None  # the result kept as B of an A/B comparison (app.comparing)
-        self.node_cosine: dict[str, float] = {}
         self.class_names: list[str] = []  # from a description file beside the model, if there is one
         self.custom_objects_file: str | None = None  # the .py file the open model's custom layers came from
         #: What the last ``open_model`` asked for (path, safe_mode, custom_objects_file): a front end retries it
@@ -144,7 +144,9 @@ class Session(PlanEditingMixin, ModelLoadingMixin, ExportingMixin, ComparingMixi
         self.selection_changed = Signal("selection_changed")  # (node id or None)
         self.result_changed = self.results.changed  # (result, baseline)
         self.weights_ready = Signal("weights_ready")  # (node id -> [WeightInfo]) after a model opened
-        self.compare_changed = Signal("compare_changed")  # (Pinned or None): B pinned, A changed, cosines ready
+        # the A/B comparison (app.comparing): B pinned, A changed, cosines ready -> (Pinned or None)
+        self.ab = PlanComparison(self.results, self._submit)
+        self.compare_changed = self.ab.changed
         self.busy_changed = Signal("busy_changed")  # (label or None)
         self.status_changed = Signal("status_changed")  # (message)
         self.error_raised = Signal("error_raised")  # (title, message, exception)
@@ -372,7 +374,7 @@ class Session(PlanEditingMixin, ModelLoadingMixin, ExportingMixin, ComparingMixi
             + (f". Warning: {'; '.join(warnings)}." if warnings else "")
         )
         if self.pinned is not None:
-            self._refresh_comparison()
+            self.ab.refresh()
         self._materialize_in_background(out.result, out.baseline)
         if mode == "live" and self.background_compile:
             self._compile_in_background(out.plan)
@@ -427,6 +429,71 @@ class Session(PlanEditingMixin, ModelLoadingMixin, ExportingMixin, ComparingMixi
 
     def result_caption(self) -> str:
         return self.results.caption(self.plan)
+
+    # ------------------------------------------------------------------------------------------- A/B comparison
+    @property
+    def pinned(self) -> Any:
+        return self.ab.pinned
+
+    @property
+    def node_cosine(self) -> dict[str, float]:
+        return self.ab.node_cosine
+
+    def pin_for_compare(self) -> bool:
+        """Keep the result on screen as B (what the next plans are compared with)."""
+        if not self.ab.pin(self.method_name):
+            self._error("Nothing to pin", "Wait for a result, then pin it to compare the next plan with it.", None)
+            return False
+        self.status_changed.emit(f"Pinned {self.pinned.method} as B: the next plans are compared with it.")
+        return True
+
+    def unpin(self) -> None:
+        self.ab.unpin()
+
+    def _unpin_for(self, why: str) -> None:
+        """B compares plans on one input and target: another one makes it meaningless."""
+        if self.pinned is not None:
+            self.ab.unpin()
+            self.status_changed.emit(f"Comparison ended: {why} (pin again to compare on it).")
+
+    def swap_compare(self) -> bool:
+        """B's plan becomes the current one (an undoable edit) and the result on screen becomes B."""
+        old = self.ab.swap(self.method_name)
+        if old is None:
+            return False
+        self.method_name = old.method
+        self.set_plan(old.plan)
+        self.ab.refresh()
+        return True
+
+    def comparison(self) -> Comparison | None:
+        """A (the result on screen) and B (pinned), read out with the current view at the current read-out."""
+        if self.pinned is None or self.result is None:
+            return None
+        node = self.readout
+        try:
+            a, b = self._signal_from(self.result, node), self._signal_from(self.pinned.result, node)
+        except GraphError:
+            return None
+        labels = (self.result_method or self.method_name, self.pinned.method)
+        stats = (self.result.stats, self.pinned.result.stats)
+        return compare(a, b, self.image, self.shown_view, node, labels, stats)
+
+    def export_comparison(self, path: str | Path) -> Path:
+        """A, B and A-B side by side as PNG, with a sidecar naming both plans and their agreement."""
+        comparison = self.comparison()
+        if comparison is None:
+            raise GraphError("Nothing to compare: pin a result (Compare > Pin as B), then change the plan.")
+        sidecar = {
+            **self._sidecar(comparison.a.node),
+            "compare": {
+                "b_method": self.pinned.method,
+                "b_plan": self.pinned.plan.to_dict(),
+                "map_cosine": comparison.map_cosine,
+                "node_cosine": self.node_cosine,
+            },
+        }
+        return export.write_comparison(path, comparison_picture(comparison), sidecar, inputs=self._inputs())
 
     # ------------------------------------------------------------------------------------------- diagnostics
     def diagnose(self) -> bool:

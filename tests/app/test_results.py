@@ -61,3 +61,25 @@ def test_signal_of_reads_the_input_or_a_captured_node(computed):
         signal_of(None, None, view)
     with pytest.raises(GraphError, match="No signal was captured at 'nope'"):
         signal_of(current, "nope", view)
+
+
+def test_a_plan_comparison_pins_swaps_and_computes_cosines_through_the_worker(computed):
+    from gradscope.app.comparing import PlanComparison
+
+    current, base, plan = computed
+    results, jobs, events = Results(), [], []
+    ab = PlanComparison(results, lambda kind, label, job, done, quiet: jobs.append((kind, job, done, quiet)))
+    ab.changed.connect(events.append)
+    assert not ab.pin("gradient") and ab.pinned is None  # nothing computed yet
+    results.show(base, base, plan=Plan(), method="gradient", readout={}, seconds=0.1, baseline_key=())
+    assert ab.pin("custom")
+    assert ab.pinned.method == "gradient" and events == [ab.pinned] and ab.node_cosine == {}
+    (kind, job, done, quiet), = jobs
+    assert kind == "compare" and quiet
+    done(job(None))  # as the worker would: A == B, so every cosine is 1
+    assert ab.node_cosine and all(c == pytest.approx(1.0) for c in ab.node_cosine.values() if c == c)
+    results.show(current, base, plan=plan, method="custom plan", readout={}, seconds=0.1, baseline_key=())
+    old = ab.swap("custom plan")
+    assert old.method == "gradient" and ab.pinned.plan == plan  # the caller makes old.plan current
+    ab.unpin()
+    assert ab.pinned is None and ab.node_cosine == {} and events[-1] is None
