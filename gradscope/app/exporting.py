@@ -7,6 +7,8 @@ from pathlib import Path
 from typing import Any
 
 from gradscope.app import export
+from gradscope.app.compare import comparison_picture
+from gradscope.core.errors import GraphError
 
 
 class ExportingMixin:
@@ -67,3 +69,19 @@ class ExportingMixin:
     def export_plan_snippet(self, path: str | Path) -> Path:
         """The plan as a Python training script (``plan_model``), to take a fix found here into training."""
         return export.write_plan_snippet(path, self.plan, self.model_path, method=self.method_name)
+
+    def export_comparison(self, path: str | Path) -> Path:
+        """A, B and A-B side by side as PNG, with a sidecar naming both plans and their agreement."""
+        comparison = self.comparison()
+        if comparison is None:
+            raise GraphError("Nothing to compare: pin a result (Compare > Pin as B), then change the plan.")
+        sidecar = {
+            **self._sidecar(comparison.a.node),
+            "compare": {
+                "b_method": self.pinned.method,
+                "b_plan": self.pinned.plan.to_dict(),
+                "map_cosine": comparison.map_cosine,
+                "node_cosine": self.node_cosine,
+            },
+        }
+        return export.write_comparison(path, comparison_picture(comparison), sidecar, inputs=self._inputs())

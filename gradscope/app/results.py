@@ -10,6 +10,7 @@ Emits: ``changed(current, baseline)`` when a run's results arrive or the results
 from __future__ import annotations
 
 import dataclasses
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -20,6 +21,20 @@ from gradscope.core.events import Signal
 from gradscope.core.results import BackwardResult, NodeStats
 from gradscope.engine.attribution import weighted_signal
 from gradscope.rules.plan import Plan
+
+
+@dataclass
+class RunOutput:
+    """What a run job hands back (worker -> owner's thread)."""
+
+    result: BackwardResult
+    baseline: BackwardResult
+    baseline_key: tuple
+    seconds: float
+    retraced: bool
+    plan: Plan
+    method: str
+    readout: dict[str, Any]  # the view's read-out fields the run was asked with (they belong to its plan)
 
 
 class Results:

@@ -12,14 +12,12 @@ from __future__ import annotations
 import dataclasses
 import json
 import time
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from gradscope.app import export
-from gradscope.app.compare import Comparison, compare, comparison_picture
+from gradscope.app.compare import Comparison, compare
 from gradscope.app.comparing import PlanComparison
 from gradscope.app.editing import PlanEditingMixin
 from gradscope.app.exporting import ExportingMixin
@@ -27,7 +25,7 @@ from gradscope.app.history import READOUT_FIELDS, PlanHistory
 from gradscope.app.inputs import Inputs
 from gradscope.app.jobs import JobsMixin
 from gradscope.app.loading import ModelLoadingMixin
-from gradscope.app.results import Results, signal_of
+from gradscope.app.results import Results, RunOutput, signal_of
 from gradscope.app.session_files import SESSION_SCHEMA, SESSION_SUFFIX, Restore, read_session_file
 from gradscope.app.summaries import WeightInfo, with_input_stats
 from gradscope.app.view import (
@@ -48,7 +46,7 @@ from gradscope.core.files import write_text_atomic
 from gradscope.core.graph import LayerGraph
 from gradscope.core.results import BackwardResult, NodeStats
 from gradscope.core.targets import Target, whole_number
-from gradscope.engine.attribution import sampled_input_grad
+from gradscope.engine.attribution import with_sampled_input
 from gradscope.rules.plan import Plan
 
 # Re-exported: the front ends take the view's choices and the session-file names from here.
@@ -65,34 +63,6 @@ __all__ = [
     "WeightInfo",
     "colormaps",
 ]
-
-
-def sampled(
-    engine: Any, x: Any, target: Target, plan: Plan, result: BackwardResult, sampling: tuple, token: Any = None
-) -> Any:
-    """``result`` with its input signal replaced by SmoothGrad's or integrated gradients' average (worker);
-    ``token`` gets the progress and stops the work between two passes when cancelled."""
-    kind, options = sampling
-
-    def progress(done: int, total: int) -> None:
-        if token is not None:
-            token.step(f"{kind}: {done} of {total} copies...")
-
-    grad = sampled_input_grad(engine, x, target, plan, kind, options, progress)
-    meta = {**result.meta, "sampling": kind}
-    return dataclasses.replace(result, input_grads=[grad, *result.input_grads[1:]], meta=meta)
-
-
-@dataclass
-class RunOutput:
-    result: BackwardResult
-    baseline: BackwardResult
-    baseline_key: tuple
-    seconds: float
-    retraced: bool
-    plan: Plan
-    method: str
-    readout: dict[str, Any]  # the view's read-out fields the run was asked with (they belong to its plan)
 
 
 # ------------------------------------------------------------------------------------------------ session
@@ -341,7 +311,7 @@ class Session(PlanEditingMixin, ModelLoadingMixin, ExportingMixin, JobsMixin):
                 result = with_input_stats(engine.backward(x, target, plan, capture="all"))
             if sampling is not None:
                 token.report(f"{sampling[0]}: averaging the input gradient over copies...")
-                result = with_input_stats(sampled(engine, x, target, plan, result, sampling, token))
+                result = with_input_stats(with_sampled_input(engine, x, target, plan, result, sampling, token))
             for res in (result, base):
                 for node in shown:
                     if node in res.node_grads:
@@ -478,22 +448,6 @@ class Session(PlanEditingMixin, ModelLoadingMixin, ExportingMixin, JobsMixin):
         labels = (self.result_method or self.method_name, self.pinned.method)
         stats = (self.result.stats, self.pinned.result.stats)
         return compare(a, b, self.image, self.shown_view, node, labels, stats)
-
-    def export_comparison(self, path: str | Path) -> Path:
-        """A, B and A-B side by side as PNG, with a sidecar naming both plans and their agreement."""
-        comparison = self.comparison()
-        if comparison is None:
-            raise GraphError("Nothing to compare: pin a result (Compare > Pin as B), then change the plan.")
-        sidecar = {
-            **self._sidecar(comparison.a.node),
-            "compare": {
-                "b_method": self.pinned.method,
-                "b_plan": self.pinned.plan.to_dict(),
-                "map_cosine": comparison.map_cosine,
-                "node_cosine": self.node_cosine,
-            },
-        }
-        return export.write_comparison(path, comparison_picture(comparison), sidecar, inputs=self._inputs())
 
     # ------------------------------------------------------------------------------------------- diagnostics
     def diagnose(self) -> bool:

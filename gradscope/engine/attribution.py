@@ -126,3 +126,21 @@ def grad_cam_weighting(grad: np.ndarray, value: np.ndarray) -> np.ndarray:
         raise TargetError(f"Grad-CAM needs a feature map (H, W, C) and its gradient; got shape {g.shape}.")
     alpha = g.mean(axis=tuple(range(g.ndim - 1)), keepdims=True)
     return alpha * a
+
+
+def with_sampled_input(
+    engine: Any, x: Any, target: Target, plan: Plan, result: Any, sampling: tuple, token: Any = None
+) -> Any:
+    """``result`` with its input signal replaced by SmoothGrad's or integrated gradients' average (worker);
+    ``token`` gets the progress and stops the work between two passes when cancelled."""
+    import dataclasses
+
+    kind, options = sampling
+
+    def progress(done: int, total: int) -> None:
+        if token is not None:
+            token.step(f"{kind}: {done} of {total} copies...")
+
+    grad = sampled_input_grad(engine, x, target, plan, kind, options, progress)
+    meta = {**result.meta, "sampling": kind}
+    return dataclasses.replace(result, input_grads=[grad, *result.input_grads[1:]], meta=meta)

@@ -16,7 +16,6 @@ from PySide6.QtGui import (
     QFont,
     QFontMetrics,
     QKeySequence,
-    QLinearGradient,
     QPainter,
     QPainterPath,
     QPen,
@@ -33,62 +32,29 @@ from PySide6.QtWidgets import (
 )
 
 from gradscope.core.results import NodeStats
+from gradscope.qt.graph_style import (
+    BADGE,
+    DIAG_BORDER,
+    DIAG_RANK,
+    DIAG_UNREACHED,
+    DIAGNOSIS_COLORS,
+    DIAGNOSIS_TEXT,
+    HATCH,
+    MATCH,
+    NO_RESULT,
+    SELECT,
+    SKIPPED,
+    STATUS_COLORS,
+    STATUS_TEXT,
+    GraphLegend,
+    ramp_color,
+    rule_abbreviation,
+)
 from gradscope.qt.minimap import Minimap
 from gradscope.render.graph_layout import GraphLayout, GroupFrame, NodeBox
 
-# A light sequential ramp: black text stays readable on every step but the last.
-_RAMP = [QColor("#eef3fa"), QColor("#c6dbef"), QColor("#fde3a7"), QColor("#fc9d5f"), QColor("#d7301f")]
-STATUS_COLORS = {
-    "none": QColor("#4e5d6c"),  # no gradient reaches the node (cut / disconnected)
-    "zero": QColor("#b9a7e0"),  # a gradient exists but is exactly zero everywhere
-    "nan": QColor("#e0218a"),  # NaN or Inf in the gradient
-}
-STATUS_TEXT = {"none": "no gradient", "zero": "all zero", "nan": "NaN/Inf"}
-_SKIPPED = QColor("#e6e9ec")  # the final softmax when the logits are explained: not reached on purpose
-_NO_RESULT = QColor("#f7f7f7")
-_SELECT = QColor("#1a73e8")
-_MATCH = QColor("#fbbc04")
-_BADGE = QColor("#1565c0")
-# Path diagnostics: the op that cuts a gradient path, and the nodes/edges on the path it cuts.
-DIAGNOSIS_COLORS = {
-    "cut": QColor("#c62828"),
-    "blocked": QColor("#ffcdd2"),
-    "path": QColor("#ffcdd2"),
-}
-_DIAG_BORDER = QColor("#b71c1c")
-_HATCH = QColor(255, 255, 255, 45)
-_DIAG_UNREACHED = QColor("#ef6c00")  # variables that are unused / never read: not a cut, worth a look
-DIAGNOSIS_TEXT = {
-    "cut": "cuts the gradient",
-    "blocked": "its weights get no gradient",
-    "path": "on a cut path",
-    "unused": "weights never reach the target",
-    "never_read": "weights never read",
-}
-_DIAG_RANK = {"cut": 0, "blocked": 1, "path": 2, "unused": 3, "never_read": 4}
-
-
 LEGIBLE_ZOOM = 0.45  # below this a box's text is hard to read (Fit stays above it)
 LABEL_ZOOM = 0.25  # below this boxes are drawn without text
-
-
-def ramp_color(t: float) -> QColor:
-    t = min(max(t, 0.0), 1.0) * (len(_RAMP) - 1)
-    i = min(int(t), len(_RAMP) - 2)
-    f = t - i
-    a, b = _RAMP[i], _RAMP[i + 1]
-    return QColor(
-        round(a.red() + f * (b.red() - a.red())),
-        round(a.green() + f * (b.green() - a.green())),
-        round(a.blue() + f * (b.blue() - a.blue())),
-    )
-
-
-def rule_abbreviation(rule: str) -> str:
-    parts = [p for p in rule.replace("-", "_").split("_") if p]
-    if len(parts) == 1:
-        return parts[0][:4]
-    return "".join(p[0] for p in parts[:4]).upper()
 
 
 EMPTY_MESSAGE = "Open a model (File ▸ Open model, or drop a .keras file here)"
@@ -101,7 +67,7 @@ class NodeItem(QGraphicsItem):
         super().__init__()
         self.box = box
         self._view = view
-        self.fill = _NO_RESULT
+        self.fill = NO_RESULT
         self.status = "ok"
         self.rule: str | None = None
         self.matched = False
@@ -126,7 +92,7 @@ class NodeItem(QGraphicsItem):
         rect = QRectF(-w / 2, -h / 2, w, h)
         p.setRenderHint(QPainter.RenderHint.Antialiasing, True)
         collapsed = self.box.collapsed_group is not None
-        fill = _SKIPPED if self.status == "skipped" else STATUS_COLORS.get(self.status, self.fill)
+        fill = SKIPPED if self.status == "skipped" else STATUS_COLORS.get(self.status, self.fill)
         border = QPen(QColor("#5f6b7a"), 1.2)
         if self.status in STATUS_COLORS:
             border = QPen(fill.darker(150), 2.0, Qt.PenStyle.DashLine)
@@ -135,19 +101,19 @@ class NodeItem(QGraphicsItem):
         role = self.diag_role
         if role in DIAGNOSIS_COLORS:  # a cut path outranks the magnitude colours: it is why they are grey
             fill = DIAGNOSIS_COLORS[role]
-            border = QPen(_DIAG_BORDER, 3.0 if role == "cut" else 2.4)
+            border = QPen(DIAG_BORDER, 3.0 if role == "cut" else 2.4)
         elif role is not None:
-            border = QPen(_DIAG_UNREACHED, 2.4, Qt.PenStyle.DashLine)
+            border = QPen(DIAG_UNREACHED, 2.4, Qt.PenStyle.DashLine)
         if self.matched:
-            border = QPen(_MATCH, 3.0)
+            border = QPen(MATCH, 3.0)
         if self.isSelected():
-            border = QPen(_SELECT, 3.2)
+            border = QPen(SELECT, 3.2)
         p.setPen(border)
         p.setBrush(QBrush(fill))
         p.drawRoundedRect(rect, 7, 7)
         if role == "cut":  # hatched: not to be mistaken for the red end of the magnitude ramp
             p.setPen(Qt.PenStyle.NoPen)
-            p.setBrush(QBrush(_HATCH, Qt.BrushStyle.BDiagPattern))
+            p.setBrush(QBrush(HATCH, Qt.BrushStyle.BDiagPattern))
             p.drawRoundedRect(rect, 7, 7)
         if collapsed:  # a stacked look: this box stands for many nodes
             p.drawLine(QPointF(-w / 2 + 6, h / 2 + 3), QPointF(w / 2 - 6, h / 2 + 3))
@@ -187,7 +153,7 @@ class NodeItem(QGraphicsItem):
         tw = QFontMetrics(font).horizontalAdvance(text) + 10
         badge = QRectF(w / 2 - tw + 6, -h / 2 - 9, tw, 16)
         p.setPen(QPen(QColor("#ffffff"), 1.5))
-        p.setBrush(_BADGE)
+        p.setBrush(BADGE)
         p.drawRoundedRect(badge, 8, 8)
         p.setPen(QColor("#ffffff"))
         p.drawText(badge, Qt.AlignmentFlag.AlignCenter, text)
@@ -235,110 +201,6 @@ class GroupFrameItem(QGraphicsItem):
             self._view.group_toggled.emit(self.frame.id, True)
 
 
-class _Legend(QWidget):
-    """Colour key in the view's corner: the magnitude ramp and the status colours."""
-
-    def __init__(self, parent: QWidget) -> None:
-        super().__init__(parent)
-        self.low = self.high = None
-        self.caption = "mean |g| (log scale)"
-        self.diagnosis = False  # add the path-diagnostics key
-        self.magnitude = True  # False: nodes are not coloured by gradient magnitude (no ramp to explain)
-        self.setAttribute(Qt.WidgetAttribute.WA_TransparentForMouseEvents, True)
-        self._resize()
-
-    def set_diagnosis(self, shown: bool) -> None:
-        self.diagnosis = shown
-        self._resize()
-
-    def set_magnitude(self, shown: bool) -> None:
-        self.magnitude = shown
-        self._resize()
-
-    def _resize(self) -> None:
-        if self.magnitude:
-            self.setFixedSize(236, 104 if self.diagnosis else 86)
-        else:
-            self.setFixedSize(236, 78 if self.diagnosis else 40)
-        self.update()
-
-    def set_range(self, low: float | None, high: float | None, caption: str) -> None:
-        self.low, self.high, self.caption = low, high, caption
-        self.update()
-
-    def paintEvent(self, event) -> None:  # noqa: N802
-        p = QPainter(self)
-        p.setRenderHint(QPainter.RenderHint.Antialiasing, True)
-        p.setPen(QPen(QColor("#c0c6cc")))
-        p.setBrush(QColor(255, 255, 255, 235))
-        p.drawRoundedRect(QRectF(0.5, 0.5, self.width() - 1, self.height() - 1), 6, 6)
-        font = QFont(self.font())
-        font.setPointSizeF(8.0)
-        p.setFont(font)
-        p.setPen(QColor("#263238"))
-        p.drawText(QRectF(8, 3, self.width() - 16, 15), Qt.AlignmentFlag.AlignLeft, self.caption)
-        if not self.magnitude:
-            self._paint_diagnosis_key(p, font, 22)
-            p.end()
-            return
-        grad = QLinearGradient(8, 0, self.width() - 8, 0)
-        for i, c in enumerate(_RAMP):
-            grad.setColorAt(i / (len(_RAMP) - 1), c)
-        p.setPen(QPen(QColor("#90a4ae")))
-        p.setBrush(QBrush(grad))
-        p.drawRect(QRectF(8, 20, self.width() - 16, 11))
-        p.setPen(QColor("#263238"))
-        lo = "-" if self.low is None else f"{self.low:.1e}"
-        hi = "-" if self.high is None else f"{self.high:.1e}"
-        p.drawText(QRectF(8, 32, 100, 14), Qt.AlignmentFlag.AlignLeft, lo)
-        p.drawText(QRectF(self.width() - 108, 32, 100, 14), Qt.AlignmentFlag.AlignRight, hi)
-        x = 8.0
-        for status, color in STATUS_COLORS.items():
-            p.setPen(QPen(color.darker(150), 1.2, Qt.PenStyle.DashLine))
-            p.setBrush(color)
-            p.drawRoundedRect(QRectF(x, 51, 12, 12), 3, 3)
-            p.setPen(QColor("#263238"))
-            label = STATUS_TEXT[status]
-            p.drawText(QPointF(x + 16, 61), label)
-            x += 22 + QFontMetrics(font).horizontalAdvance(label)
-        p.setBrush(_BADGE)
-        p.setPen(Qt.PenStyle.NoPen)
-        p.drawRoundedRect(QRectF(8, 68, 20, 12), 6, 6)
-        p.setPen(QColor("#263238"))
-        p.drawText(QPointF(34, 79), "rule on the node (badge)")
-        self._paint_diagnosis_key(p, font, 86)
-        p.end()
-
-    def _paint_diagnosis_key(self, p: QPainter, font: QFont, y: float) -> None:
-        if not self.diagnosis:
-            if not self.magnitude:
-                p.drawText(QPointF(8, y + 10), "no cut found: nothing to mark")
-            return
-        x = 8.0
-        for role in ("cut", "path"):
-            color, label = DIAGNOSIS_COLORS[role], DIAGNOSIS_TEXT[role]
-            p.setPen(QPen(_DIAG_BORDER, 1.6))
-            p.setBrush(color)
-            p.drawRoundedRect(QRectF(x, y, 12, 12), 3, 3)
-            if role == "cut":
-                p.setBrush(QBrush(_HATCH, Qt.BrushStyle.BDiagPattern))
-                p.drawRoundedRect(QRectF(x, y, 12, 12), 3, 3)
-            p.setPen(QColor("#263238"))
-            p.drawText(QPointF(x + 16, y + 10), label)
-            x += 26 + QFontMetrics(font).horizontalAdvance(label)
-        if not self.magnitude:
-            p.setPen(QPen(_DIAG_UNREACHED, 1.6, Qt.PenStyle.DashLine))
-            p.setBrush(_NO_RESULT)
-            p.drawRoundedRect(QRectF(8, y + 18, 12, 12), 3, 3)
-            p.setPen(QColor("#263238"))
-            p.drawText(QPointF(24, y + 28), "weights unused / never read")
-            p.setBrush(_BADGE)
-            p.setPen(Qt.PenStyle.NoPen)
-            p.drawRoundedRect(QRectF(8, y + 36, 20, 12), 6, 6)
-            p.setPen(QColor("#263238"))
-            p.drawText(QPointF(34, y + 47), "rule on the node (badge)")
-
-
 class GraphView(QGraphicsView):
     """Draws a ``GraphLayout``; emits ``node_clicked`` and ``group_toggled``."""
 
@@ -367,7 +229,7 @@ class GraphView(QGraphicsView):
         self._matches: list[str] = []
         self._match_index = -1
         self._updating_selection = False
-        self.legend = _Legend(self)
+        self.legend = GraphLegend(self)
         self.legend.move(10, 10)
         self.search = QLineEdit(self)
         self.search.setPlaceholderText("Find node (Ctrl+F)…")
@@ -469,7 +331,7 @@ class GraphView(QGraphicsView):
         span = hi - lo if hi > lo else 1.0
         for box_id, item in self.items_by_id.items():
             item.status = "skipped" if box_id in skipped else status.get(box_id, "ok")
-            item.fill = ramp_color((logs[box_id] - lo) / span) if box_id in logs else _NO_RESULT
+            item.fill = ramp_color((logs[box_id] - lo) / span) if box_id in logs else NO_RESULT
             members = item.box.members or (box_id,)
             ruled = [rules[m] for m in members if m in rules]
             item.rule = (ruled[0] if len(set(ruled)) == 1 else f"{len(ruled)} rules") if ruled else None
@@ -496,10 +358,10 @@ class GraphView(QGraphicsView):
         box_role: dict[str, str] = {}
         for node, role in self.diagnosis_roles.items():
             item = self.item_for(node)
-            if item is None or role not in _DIAG_RANK:
+            if item is None or role not in DIAG_RANK:
                 continue
             old = box_role.get(item.node_id)
-            if old is None or _DIAG_RANK[role] < _DIAG_RANK[old]:
+            if old is None or DIAG_RANK[role] < DIAG_RANK[old]:
                 box_role[item.node_id] = role
         for box_id, item in self.items_by_id.items():
             item.diag_role = box_role.get(box_id)
@@ -668,7 +530,7 @@ def _edge_item(points: tuple[tuple[float, float], ...]) -> QGraphicsPathItem:
 
 
 def _style_edge(item: QGraphicsPathItem, on_cut_path: bool) -> None:
-    color = _DIAG_BORDER if on_cut_path else QColor("#8a96a3")
+    color = DIAG_BORDER if on_cut_path else QColor("#8a96a3")
     item.setPen(QPen(color, 2.6 if on_cut_path else 1.3))
     item.setZValue(1.5 if on_cut_path else 1)
     for child in item.childItems():
