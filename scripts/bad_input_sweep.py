@@ -223,7 +223,7 @@ def cases(d: Path) -> list[Case]:
         ),
     ]
     # the window, headless (--screenshot): a bad file must say so and still end, never wait for a click
-    shot = ["gui", "--screenshot", str(d / "shot.png"), "--size", "800x600"]
+    shot = ["gui", "--screenshot", str(d / "shot.png"), "--size", "1024x640"]
     model = demo
     out_cases += [
         Case(
