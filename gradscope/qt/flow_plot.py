@@ -261,7 +261,7 @@ class FlowPlot(QWidget):
         if self._y_range is None:
             return
         floor, top = self._y_range
-        rows = len(getattr(self.legend, "items", ()))
+        rows = len(self.legend.items)
         legend_px = 16 * rows + 12 if rows else 0
         view_px = max(self.plot.getPlotItem().getViewBox().height(), legend_px + 40)
         top += (top - floor) * legend_px / (view_px - legend_px)
