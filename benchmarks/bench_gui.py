@@ -89,10 +89,10 @@ def main() -> None:
     )
     window.open_model(str(deep))
     wait(app, lambda: window.session.graph is not None and len(window.session.graph) > 2000 and view.items_by_id)
-    wait(app, lambda: window.session.busy is None)
+    wait(app, lambda: window.session.jobs.busy is None)
     for label in ("collapsed", "expanded"):
         if label == "expanded":
-            window.session.collapse_all(False)
+            window.session.document.collapse_all(False)
             wait(app, lambda: len(view.items_by_id) > 2000)
         for zoom in (0.6, 0.15):
             ms = pan_ms(app, view, zoom)

@@ -23,6 +23,20 @@ def test_no_source_file_over_700_lines():
     assert max(sizes.values()) <= 700, sorted(sizes.items(), key=lambda kv: -kv[1])[:3]
 
 
+def test_the_application_layer_is_small_models_not_mixins():
+    """app/: a file per model, none over 400 lines; the Session composes them and shares ``self`` with no one
+    (issue 22: six mixins once shared 58 attributes)."""
+    import ast
+
+    app = PACKAGE / "app"
+    sizes = {p.name: len(p.read_text().splitlines()) for p in app.glob("*.py")}
+    assert max(sizes.values()) <= 400, sorted(sizes.items(), key=lambda kv: -kv[1])[:3]
+    classes = [n for p in app.glob("*.py") for n in ast.walk(ast.parse(p.read_text())) if isinstance(n, ast.ClassDef)]
+    assert not [c.name for c in classes if c.name.endswith("Mixin")]
+    session = next(c for c in classes if c.name == "Session")
+    assert session.bases == []
+
+
 def test_core_imports_without_qt_or_tensorflow():
     code = (
         "import sys\n"

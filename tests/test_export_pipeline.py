@@ -34,10 +34,10 @@ def test_gui_and_cli_exports_of_the_same_result_are_identical(files, tmp_path, m
     s = Session()  # inline executor: jobs run at once
     s.open_model(model)
     s.open_image(image)
-    s.set_target_class(1)
-    s.apply_method(method)
+    s.targeting.set_class(1)
+    s.editor.apply_method(method)
     assert s.result is not None and not s.result_is_stale
-    gui = s.export_overlay(tmp_path / "gui.png")
+    gui = s.exports.overlay(tmp_path / "gui.png")
     cli = tmp_path / "cli.png"
     assert main(["explain", model, image, "--method", method, "--target", "1", "--out", str(cli)]) == 0
     assert gui.read_bytes() == cli.read_bytes()
@@ -95,9 +95,9 @@ def test_map_only_png_and_raw_signal_npy_are_the_same_from_the_gui_the_cli_and_t
     s = Session()
     s.open_model(model)
     s.open_image(image)
-    s.set_target_class(2)
-    gui_map = s.export_overlay(tmp_path / "gui_map.png", map_only=True)
-    gui_npy = s.export_signal(tmp_path / "gui_signal")
+    s.targeting.set_class(2)
+    gui_map = s.exports.overlay(tmp_path / "gui_map.png", map_only=True)
+    gui_npy = s.exports.signal(tmp_path / "gui_signal")
     assert gui_npy.suffix == ".npy"
     cli = tmp_path / "cli.png"
     assert main(["explain", model, image, "--target", "2", "--map-only", "--npy", "--out", str(cli)]) == 0
@@ -111,6 +111,6 @@ def test_map_only_png_and_raw_signal_npy_are_the_same_from_the_gui_the_cli_and_t
     assert side["export"] == {"kind": "signal", "shape": list(signal.shape), "dtype": "float32"}
     assert json.loads(gui_map.with_suffix(".json").read_text())["export"]["map_only"] is True
     with Image.open(gui_map) as im:  # the map alone: no pixel of the photo under it
-        overlay = s.export_overlay(tmp_path / "blend.png")
+        overlay = s.exports.overlay(tmp_path / "blend.png")
         with Image.open(overlay) as blend:
             assert im.size == blend.size and np.asarray(im).tobytes() != np.asarray(blend).tobytes()

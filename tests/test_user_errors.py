@@ -81,7 +81,7 @@ def shared_session(image):
     s.open_model(demo_model_path())
     s.open_image(image)
     s.dialogs = []
-    s.error_raised.connect(lambda title, message, exc: s.dialogs.append(exc))
+    s.feedback.error_raised.connect(lambda title, message, exc: s.dialogs.append(exc))
     return s
 
 
@@ -93,13 +93,13 @@ def session(shared_session):
 
 
 SESSION_REFUSED = {
-    "set_view: unknown colormap": lambda s: s.set_view(colormap="nope"),
-    "set_view: alpha 5": lambda s: s.set_view(alpha=5),
-    "set_view: unknown field": lambda s: s.set_view(bogus=1),
-    "set_view: unknown read-out node": lambda s: s.set_view(readout_node="nope"),
-    "set_view: unknown reduction": lambda s: s.set_view(reduction="nope"),
-    "remove_entry: not an index": lambda s: s.remove_entry("a"),
-    "top_k: not a number": lambda s: s.top_k("a"),
+    "set_view: unknown colormap": lambda s: s.viewing.set(colormap="nope"),
+    "set_view: alpha 5": lambda s: s.viewing.set(alpha=5),
+    "set_view: unknown field": lambda s: s.viewing.set(bogus=1),
+    "set_view: unknown read-out node": lambda s: s.viewing.set(readout_node="nope"),
+    "set_view: unknown reduction": lambda s: s.viewing.set(reduction="nope"),
+    "remove_entry: not an index": lambda s: s.editor.remove_entry("a"),
+    "top_k: not a number": lambda s: s.results.top_k("a"),
     "signal: unknown node": lambda s: s.signal("nope"),
 }
 
@@ -110,26 +110,26 @@ def test_session_refuses_bad_values_with_a_typed_error_and_keeps_its_state(sessi
     with pytest.raises(GradscopeError):
         SESSION_REFUSED[case](session)
     assert session.view == view and session.plan == plan
-    session.export_overlay(tmp_path / "still_exports.png")  # nothing poisoned the state
+    session.exports.overlay(tmp_path / "still_exports.png")  # nothing poisoned the state
 
 
 SESSION_REPORTED = {
     "set_image: 1-D": (lambda s: s.set_image(np.zeros(3)), ImageLoadError),
     "set_image: NaN": (lambda s: s.set_image(np.full((8, 8, 3), np.nan)), ImageLoadError),
-    "set_target_class: a word": (lambda s: s.set_target_class("cat"), TargetError),
-    "set_target_class: out of range": (lambda s: s.set_target_class(10**6), TargetError),
-    "add_rule: bad parameter": (lambda s: s.add_rule("*", "scale", {"factor": "x"}), PlanError),
-    "apply_method: bad option": (lambda s: s.apply_method("smoothgrad", samples=-3), PlanError),
+    "set_target_class: a word": (lambda s: s.targeting.set_class("cat"), TargetError),
+    "set_target_class: out of range": (lambda s: s.targeting.set_class(10**6), TargetError),
+    "add_rule: bad parameter": (lambda s: s.editor.add_rule("*", "scale", {"factor": "x"}), PlanError),
+    "apply_method: bad option": (lambda s: s.editor.apply_method("smoothgrad", samples=-3), PlanError),
 }
 
 
 @pytest.mark.parametrize("case", list(SESSION_REPORTED))
 def test_session_reports_bad_input_in_a_dialog_with_a_typed_error(session, case):
     action, kind = SESSION_REPORTED[case]
-    image, target, plan = session.image, session.target, session.plan
+    image, target, plan = session.fed.image, session.target, session.plan
     action(session)
     assert session.dialogs and isinstance(session.dialogs[-1], kind)
-    assert session.image is image and session.target == target and session.plan == plan
+    assert session.fed.image is image and session.target == target and session.plan == plan
 
 
 def test_a_session_file_with_a_bad_view_is_refused_before_anything_changes(tmp_path, session):

@@ -15,10 +15,12 @@ from typing import Any
 
 import numpy as np
 
-from gradscope.app.view import ViewSettings
+from gradscope.app.view import INPUT_KEY, ViewSettings
 from gradscope.core.errors import GraphError
 from gradscope.core.events import Signal
+from gradscope.core.graph import LayerGraph
 from gradscope.core.results import BackwardResult, NodeStats
+from gradscope.core.targets import whole_number
 from gradscope.engine.attribution import weighted_signal
 from gradscope.rules.plan import Plan
 
@@ -96,6 +98,23 @@ class Results:
         text = f"{self.method or 'custom'}, {n} plan {'entry' if n == 1 else 'entries'}"
         return f"{text} (previous plan; the new one is computing)" if self.is_stale(plan) else text
 
+    def skipped_nodes(self, graph: LayerGraph | None) -> set[str]:
+        """Nodes the target does not reach by design: the final softmax when the logits are explained."""
+        res = self.current or self.baseline
+        if res is not None and graph is not None and res.meta.get("softmax_stripped"):
+            return {graph.output_ids[0]}
+        return set()
+
+    def top_k(self, k: int = 5) -> list[tuple[int, float]]:
+        """The model's top-k classes for the first sample: (index, probability or score)."""
+        res = self.current or self.baseline
+        k = whole_number(k, "number of classes") or 0
+        if res is None or res.predictions.ndim != 2 or k < 1:
+            return []
+        p = res.predictions[0]
+        order = np.argsort(-p, kind="stable")[:k]
+        return [(int(i), float(p[i])) for i in order]
+
     def of(self, which: str) -> BackwardResult | None:
         return self.current if which == "current" else self.baseline
 
@@ -106,6 +125,15 @@ class Results:
     def flow_rows(self, which: str = "current") -> list[dict[str, Any]]:
         res = self.of(which)
         return [] if res is None else res.flow_table()
+
+
+def readout_node(view: ViewSettings, selected: str | None, graph: LayerGraph | None) -> str | None:
+    """The node whose signal the map shows under ``view`` (its read-out node, else the selected one); None:
+    the model input."""
+    node = view.readout_node or selected
+    if node is None or node == INPUT_KEY or graph is None or node not in graph or graph.node(node).is_input:
+        return None
+    return node
 
 
 def signal_of(res: BackwardResult | None, node: str | None, view: ViewSettings) -> np.ndarray:

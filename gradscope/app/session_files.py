@@ -11,6 +11,7 @@ from typing import Any
 
 from gradscope.app.view import INPUT_KEY, ViewSettings
 from gradscope.core.errors import GradscopeError
+from gradscope.core.files import write_text_atomic
 from gradscope.core.formats import SESSION_SCHEMA, SessionFile, encode, read_file
 from gradscope.core.graph import LayerGraph
 from gradscope.core.targets import Target
@@ -31,6 +32,20 @@ class Restore:
     method: str | None
     preprocessing: str
     schema: int = SESSION_SCHEMA  # the node-id scheme of its ids (1: "<id>:act" for a split activation)
+
+    @classmethod
+    def from_data(cls, data: dict[str, Any]) -> Restore:
+        """The settings of a session file's parsed, checked contents (``read_session_file``)."""
+        return cls(
+            Plan.from_dict(data.get("plan") or {}),
+            Target.from_dict(data.get("target") or {}),
+            ViewSettings.from_dict(data.get("view") or {}),
+            data.get("image"),
+            data.get("selected"),
+            data.get("method"),
+            data.get("preprocessing") or "unit",
+            data.get("schema", SESSION_SCHEMA),
+        )
 
     def fitted(self, graph: LayerGraph) -> tuple[Restore, list[str]]:
         """The settings for ``graph``: ids upgraded (``upgraded``), and the selection, read-out node and target
@@ -62,6 +77,42 @@ class Restore:
         plan = self.plan.upgraded(graph)
         selected = new(self.selected)
         return dataclasses.replace(self, plan=plan, target=target, view=view, selected=selected, schema=SESSION_SCHEMA)
+
+
+def session_data(
+    *,
+    model: str | None,
+    custom_objects: str | None,
+    image: str | None,
+    preprocessing: str,
+    target: Target,
+    method: str,
+    plan: Plan,
+    view: ViewSettings,
+    selected: str | None,
+) -> dict[str, Any]:
+    """What a session file holds (``write_session_file``)."""
+    return {
+        "schema": SESSION_SCHEMA,
+        "model": model,
+        "custom_objects": custom_objects,
+        "image": image,
+        "preprocessing": preprocessing,
+        "target": target.to_dict(),
+        "method": method,
+        "plan": plan.to_dict(),
+        "view": view.to_dict(),
+        "selected": selected,
+    }
+
+
+def write_session_file(path: str | Path, data: dict[str, Any]) -> Path:
+    """Write ``data`` atomically, named ``*.gradscope.json``; returns the path written."""
+    path = Path(path)
+    if not path.name.endswith(SESSION_SUFFIX):
+        path = path.with_name(path.name.removesuffix(".json") + SESSION_SUFFIX)
+    write_text_atomic(path, json.dumps(data, indent=2) + "\n")
+    return path
 
 
 class SessionFileError(GradscopeError):

@@ -62,9 +62,9 @@ def main(argv: list[str] | None = None) -> int:
             window.status_label.setText(problem)
     s = window.session
     if args.preprocessing:
-        s.preprocessing = args.preprocessing
+        s.fed.set_preprocessing(args.preprocessing)
     if image:
-        s.open_image(image, run=False)
+        s.open_image(image)  # no model yet: nothing runs until it has loaded
     if model and args.custom_objects:
         window.open_model(model, custom_objects_file=args.custom_objects)
     elif model:
@@ -93,7 +93,7 @@ def main(argv: list[str] | None = None) -> int:
     for line in errors:
         print(f"gradscope gui: error: {line}", file=sys.stderr)
     status = code or (EXIT_USER_ERROR if errors else 0)  # a screenshot run that met an error says so
-    executor = window.session.executor
+    executor = window.session.jobs.executor
     if getattr(executor, "alive", False):  # closed during a TensorFlow call: exit without finalising under it
         sys.stdout.flush()
         sys.stderr.flush()
@@ -152,15 +152,15 @@ def _after_load(window: object, args: argparse.Namespace) -> None:
             return
         done["flag"] = True
         if args.method:
-            s.apply_method(args.method)
+            s.editor.apply_method(args.method)
         if args.select:
-            s.select(args.select)
+            s.selection.select(args.select)
             if args.rule and s.selected:
-                s.add_rule(s.selected, args.rule)
+                s.editor.add_rule(s.selected, args.rule)
         if args.diagnose:
             window.diagnose()  # type: ignore[attr-defined]
 
-    s.model_loaded.connect(lambda *_: _defer(apply))
+    s.document.loaded.connect(lambda *_: _defer(apply))
 
 
 def _defer(fn: object) -> None:

@@ -108,10 +108,10 @@ class DiagnosticsPanel(QWidget):
         split.setSizes([640, 560])
         lay.addWidget(split, 1)
 
-        session.diagnosis_changed.connect(self.show_report)
-        session.selection_changed.connect(self._on_selection_changed)
-        session.busy_changed.connect(lambda *_: self._update_button())
-        session.model_loaded.connect(lambda *_: self._update_button())
+        session.reports.diagnosis_changed.connect(self.show_report)
+        session.selection.changed.connect(self._on_selection_changed)
+        session.jobs.busy_changed.connect(lambda *_: self._update_button())
+        session.document.loaded.connect(lambda *_: self._update_button())
         self._update_button()
 
     # ------------------------------------------------------------------------------------------- actions
@@ -121,7 +121,7 @@ class DiagnosticsPanel(QWidget):
         return started
 
     def _update_button(self) -> None:
-        running = self.session.diagnosing
+        running = self.session.reports.diagnosing
         self.run_button.setEnabled(self.session.graph is not None and not running)
         self.run_button.setText("Diagnosing…" if running else "Run diagnostics")
 
@@ -252,7 +252,7 @@ class DiagnosticsPanel(QWidget):
         self.details.setHtml(self._variable_html(v))
         node = v.cut.node if col == CUT_COLUMN and v.cut is not None and v.cut.node else v.node
         if node is not None:
-            self.session.select(node)
+            self.session.selection.select(node)
 
     def _on_selection_changed(self, node_id: str | None) -> None:
         """A node selected elsewhere shows its story here: the first variable it owns or whose path it cuts."""

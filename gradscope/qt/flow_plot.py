@@ -93,11 +93,11 @@ class FlowPlot(QWidget):
         split.setSizes([300, 120])
         lay.addWidget(split, 1)
         self.selected_line = pg.InfiniteLine(angle=90, movable=False, pen=pg.mkPen("#1a73e8", width=2))
-        session.result_changed.connect(lambda *_: self.refresh())
-        session.compare_changed.connect(lambda *_: self.refresh() if self._ratio_mode() else None)
-        session.selection_changed.connect(lambda *_: self._on_selection())
-        session.model_loaded.connect(lambda *_: self.refresh())
-        session.model_loading.connect(lambda *_: self._clear("loading the model…"))
+        session.results.changed.connect(lambda *_: self.refresh())
+        session.ab.changed.connect(lambda *_: self.refresh() if self._ratio_mode() else None)
+        session.selection.changed.connect(lambda *_: self._on_selection())
+        session.document.loaded.connect(lambda *_: self.refresh())
+        session.document.loading.connect(lambda *_: self._clear("loading the model…"))
 
     # ------------------------------------------------------------------------------------------- drawing
     def _clear(self, caption: str) -> None:
@@ -117,8 +117,8 @@ class FlowPlot(QWidget):
         self._y_range = None
         key = METRICS[self.metric.currentText()]
         self.plot.setLabel("left", f"{self.metric.currentText()} (log)")
-        cur = s.stats("current")
-        base = s.stats("baseline")
+        cur = s.results.stats("current")
+        base = s.results.stats("baseline")
         self.node_ids = [n for n in (s.graph.ids() if s.graph else []) if n in cur or n in base]
         if not self.node_ids:
             self.caption.setText("no result yet")
@@ -148,7 +148,7 @@ class FlowPlot(QWidget):
             self._draw_lines(x, lc, lb)
         else:
             self._draw_bars(x, lc, lb, floor)
-        skipped = s.skipped_nodes()
+        skipped = s.results.skipped_nodes(s.graph)
         bad = [i for i, n in enumerate(self.node_ids) if n in cur and cur[n].status != "ok" and n not in skipped]
         if bad:
             self.plot.addItem(
@@ -180,24 +180,24 @@ class FlowPlot(QWidget):
         """Per node, |g| of the plan on screen (A) over the pinned plan's (B), log scale: 1e0 where they agree;
         the caption names the least aligned node by the cosine of the two signals."""
         s = self.session
-        if s.pinned is None or s.result is None:
+        if s.ab.pinned is None or s.result is None:
             self.caption.setText("pin a result as B (overlay pane) to compare plans node by node")
             self._on_selection()
             return
-        ratio = norm_ratio(s.result.stats, s.pinned.result.stats)
+        ratio = norm_ratio(s.result.stats, s.ab.pinned.result.stats)
         values = np.array([ratio.get(n, math.nan) for n in self.node_ids], dtype=float)
         logs = np.where(np.isfinite(values) & (values > 0), np.log10(np.where(values > 0, values, 1.0)), np.nan)
         x = np.arange(len(self.node_ids), dtype=float)
         ok = np.isfinite(logs)
         bars = pg.BarGraphItem(x=x[ok], y0=0.0, height=logs[ok], width=0.8, brush=_PLAN_BRUSH, pen=pg.mkPen(None))
         self.plot.addItem(bars)
-        self.legend.addItem(bars, f"|g| A ({s.result_method or s.method_name}) / B ({s.pinned.method})")
+        self.legend.addItem(bars, f"|g| A ({s.results.method or s.editor.method_name}) / B ({s.ab.pinned.method})")
         self.plot.addItem(pg.InfiniteLine(pos=0.0, angle=0, pen=pg.mkPen("#546e7a", width=1)))
         span = float(np.nanmax(np.abs(logs))) if ok.any() else 0.0
         self.plot.setYRange(-max(span, 1.0) - 0.1, max(span, 1.0) + 0.1, padding=0)  # at least 1e-1 .. 1e1
         self.plot.setXRange(-0.8, len(self.node_ids) - 0.2, padding=0)
         self.as_lines = False
-        finite = {n: c for n, c in s.node_cosine.items() if c == c}
+        finite = {n: c for n, c in s.ab.node_cosine.items() if c == c}
         worst = min(finite, key=finite.get) if finite else None
         self.caption.setText(
             f"{int((np.abs(logs[ok]) > 0.01).sum())} of {int(ok.sum())} nodes differ in norm"
@@ -247,11 +247,11 @@ class FlowPlot(QWidget):
         node, key = self.node_ids[i], METRICS[self.metric.currentText()]
         parts = [f"<b>{node}</b>"]
         if key == "ratio":
-            cosine = self.session.node_cosine.get(node)
+            cosine = self.session.ab.node_cosine.get(node)
             parts.append("cosine A·B: " + ("not computed yet" if cosine is None else f"{cosine:.4f}"))
             key = "norm"
         for label, which in (("plan", "current"), ("baseline", "baseline")):
-            st = self.session.stats(which).get(node)
+            st = self.session.results.stats(which).get(node)
             value = "none" if st is None else (f"{getattr(st, key):.3g}" if st.status == "ok" else st.status)
             parts.append(f"{label}: {value}")
         self.plot.setToolTip("<br>".join(parts))
@@ -369,7 +369,7 @@ class FlowPlot(QWidget):
         item = self.plot.getPlotItem()
         s = self.session
         model = s.graph.model_name if s.graph is not None else "no model"
-        plan = "no result" if s.result is None else (s.result_method or s.method_name)
+        plan = "no result" if s.result is None else (s.results.method or s.editor.method_name)
         item.setTitle(f"{model}: {self.metric.currentText()} per node, {plan} vs baseline", size="9pt")
         QCoreApplication.processEvents()  # let the plot make room for the title before it is drawn
         try:

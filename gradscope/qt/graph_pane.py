@@ -60,16 +60,16 @@ class GraphPane(QWidget):
         box.addLayout(tools)
         box.addWidget(self.view, 1)
 
-        self.view.node_clicked.connect(session.select)
-        self.view.group_toggled.connect(session.set_collapsed)
-        session.model_loading.connect(self._on_model_loading)
-        session.model_previewed.connect(self._on_preview)
-        session.model_loaded.connect(self._on_model_loaded)
-        session.layout_changed.connect(self._on_layout)
-        session.selection_changed.connect(self.view.select_node)
-        session.result_changed.connect(lambda *_: self.update_state())
-        session.plan_changed.connect(lambda *_: self.update_state())
-        session.error_raised.connect(lambda *_: self._placeholder_if_empty())
+        self.view.node_clicked.connect(session.selection.select)
+        self.view.group_toggled.connect(session.document.set_collapsed)
+        session.document.loading.connect(self._on_model_loading)
+        session.document.previewed.connect(self._on_preview)
+        session.document.loaded.connect(self._on_model_loaded)
+        session.document.layout_changed.connect(self._on_layout)
+        session.selection.changed.connect(self.view.select_node)
+        session.results.changed.connect(lambda *_: self.update_state())
+        session.editor.changed.connect(lambda *_: self.update_state())
+        session.feedback.error_raised.connect(lambda *_: self._placeholder_if_empty())
 
     # ------------------------------------------------------------------------------------------- model
     def _on_model_loading(self, name: object) -> None:
@@ -81,9 +81,9 @@ class GraphPane(QWidget):
     def _on_preview(self, graph: Any, layout: Any) -> None:
         if layout is None:  # the load that showed it failed or was cancelled
             self.view.setInteractive(True)
-            if self.session.layout is not None:
+            if self.session.document.layout is not None:
                 self._on_model_loaded(self.session.graph)
-                self.view.set_layout(self.session.layout)
+                self.view.set_layout(self.session.document.layout)
                 self.update_state()
             else:
                 self.view.show_message(EMPTY_MESSAGE)
@@ -111,28 +111,30 @@ class GraphPane(QWidget):
         self.update_state()
 
     def _placeholder_if_empty(self) -> None:
-        if self.session.graph is None and not self.session.previewing:
+        if self.session.graph is None and not self.session.document.previewing:
             self.view.show_message(EMPTY_MESSAGE)
 
     def _collapse(self, collapse: bool) -> None:
-        self.session.collapse_all(collapse)
+        self.session.document.collapse_all(collapse)
 
     # ------------------------------------------------------------------------------------------- colours
     def update_state(self) -> None:
         s = self.session
-        if s.previewing:
+        if s.document.previewing:
             return  # the Session's statistics describe the model still held, not the one drawn
         mode = self.color_by.currentText()
         which = "baseline" if mode == "baseline" else "current"
-        stats = dict(s.stats(which))
+        stats = dict(s.results.stats(which))
         res = s.result if which == "current" else s.baseline
         if res is not None and s.graph is not None and "input_stats" in res.meta:
             for i in s.graph.input_ids:
                 stats[i] = res.meta["input_stats"]
         caption = "mean |g|, log scale" + (" (baseline)" if which == "baseline" else "")
         if mode == "diagnosis":
-            caption = "path diagnostics" if s.diagnosis is not None else "path diagnostics: not run (Ctrl+D)"
-        self.view.set_node_state(stats, s.ruled_nodes(), caption, s.skipped_nodes(), magnitude=mode != "diagnosis")
+            caption = "path diagnostics" if s.reports.diagnosis is not None else "path diagnostics: not run (Ctrl+D)"
+        self.view.set_node_state(
+            stats, s.editor.ruled_nodes(), caption, s.results.skipped_nodes(s.graph), magnitude=mode != "diagnosis"
+        )
 
     def show_diagnosis(self, report: Any) -> None:
         self.view.set_diagnosis(*graph_marks(report))

@@ -135,12 +135,22 @@ class NodeInfo(QTextBrowser):
             ("parameters", f"{n.params:,}"),
         ]
         if n.fused_with is not None:
-            rows.append(("is", f"the output of layer {html.escape(n.layer_name or n.id)}; its linear part before "
-                               f"the {html.escape(n.activation or '')} is node {html.escape(n.fused_with)}"))
+            rows.append(
+                (
+                    "is",
+                    f"the output of layer {html.escape(n.layer_name or n.id)}; its linear part before "
+                    f"the {html.escape(n.activation or '')} is node {html.escape(n.fused_with)}",
+                )
+            )
         elif n.fused_activation is not None:
             after = next((m.id for m in s.graph.nodes if m.fused_with == n.id), "")
-            rows.append(("is", f"the linear part of layer {html.escape(n.layer_name or n.id)}, before its fused "
-                               f"{html.escape(n.fused_activation)}; the layer's output is node {html.escape(after)}"))
+            rows.append(
+                (
+                    "is",
+                    f"the linear part of layer {html.escape(n.layer_name or n.id)}, before its fused "
+                    f"{html.escape(n.fused_activation)}; the layer's output is node {html.escape(after)}",
+                )
+            )
         if n.group:
             rows.append(("nested in", html.escape(n.group)))
         if n.inputs:
@@ -151,11 +161,11 @@ class NodeInfo(QTextBrowser):
             text = ", ".join(f"{k}={v}" for k, v in list(cfg.items())[:12])
             rows.append(("config", f"<span style='color:#455a64'>{html.escape(text)}</span>"))
         out = [f"<h3 style='margin:0'>{html.escape(n.id)}</h3>"]  # the id every file and command uses
-        out.extend(_diagnosis_lines(s.diagnosis, n.id))  # first: when a path is cut here, that is the news
+        out.extend(_diagnosis_lines(s.reports.diagnosis, n.id))  # first: when a path is cut here, that is the news
         out.append("<table cellspacing='2'>")
         out += [f"<tr><td style='color:#607d8b'>{k}</td><td>{v}</td></tr>" for k, v in rows]
         out.append("</table>")
-        weights = s.weight_info.get(n.id, [])
+        weights = s.document.weight_info.get(n.id, [])
         if weights:
             out.append("<p style='margin:4px 0 0 0'><b>Weights</b></p><table cellspacing='2'>")
             out.append(
@@ -169,7 +179,7 @@ class NodeInfo(QTextBrowser):
                     f"<td>{_fmt(w.std)}</td><td>{_fmt(w.min)}</td><td>{_fmt(w.max)}</td></tr>"
                 )
             out.append("</table>")
-        cur, base = s.stats("current").get(n.id), s.stats("baseline").get(n.id)
+        cur, base = s.results.stats("current").get(n.id), s.results.stats("baseline").get(n.id)
         if n.is_input and s.result is not None:
             cur = s.result.meta.get("input_stats")
             base = s.baseline.meta.get("input_stats") if s.baseline else None
@@ -193,7 +203,7 @@ class NodeInfo(QTextBrowser):
                     "nan": f"NaN/Inf in the gradient ({cur.nan_count} NaN, {cur.inf_count} Inf).",
                 }[cur.status]
                 out.append(f"<p style='color:#c2185b'><b>{msg}</b></p>")
-        rule = s.rule_for(n.id)
+        rule = s.editor.rule_for(n.id)
         out.append(f"<p style='margin:4px 0 0 0'>Backward rule: <b>{html.escape(rule or 'true gradient')}</b></p>")
         self.setHtml("".join(out))
 
@@ -329,12 +339,12 @@ class RuleEditor(QGroupBox):
         lay.addWidget(self.params)
         buttons = (self.apply_node, self.apply_type, self.reset_node, self.load_file)
         lay.addWidget(ReflowGrid(buttons, max_columns=2, min_columns=1))
-        if session.rules_ready:
+        if session.catalog.ready:
             self.refresh_rules()
         self.set_node(None)
 
     def refresh_rules(self) -> None:
-        if not self.session.rules_ready:
+        if not self.session.catalog.ready:
             return
         current = self.rule_combo.currentText()
         self._fill_combo(self._node())
@@ -399,14 +409,14 @@ class RuleEditor(QGroupBox):
         enabled = node_id is not None and s.graph is not None and not s.graph.node(node_id).is_input
         for w in (self.apply_node, self.apply_type, self.reset_node, self.rule_combo, self.params):
             w.setEnabled(enabled)
-        if not s.rules_ready:
+        if not s.catalog.ready:
             self._on_rule_chosen()
             return
         node = s.graph.node(node_id) if enabled else None
         self._fill_combo(node)
         if node is not None:
             self.apply_type.setText(f"Apply to all {node.op_type}")
-            entry = s.rule_entry_for(node.id)
+            entry = s.editor.rule_entry_for(node.id)
             if entry is not None and self._select_index(entry.rule):
                 self._on_rule_chosen(dict(entry.params))
                 return
@@ -418,7 +428,7 @@ class RuleEditor(QGroupBox):
             self._on_rule_chosen(params)
 
     def _on_rule_chosen(self, params: Any = None) -> None:
-        if not self.session.rules_ready:
+        if not self.session.catalog.ready:
             self.description.setText("Loading rules…")
             return
         name = self.rule_combo.currentText()
@@ -440,7 +450,7 @@ class RuleEditor(QGroupBox):
         rule = self.rule_combo.currentText()
         node = self.session.graph.node(self.node_id)
         select = f"type:{node.op_type}" if by_type else self.node_id
-        self.session.add_rule(select, rule, self.params.values())
+        self.session.editor.add_rule(select, rule, self.params.values())
 
     def _reset(self) -> None:
         if self.node_id is None:
@@ -451,14 +461,14 @@ class RuleEditor(QGroupBox):
             new = plan
             for i in reversed(keep):
                 new = new.without(i)
-            self.session.set_plan(new)
-        elif self.session.rule_for(self.node_id):
-            self.session.add_rule(self.node_id, "identity")
+            self.session.editor.set_plan(new)
+        elif self.session.editor.rule_for(self.node_id):
+            self.session.editor.add_rule(self.node_id, "identity")
 
     def _load_file(self) -> None:
         path, _ = QFileDialog.getOpenFileName(self, "Load rule file", "", "Python files (*.py)")
         if path:
-            self.session.load_rule_file(path)
+            self.session.catalog.load_file(path)
 
 
 class MethodPanel(QGroupBox):
@@ -472,23 +482,23 @@ class MethodPanel(QGroupBox):
         self.combo.setObjectName("method_combo")
         self.apply = QPushButton("Apply")
         self.apply.setToolTip("Replace the plan with this method's plan (undo with Ctrl+Z)")
-        self.apply.clicked.connect(lambda: self.session.apply_method(self.combo.currentText()))
+        self.apply.clicked.connect(lambda: self.session.editor.apply_method(self.combo.currentText()))
         self.combo.currentIndexChanged.connect(lambda i: self.apply.setEnabled(i >= 0))
         lay.addWidget(self.combo, 1)
         lay.addWidget(self.apply)
         self.refresh()
 
     def refresh(self) -> None:
-        if not self.session.rules_ready:  # listing methods imports the rules (TensorFlow): worker first
+        if not self.session.catalog.ready:  # listing methods imports the rules (TensorFlow): worker first
             return
         current = self.combo.currentText()
         self.combo.clear()
         for name, summary in available_methods().items():
             self.combo.addItem(name)
             self.combo.setItemData(self.combo.count() - 1, summary, Qt.ItemDataRole.ToolTipRole)
-        idx = self.combo.findText(self.session.method_name)
+        idx = self.combo.findText(self.session.editor.method_name)
         if idx < 0 and self.session.plan.entries:  # a hand-made plan (or one undone back to): no preset named
-            self.combo.setPlaceholderText(self.session.method_name or "custom plan")
+            self.combo.setPlaceholderText(self.session.editor.method_name or "custom plan")
         elif idx < 0:
             idx = max(self.combo.findText(current), 0)
         self.combo.setCurrentIndex(idx)
@@ -519,9 +529,9 @@ class PlanTable(QGroupBox):
         self.undo.setToolTip("Undo the last plan change (Ctrl+Z)")
         self.redo.setToolTip("Redo (Ctrl+Shift+Z)")
         self.remove.clicked.connect(self._remove_selected)
-        self.clear.clicked.connect(self.session.clear_plan)
-        self.undo.clicked.connect(self.session.undo)
-        self.redo.clicked.connect(self.session.redo)
+        self.clear.clicked.connect(self.session.editor.clear)
+        self.undo.clicked.connect(self.session.editor.undo)
+        self.redo.clicked.connect(self.session.editor.redo)
         # above the table, so they are in sight however long the dock (they sat below its fold)
         buttons = (self.remove, self.clear, self.undo, self.redo)
         lay.addWidget(ReflowGrid(buttons, max_columns=4, min_columns=2, even=True))
@@ -541,11 +551,11 @@ class PlanTable(QGroupBox):
                 item = QTableWidgetItem(text)
                 item.setToolTip(text)
                 self.table.setItem(i, j, item)
-        self.undo.setEnabled(self.session.can_undo)
-        self.redo.setEnabled(self.session.can_redo)
+        self.undo.setEnabled(self.session.editor.can_undo)
+        self.redo.setEnabled(self.session.editor.can_redo)
         self.remove.setEnabled(bool(plan.entries))
         self.clear.setEnabled(bool(plan.entries))
-        n = len(self.session.ruled_nodes())
+        n = len(self.session.editor.ruled_nodes())
         self.summary.setText(
             "Empty plan: every node uses its true gradient." if not plan.entries else f"{n} node(s) get a rule."
         )
@@ -557,7 +567,7 @@ class PlanTable(QGroupBox):
         plan = self.session.plan
         for r in rows:
             plan = plan.without(r)
-        self.session.set_plan(plan)
+        self.session.editor.set_plan(plan)
 
     def keyPressEvent(self, event) -> None:  # noqa: N802
         if event.key() in (Qt.Key.Key_Delete, Qt.Key.Key_Backspace):
@@ -582,13 +592,13 @@ class InspectorWidget(QWidget):
         lay.addWidget(self.rule_editor)
         lay.addWidget(self.methods)
         lay.addWidget(self.plan_table, 2)
-        session.selection_changed.connect(self._on_selection_changed)
-        session.plan_changed.connect(self._on_plan_changed)
-        session.result_changed.connect(lambda *_: self.info.show_node(session.selected))
-        session.model_loaded.connect(self._on_model_loaded)
-        session.rules_changed.connect(self._on_rules_changed)
-        session.diagnosis_changed.connect(lambda *_: self.info.show_node(session.selected))
-        session.weights_ready.connect(lambda *_: self.info.show_node(session.selected))
+        session.selection.changed.connect(self._on_selection_changed)
+        session.editor.changed.connect(self._on_plan_changed)
+        session.results.changed.connect(lambda *_: self.info.show_node(session.selected))
+        session.document.loaded.connect(self._on_model_loaded)
+        session.catalog.changed.connect(self._on_rules_changed)
+        session.reports.diagnosis_changed.connect(lambda *_: self.info.show_node(session.selected))
+        session.document.weights_ready.connect(lambda *_: self.info.show_node(session.selected))
         self.info.show_node(None)
 
     def _on_rules_changed(self, names: Any) -> None:

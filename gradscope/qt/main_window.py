@@ -28,8 +28,8 @@ from PySide6.QtWidgets import (
     QVBoxLayout,
 )
 
-from gradscope.app.session import SESSION_SUFFIX, Session
-from gradscope.app.session_files import session_code_files
+from gradscope.app.session import Session
+from gradscope.app.session_files import SESSION_SUFFIX, session_code_files
 from gradscope.core.errors import CustomObjectError, UnsafeModelError
 from gradscope.qt import gui_gc
 from gradscope.qt.diagnostics_panel import DiagnosticsPanel
@@ -77,7 +77,7 @@ class MainWindow(QMainWindow):
         self._build_menus()
         self._build_status_bar()
         self._connect_session()
-        self.session.start()
+        self.session.catalog.start()
 
     # ------------------------------------------------------------------------------------------- layout
     def _build_widgets(self) -> None:
@@ -127,7 +127,7 @@ class MainWindow(QMainWindow):
         main.setSizes([1160, 400])
         main.setStretchFactor(0, 1)
         self.setCentralWidget(main)
-        self.flow.node_clicked.connect(self.session.select)
+        self.flow.node_clicked.connect(self.session.selection.select)
 
     def showEvent(self, event) -> None:  # noqa: N802
         super().showEvent(event)
@@ -193,9 +193,9 @@ class MainWindow(QMainWindow):
         act(f, "&Quit", self.close, QKeySequence.StandardKey.Quit)
 
         e = bar.addMenu("&Edit")
-        self.undo_action = act(e, "&Undo plan change", s.undo, QKeySequence.StandardKey.Undo)
-        self.redo_action = act(e, "&Redo plan change", s.redo, "Ctrl+Shift+Z")
-        act(e, "Clear plan", s.clear_plan, None, "Back to the true gradient everywhere")
+        self.undo_action = act(e, "&Undo plan change", s.editor.undo, QKeySequence.StandardKey.Undo)
+        self.redo_action = act(e, "&Redo plan change", s.editor.redo, "Ctrl+Shift+Z")
+        act(e, "Clear plan", s.editor.clear, None, "Back to the true gradient everywhere")
 
         v = bar.addMenu("&View")
         act(v, "Fit graph", self.graph_view.fit_all, None, "F in the graph")
@@ -206,8 +206,8 @@ class MainWindow(QMainWindow):
             v, "Left-to-right layout", self._toggle_direction, "Ctrl+L", "Lay the graph out left to right"
         )
         self.lr_action.setCheckable(True)
-        act(v, "Collapse groups", lambda: self.session.collapse_all(True))
-        act(v, "Expand all groups", lambda: self.session.collapse_all(False))
+        act(v, "Collapse groups", lambda: self.session.document.collapse_all(True))
+        act(v, "Expand all groups", lambda: self.session.document.collapse_all(False))
         v.addSeparator()
         toggle = self.diagnostics_dock.toggleViewAction()
         toggle.setText("Diagnostics panel")
@@ -249,36 +249,36 @@ class MainWindow(QMainWindow):
 
     def _connect_session(self) -> None:
         s = self.session
-        s.model_loaded.connect(self._on_model_loaded)
-        s.plan_changed.connect(self._on_plan_changed)
-        s.busy_changed.connect(self._on_busy)
+        s.document.loaded.connect(self._on_model_loaded)
+        s.editor.changed.connect(self._on_plan_changed)
+        s.jobs.busy_changed.connect(self._on_busy)
         self._elapsed_timer = QTimer(self)  # elapsed time of long work, in the status bar
         self._elapsed_timer.timeout.connect(self._show_elapsed)
-        s.status_changed.connect(self._on_status)
-        s.error_raised.connect(self._on_error)
-        s.image_changed.connect(lambda *_: self._update_title())
-        s.diagnosis_changed.connect(self._on_diagnosis)
-        s.sanity_ready.connect(self._show_sanity)
+        s.feedback.status_changed.connect(self._on_status)
+        s.feedback.error_raised.connect(self._on_error)
+        s.fed.image_changed.connect(lambda *_: self._update_title())
+        s.reports.diagnosis_changed.connect(self._on_diagnosis)
+        s.reports.sanity_ready.connect(self._show_sanity)
         for sig in (
-            s.model_loaded,
-            s.result_changed,
-            s.plan_changed,
-            s.selection_changed,
-            s.view_changed,
-            s.diagnosis_changed,
+            s.document.loaded,
+            s.results.changed,
+            s.editor.changed,
+            s.selection.changed,
+            s.viewing.changed,
+            s.reports.diagnosis_changed,
         ):
             sig.on_error = self._on_subscriber_error
 
     # ------------------------------------------------------------------------------------------- session events
     def _on_model_loaded(self, graph: Any) -> None:
-        path = self.session.model_path
+        path = self.session.document.path
         if path:
             self._add_recent(path)
         self._update_title()
 
     def _on_plan_changed(self, plan: Any) -> None:
-        self.undo_action.setEnabled(self.session.can_undo)
-        self.redo_action.setEnabled(self.session.can_redo)
+        self.undo_action.setEnabled(self.session.editor.can_undo)
+        self.redo_action.setEnabled(self.session.editor.can_redo)
 
     def _on_diagnosis(self, report: Any) -> None:
         self.graph_pane.show_diagnosis(report)
@@ -328,9 +328,9 @@ class MainWindow(QMainWindow):
         self._showing_busy = label is not None
 
     def _show_elapsed(self) -> None:
-        label = self.session.busy
+        label = self.session.jobs.busy
         if label is not None:
-            self.status_label.setText(f"{label}  {time.monotonic() - self.session.busy_since:.1f} s")
+            self.status_label.setText(f"{label}  {time.monotonic() - self.session.jobs.busy_since:.1f} s")
 
     def _on_status(self, message: str) -> None:
         self.status_label.setText(message)
@@ -341,7 +341,7 @@ class MainWindow(QMainWindow):
 
     def _on_error(self, title: str, message: str, exc: BaseException | None) -> None:
         self._on_status(f"{title}: {message.splitlines()[0]}")
-        request = self.session.load_request
+        request = self.session.document.load_request
         if isinstance(exc, UnsafeModelError) and request:
             self.error_shown.emit(title, message)
             if self.confirm_unsafe(request["path"], message):
@@ -444,7 +444,7 @@ class MainWindow(QMainWindow):
             QMessageBox.StandardButton.No,
         )
         if answer == QMessageBox.StandardButton.Yes:
-            self.session.load_rule_plugins()
+            self.session.catalog.load_plugins()
 
     def load_session(self, path: str) -> None:
         """Open a session file; if it names Python code (custom objects), show the paths and ask first."""
@@ -465,7 +465,7 @@ class MainWindow(QMainWindow):
         self.session.load(path, allow_code=allow)
 
     def save_session_dialog(self) -> None:
-        if self.session.model_path is None:
+        if self.session.document.path is None:
             self._on_error("Nothing to save", "Open a model file first (an in-memory model cannot be saved).", None)
             return
         path, _ = QFileDialog.getSaveFileName(
@@ -483,7 +483,7 @@ class MainWindow(QMainWindow):
     def export_overlay_dialog(self) -> None:
         s = self.session
         self._export_dialog(
-            "Export overlay", "_overlay.png", "PNG (*.png)", s.export_overlay, "Cannot export the overlay"
+            "Export overlay", "_overlay.png", "PNG (*.png)", s.exports.overlay, "Cannot export the overlay"
         )
 
     def export_flow_image_dialog(self) -> None:
@@ -492,30 +492,30 @@ class MainWindow(QMainWindow):
 
     def export_flow_csv_dialog(self) -> None:
         s = self.session
-        self._export_dialog("Export flow CSV", "_flow.csv", "CSV (*.csv)", s.export_flow_csv, "Cannot export the CSV")
+        self._export_dialog("Export flow CSV", "_flow.csv", "CSV (*.csv)", s.exports.flow_csv, "Cannot export the CSV")
 
     def export_map_dialog(self) -> None:
-        write = lambda path: self.session.export_overlay(path, map_only=True)  # noqa: E731
+        write = lambda path: self.session.exports.overlay(path, map_only=True)  # noqa: E731
         self._export_dialog("Export map only", "_map.png", "PNG (*.png)", write, "Cannot export the map")
 
     def export_signal_dialog(self) -> None:
         s = self.session
         self._export_dialog(
-            "Export signal", "_signal.npy", "NumPy (*.npy)", s.export_signal, "Cannot export the signal"
+            "Export signal", "_signal.npy", "NumPy (*.npy)", s.exports.signal, "Cannot export the signal"
         )
 
     def export_snippet_dialog(self) -> None:
-        write, failure = self.session.export_plan_snippet, "Cannot export the plan"
+        write, failure = self.session.exports.plan_snippet, "Cannot export the plan"
         self._export_dialog("Export plan as Python", "_train_with_plan.py", "Python (*.py)", write, failure)
 
     def export_plan_dialog(self) -> None:
         s = self.session
-        self._export_dialog("Export plan", "_plan.json", "JSON (*.json)", s.export_plan, "Cannot export the plan")
+        self._export_dialog("Export plan", "_plan.json", "JSON (*.json)", s.exports.plan, "Cannot export the plan")
 
     def import_plan_dialog(self) -> None:
         path, _ = QFileDialog.getOpenFileName(self, "Import plan", self._last_dir(), "JSON (*.json)")
         if path:
-            self.session.import_plan(path)
+            self.session.editor.import_plan(path)
 
     def _guard(self, fn: Any, title: str) -> Any:
         try:
@@ -537,7 +537,7 @@ class MainWindow(QMainWindow):
         elif low.endswith(IMAGE_SUFFIXES):
             self.open_image(path)
         elif low.endswith(".py"):
-            self.session.load_rule_file(path)
+            self.session.catalog.load_file(path)
         else:
             self._on_error(
                 "Cannot open this file",
@@ -584,20 +584,20 @@ class MainWindow(QMainWindow):
         self.settings.setValue("last_dir", str(Path(path).parent))
 
     def _default_name(self, suffix: str) -> str:
-        stem = Path(self.session.image_path or self.session.model_path or "gradscope").stem
+        stem = Path(self.session.fed.image_path or self.session.document.path or "gradscope").stem
         return str(Path(self._last_dir()) / f"{stem}{suffix}")
 
     # ------------------------------------------------------------------------------------------- misc
     def _toggle_direction(self) -> None:
-        self.session.set_layout_direction("LR" if self.lr_action.isChecked() else "TB")
+        self.session.document.set_layout_direction("LR" if self.lr_action.isChecked() else "TB")
 
     def _update_title(self) -> None:
         s = self.session
         parts = ["gradscope"]
-        if s.model_path or s.graph is not None:
-            parts.append(Path(s.model_path).name if s.model_path else s.graph.model_name)
-        if s.image_path:
-            parts.append(Path(s.image_path).name)
+        if s.document.path or s.graph is not None:
+            parts.append(Path(s.document.path).name if s.document.path else s.graph.model_name)
+        if s.fed.image_path:
+            parts.append(Path(s.fed.image_path).name)
         self.setWindowTitle(" — ".join(parts))
 
     def _show_shortcuts(self) -> None:
@@ -616,7 +616,7 @@ class MainWindow(QMainWindow):
     def closeEvent(self, event) -> None:  # noqa: N802
         # A TensorFlow call cannot be interrupted: cancel, wait briefly, and let main() leave without
         # finalising the interpreter under a running worker (that aborted with SIGABRT).
-        executor = self.session.executor
+        executor = self.session.jobs.executor
         if hasattr(executor, "shutdown"):
             executor.shutdown(timeout=2.0)
         if self._gc_started:
@@ -631,7 +631,7 @@ class MainWindow(QMainWindow):
         def check() -> None:
             waited["ms"] += 100
             s = self.session
-            if (s.busy is None and (s.result is not None or s.graph is None)) or waited["ms"] > timeout_ms:
+            if (s.jobs.busy is None and (s.result is not None or s.graph is None)) or waited["ms"] > timeout_ms:
                 timer.stop()
                 QTimer.singleShot(400, callback)
 

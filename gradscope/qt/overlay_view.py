@@ -20,8 +20,8 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from gradscope.app.session import INPUT_KEY, NORMALIZATIONS, PREPROCESSINGS, REDUCTIONS, Session, colormaps
-from gradscope.app.view import degenerate_note
+from gradscope.app.session import Session
+from gradscope.app.view import INPUT_KEY, NORMALIZATIONS, PREPROCESSINGS, REDUCTIONS, colormaps, degenerate_note
 from gradscope.core.errors import GradscopeError
 from gradscope.qt.images import to_pixmap
 from gradscope.qt.reflow import ReflowGrid
@@ -109,30 +109,30 @@ class OverlayView(QWidget):
         self.cmap = QComboBox()
         self.cmap.addItems(list(colormaps()))
         self.cmap.setToolTip("Colormap of the map")
-        self.cmap.activated.connect(lambda *_: self.session.set_view(colormap=self.cmap.currentText()))
+        self.cmap.activated.connect(lambda *_: self.session.viewing.set(colormap=self.cmap.currentText()))
         self.alpha = QSlider(Qt.Orientation.Horizontal)
         self.alpha.setRange(0, 100)
         self.alpha.setFixedWidth(60)
         self.alpha.setToolTip("Opacity of the map over the image")
-        self.alpha.valueChanged.connect(lambda v: self._updating or self.session.set_view(alpha=v / 100.0))
+        self.alpha.valueChanged.connect(lambda v: self._updating or self.session.viewing.set(alpha=v / 100.0))
         self.style = QComboBox()
         self.style.addItems(["caffe", "alpha"])
         self.style.setToolTip(
             "How the map is laid over the image. caffe: the map's strength sets its opacity, so weak evidence "
             "shows the image (the Excitation Backprop demo); alpha: one opacity everywhere (the Alpha slider)"
         )
-        self.style.activated.connect(lambda *_: self.session.set_view(style=self.style.currentText()))
+        self.style.activated.connect(lambda *_: self.session.viewing.set(style=self.style.currentText()))
         self.norm = QComboBox()
         self.norm.addItems(list(NORMALIZATIONS))
         self.norm.setToolTip("How the map is scaled to [0, 1] (signed: centred on zero, for a diverging colormap)")
-        self.norm.activated.connect(lambda *_: self.session.set_view(normalization=self.norm.currentText()))
+        self.norm.activated.connect(lambda *_: self.session.viewing.set(normalization=self.norm.currentText()))
         self.reduction = QComboBox()
         self.reduction.addItems(list(REDUCTIONS))
         self.reduction.setToolTip("How channels are reduced to one map (max_abs for gradients, sum for MWP/LRP)")
-        self.reduction.activated.connect(lambda *_: self.session.set_view(reduction=self.reduction.currentText()))
+        self.reduction.activated.connect(lambda *_: self.session.viewing.set(reduction=self.reduction.currentText()))
         self.times_input = QCheckBox("× input")
         self.times_input.setToolTip("Multiply the signal by the forward value (gradient × input)")
-        self.times_input.toggled.connect(lambda v: self._updating or self.session.set_view(times_input=v))
+        self.times_input.toggled.connect(lambda v: self._updating or self.session.viewing.set(times_input=v))
         self.preprocessing = QComboBox()
         self.preprocessing.addItems(list(PREPROCESSINGS))
         self.preprocessing.setToolTip(
@@ -199,14 +199,14 @@ class OverlayView(QWidget):
         self.note.setStyleSheet("color:#607d8b")
         lay.addWidget(self.note)
 
-        session.result_changed.connect(lambda *_: self._on_result())
-        session.compare_changed.connect(lambda *_: self.refresh())
-        session.plan_changed.connect(lambda *_: self.refresh())  # the caption marks a result of an older plan
-        session.view_changed.connect(lambda *_: self._sync_controls() or self.refresh())
-        session.selection_changed.connect(lambda *_: self.refresh())
-        session.image_changed.connect(lambda *_: self.refresh())
-        session.target_changed.connect(lambda *_: self._fill_targets())
-        session.model_loaded.connect(lambda *_: self._on_model())
+        session.results.changed.connect(lambda *_: self._on_result())
+        session.ab.changed.connect(lambda *_: self.refresh())
+        session.editor.changed.connect(lambda *_: self.refresh())  # the caption marks a result of an older plan
+        session.viewing.changed.connect(lambda *_: self._sync_controls() or self.refresh())
+        session.selection.changed.connect(lambda *_: self.refresh())
+        session.fed.image_changed.connect(lambda *_: self.refresh())
+        session.targeting.changed.connect(lambda *_: self._fill_targets())
+        session.document.loaded.connect(lambda *_: self._on_model())
         self._sync_controls()
         self.refresh()
 
@@ -231,7 +231,7 @@ class OverlayView(QWidget):
             if v.readout_node not in (INPUT_KEY, None):
                 self.readout.addItem(f"{v.readout_node} (method)", v.readout_node)
             self.readout.setCurrentIndex(self.readout.findData(v.readout_node) if v.readout_node is not None else 1)
-            self.preprocessing.setCurrentText(self.session.preprocessing)
+            self.preprocessing.setCurrentText(self.session.fed.preprocessing)
         finally:
             self._updating = False
 
@@ -248,16 +248,16 @@ class OverlayView(QWidget):
         s = self.session
         self.target.blockSignals(True)
         self.target.clear()
-        top = s.top_k(5)
+        top = s.results.top_k(5)
         predicted = int(s.result.target_indices[0]) if s.result is not None and s.result.target_indices.size else None
-        auto = f" → class {s.class_label(predicted)}" if predicted is not None else ""
+        auto = f" → class {s.document.class_label(predicted)}" if predicted is not None else ""
         self.target.addItem("top-1 (auto)" + auto, None)
         for idx, p in top:
-            self.target.addItem(f"class {s.class_label(idx)}   p={p:.3f}", idx)
+            self.target.addItem(f"class {s.document.class_label(idx)}   p={p:.3f}", idx)
         if s.target.kind == "class" and s.target.index is not None:
             i = self.target.findData(s.target.index)
             if i < 0:
-                self.target.addItem(f"class {s.class_label(s.target.index)}", s.target.index)
+                self.target.addItem(f"class {s.document.class_label(s.target.index)}", s.target.index)
                 i = self.target.count() - 1
             self.target.setCurrentIndex(i)
         self.target.blockSignals(False)
@@ -266,26 +266,26 @@ class OverlayView(QWidget):
         self.other_class.blockSignals(False)
 
     def _on_target_chosen(self, index: int) -> None:
-        self.session.set_target_class(self.target.itemData(index))
+        self.session.targeting.set_class(self.target.itemData(index))
 
     def _on_other_class(self) -> None:
         v = self.other_class.value()
-        self.session.set_target_class(None if v < 0 else v)
+        self.session.targeting.set_class(None if v < 0 else v)
 
     def _on_readout(self, index: int) -> None:
-        self.session.set_view(readout_node=self.readout.itemData(index))
+        self.session.viewing.set(readout_node=self.readout.itemData(index))
 
     # ------------------------------------------------------------------------------------------- compare
     def _compare_bar(self) -> QWidget:
         self.pin_button = QPushButton("Pin as B")
         self.pin_button.setShortcut("Ctrl+B")
         self.pin_button.setToolTip("Keep this result as B and compare the next plans with it (Ctrl+B)")
-        self.pin_button.clicked.connect(self.session.pin_for_compare)
+        self.pin_button.clicked.connect(self.session.ab.pin)
         self.swap_button = QPushButton("Swap A/B")
         self.swap_button.setToolTip("Make B's plan current again and pin the result on screen (undoable)")
         self.swap_button.clicked.connect(self.session.swap_compare)
         self.unpin_button = QPushButton("Unpin")
-        self.unpin_button.clicked.connect(self.session.unpin)
+        self.unpin_button.clicked.connect(self.session.ab.unpin)
         self.export_compare_button = QPushButton("Export A|B…")
         self.export_compare_button.setToolTip("A, B and their difference side by side as PNG + JSON")
         self.export_compare_button.clicked.connect(self._export_comparison)
@@ -301,14 +301,14 @@ class OverlayView(QWidget):
         path, _ = QFileDialog.getSaveFileName(self, "Export comparison", "comparison.png", "PNG (*.png)")
         if path:
             try:
-                self.session.export_comparison(path)
+                self.session.exports.comparison(path)
             except GradscopeError as exc:
                 QMessageBox.warning(self, "Cannot export the comparison", str(exc))
 
     def _refresh_compare(self) -> bool:
         """With a pinned B: A, B and A - B in the three panels. Returns whether it drew them."""
         s = self.session
-        pinned = s.pinned is not None
+        pinned = s.ab.pinned is not None
         for w in (self.swap_button, self.unpin_button, self.export_compare_button):
             w.setEnabled(pinned)
         comparison = s.comparison() if pinned else None
@@ -325,7 +325,7 @@ class OverlayView(QWidget):
         self.input_panel.set_array(comparison.a.picture, smooth=comparison.a.spatial)
         self.map_panel.set_array(comparison.b.picture, smooth=comparison.b.spatial)
         self.blend_panel.set_array(comparison.difference, smooth=False)
-        finite = [v for v in s.node_cosine.values() if v == v]
+        finite = [v for v in s.ab.node_cosine.values() if v == v]
         agree = f"; lowest node cosine {min(finite):.3f}" if finite else ""
         self.compare_label.setText(f"A vs B: map cosine {comparison.map_cosine:.3f}{agree} (red: A stronger)")
         self.compare_label.setToolTip(self.compare_label.text())  # the pane may be too narrow for all of it
@@ -335,15 +335,15 @@ class OverlayView(QWidget):
     def refresh(self) -> None:
         s = self.session
         if self._refresh_compare():
-            self.note.setText(f"{s.result_caption()}  Comparing with the pinned {s.pinned.method}.")
+            self.note.setText(f"{s.result_caption()}  Comparing with the pinned {s.ab.pinned.method}.")
             return
-        self.input_panel.set_array(s.image, "No image: File ▸ Open image" if s.graph else "")
+        self.input_panel.set_array(s.fed.image, "No image: File ▸ Open image" if s.graph else "")
         which = "current" if self.which.currentIndex() == 0 else "baseline"
         res = s.result if which == "current" else s.baseline
         if res is None:
-            self.map_panel.set_array(None, "…" if s.busy else "")
+            self.map_panel.set_array(None, "…" if s.jobs.busy else "")
             self.blend_panel.set_array(None, "")
-            self.note.setText(s.input_note)
+            self.note.setText(s.fed.note)
             return
         try:
             images = s.overlay(which=which)
@@ -360,11 +360,11 @@ class OverlayView(QWidget):
         parts = [f"{method}; map {images.saliency.shape[0]}×{images.saliency.shape[1]}, range [{lo:.3g}, {hi:.3g}]"]
         if images.note:
             parts.append(images.note)
-        empty = degenerate_note(images.saliency, s.result_method or s.method_name)
+        empty = degenerate_note(images.saliency, s.results.method or s.editor.method_name)
         if empty:
             parts.append(empty)
-        if s.input_note:
-            parts.append(s.input_note)
+        if s.fed.note:
+            parts.append(s.fed.note)
         self.note.setText("  ".join(parts))
 
     def current_overlay(self) -> Any:

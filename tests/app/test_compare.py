@@ -33,31 +33,31 @@ def test_the_same_signal_compares_as_identical_and_a_scaled_one_only_in_norm():
 
 def test_pin_change_the_plan_compare_and_swap(session, tmp_path):
     s = session
-    assert s.pin_for_compare()
+    assert s.ab.pin()
     events = []
-    s.compare_changed.connect(events.append)
-    s.add_rule("c2", "scale", {"factor": 2.0})  # every signal below c2 doubles: same directions
+    s.ab.changed.connect(events.append)
+    s.editor.add_rule("c2", "scale", {"factor": 2.0})  # every signal below c2 doubles: same directions
     comparison = s.comparison()
     assert comparison.a_label == "custom plan" and comparison.b_label == "gradient"
     assert comparison.map_cosine == pytest.approx(1.0, abs=1e-6)
     assert comparison.norm_ratio["c1"] == pytest.approx(2.0, rel=1e-5)  # below the rule
     assert comparison.norm_ratio["out:pre"] == pytest.approx(1.0, rel=1e-5)  # above it (the logits)
-    assert s.node_cosine["c1"] == pytest.approx(1.0, abs=1e-6) and events  # computed on the worker
-    path = s.export_comparison(tmp_path / "ab")
+    assert s.ab.node_cosine["c1"] == pytest.approx(1.0, abs=1e-6) and events  # computed on the worker
+    path = s.exports.comparison(tmp_path / "ab")
     side = json.loads(path.with_suffix(".json").read_text())
     assert side["compare"]["b_method"] == "gradient" and side["plan"]["entries"]
     assert s.swap_compare()  # B's plan (no rules) is current again; the scaled plan is pinned
-    assert not s.plan.entries and s.pinned.plan.entries
+    assert not s.plan.entries and s.ab.pinned.plan.entries
     assert s.comparison().norm_ratio["c1"] == pytest.approx(0.5, rel=1e-5)
-    s.undo()  # the swap is an ordinary plan edit
+    s.editor.undo()  # the swap is an ordinary plan edit
     assert s.plan.entries
 
 
 def test_a_new_input_ends_the_comparison(session):
     s = session
-    s.pin_for_compare()
+    s.ab.pin()
     s.set_image(np.zeros((12, 12, 3)))
-    assert s.pinned is None and s.comparison() is None
+    assert s.ab.pinned is None and s.comparison() is None
 
 
 def test_node_cosines_of_opposite_signals():

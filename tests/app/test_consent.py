@@ -31,7 +31,7 @@ def test_a_session_file_does_not_run_its_custom_objects_file_without_consent(tmp
     assert session_code_files(shared) == [str(code)]  # what the GUI shows before asking
     s = Session(InlineExecutor())
     messages = []
-    s.status_changed.connect(messages.append)
+    s.feedback.status_changed.connect(messages.append)
     assert s.load(shared)
     assert not marker.exists()  # not imported
     assert s.graph is not None  # the demo model needs no custom objects: it opened anyway
@@ -43,11 +43,19 @@ def test_a_session_file_does_not_run_its_custom_objects_file_without_consent(tmp
 
 def test_a_session_whose_model_fails_does_not_restyle_the_next_model(tmp_path):
     path = tmp_path / "gone.gradscope.json"
-    path.write_text(json.dumps({"schema": 1, "model": str(tmp_path / "missing.keras"),
-                                "view": {"colormap": "gray"}, "plan": {"entries": [{"select": "*", "rule": "zero"}]}}))
+    path.write_text(
+        json.dumps(
+            {
+                "schema": 1,
+                "model": str(tmp_path / "missing.keras"),
+                "view": {"colormap": "gray"},
+                "plan": {"entries": [{"select": "*", "rule": "zero"}]},
+            }
+        )
+    )
     s = Session(InlineExecutor())
     errors = []
-    s.error_raised.connect(lambda *a: errors.append(a))
+    s.feedback.error_raised.connect(lambda *a: errors.append(a))
     s.load(path)
     assert errors and s.graph is None
     s.open_model(demo_model_path())

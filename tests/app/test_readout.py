@@ -5,7 +5,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from gradscope.app.session import INPUT_KEY, Session
+from gradscope.app.session import Session
+from gradscope.app.view import INPUT_KEY
 from gradscope.app.worker import InlineExecutor
 from gradscope.io.demo import demo_image_paths, demo_model_path
 
@@ -22,8 +23,8 @@ def test_a_rule_on_the_clicked_node_changes_the_default_map():
     assert s.view.readout_node == INPUT_KEY and s.readout is None
     before = s.overlay().saliency.copy()
     relu = next(n.id for n in s.graph.nodes if n.activation == "relu")
-    s.select(relu)  # clicking a node does not move the map away from the input
-    s.add_rule(relu, "backward_as", {"activation": "sigmoid"})
+    s.selection.select(relu)  # clicking a node does not move the map away from the input
+    s.editor.add_rule(relu, "backward_as", {"activation": "sigmoid"})
     after = s.overlay()
     assert after.node is None and not np.allclose(after.saliency, before)
     assert "custom plan" in s.result_caption()  # a hand edit is no longer any preset's plan
@@ -31,19 +32,19 @@ def test_a_rule_on_the_clicked_node_changes_the_default_map():
 
 def test_undo_and_clear_give_back_the_readout_of_the_plan():
     s = _demo()
-    s.apply_method("cmwp")
+    s.editor.apply_method("cmwp")
     pinned = s.view.readout_node
     assert pinned not in (None, INPUT_KEY) and s.view.reduction == "sum_clamped"
-    s.undo()
+    s.editor.undo()
     assert s.plan.entries == () and s.view.readout_node == INPUT_KEY and s.view.reduction == "max_abs"
-    assert s.method_name == "gradient" and "cmwp" not in s.result_caption()
-    s.redo()
-    assert s.view.readout_node == pinned and s.method_name == "cmwp"
-    s.clear_plan()
-    assert s.view.readout_node == INPUT_KEY and s.view.reduction == "max_abs" and s.method_name == "gradient"
-    s.apply_method("lrp_epsilon")  # signed: diverging colours, given back by undo
+    assert s.editor.method_name == "gradient" and "cmwp" not in s.result_caption()
+    s.editor.redo()
+    assert s.view.readout_node == pinned and s.editor.method_name == "cmwp"
+    s.editor.clear()
+    assert s.view.readout_node == INPUT_KEY and s.view.reduction == "max_abs" and s.editor.method_name == "gradient"
+    s.editor.apply_method("lrp_epsilon")  # signed: diverging colours, given back by undo
     assert s.view.colormap == "bwr"
-    s.undo()
+    s.editor.undo()
     assert s.view.colormap == "jet" and not s.view.signed
 
 
@@ -52,14 +53,14 @@ def test_peer_methods_in_the_session():
 
     s = _demo()
     plain = s.result.input_grad.copy()
-    s.apply_method("smoothgrad", samples=4)
+    s.editor.apply_method("smoothgrad", samples=4)
     assert s.result.meta.get("sampling") == "smoothgrad" and s.view.readout_node == INPUT_KEY
-    expected = smoothgrad(s._engine, s.inputs, s.target, s.plan, samples=4)
+    expected = smoothgrad(s.document.engine, s.inputs, s.target, s.plan, samples=4)
     np.testing.assert_allclose(s.result.input_grad, expected, rtol=1e-5, atol=1e-7)
-    s.undo()  # back to the plain gradient
+    s.editor.undo()  # back to the plain gradient
     assert "sampling" not in s.result.meta
     np.testing.assert_allclose(s.result.input_grad, plain, rtol=1e-6)
-    s.apply_method("grad_cam")
+    s.editor.apply_method("grad_cam")
     assert s.view.grad_cam and s.view.readout_node not in (None, INPUT_KEY)
     m = s.overlay()
     assert m.spatial and np.all(m.saliency >= 0)  # ReLU of the weighted sum

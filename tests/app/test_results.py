@@ -28,8 +28,15 @@ def test_show_emits_and_keeps_what_the_result_was_computed_with(computed):
     results, events = Results(), []
     results.changed.connect(lambda *a: events.append(a))
     assert results.caption(plan) == "" and results.stats() == {} and results.flow_rows() == []
-    results.show(current, base, plan=plan, method="custom plan", readout={"reduction": "sum"}, seconds=0.1,
-                 baseline_key=("engine", 0, Target()))
+    results.show(
+        current,
+        base,
+        plan=plan,
+        method="custom plan",
+        readout={"reduction": "sum"},
+        seconds=0.1,
+        baseline_key=("engine", 0, Target()),
+    )
     assert events == [(current, base)]
     assert results.caption(plan) == "custom plan, 1 plan entry" and not results.is_stale(plan)
     assert results.stats("baseline") is base.stats and len(results.flow_rows()) == len(current.stats)
@@ -41,8 +48,9 @@ def test_show_emits_and_keeps_what_the_result_was_computed_with(computed):
 def test_a_stale_result_is_drawn_with_its_own_read_out(computed):
     current, base, plan = computed
     results = Results()
-    results.show(current, base, plan=plan, method="custom plan", readout={"reduction": "max_abs"}, seconds=0.1,
-                 baseline_key=())
+    results.show(
+        current, base, plan=plan, method="custom plan", readout={"reduction": "max_abs"}, seconds=0.1, baseline_key=()
+    )
     newer = plan.with_entry("c2", "sign")
     view = ViewSettings(reduction="sum")
     assert results.is_stale(newer) and results.view_for(view, newer).reduction == "max_abs"
@@ -65,21 +73,27 @@ def test_signal_of_reads_the_input_or_a_captured_node(computed):
 
 def test_a_plan_comparison_pins_swaps_and_computes_cosines_through_the_worker(computed):
     from gradscope.app.comparing import PlanComparison
+    from gradscope.app.feedback import Feedback
 
     current, base, plan = computed
-    results, jobs, events = Results(), [], []
-    ab = PlanComparison(results, lambda kind, label, job, done, quiet: jobs.append((kind, job, done, quiet)))
+    results, jobs, events, told = Results(), [], [], Feedback()
+    ab = PlanComparison(results, lambda kind, label, job, done, quiet: jobs.append((kind, job, done, quiet)), told)
     ab.changed.connect(events.append)
-    assert not ab.pin("gradient") and ab.pinned is None  # nothing computed yet
+    said, errors = [], []
+    told.status_changed.connect(said.append)
+    told.error_raised.connect(lambda *a: errors.append(a))
+    assert not ab.pin() and ab.pinned is None  # nothing computed yet
+    assert errors and errors[0][0] == "Nothing to pin"
     results.show(base, base, plan=Plan(), method="gradient", readout={}, seconds=0.1, baseline_key=())
-    assert ab.pin("custom")
+    assert ab.pin() and said[-1].startswith("Pinned gradient as B")
     assert ab.pinned.method == "gradient" and events == [ab.pinned] and ab.node_cosine == {}
-    (kind, job, done, quiet), = jobs
+    ((kind, job, done, quiet),) = jobs
     assert kind == "compare" and quiet
     done(job(None))  # as the worker would: A == B, so every cosine is 1
     assert ab.node_cosine and all(c == pytest.approx(1.0) for c in ab.node_cosine.values() if c == c)
     results.show(current, base, plan=plan, method="custom plan", readout={}, seconds=0.1, baseline_key=())
-    old = ab.swap("custom plan")
+    old = ab.swap()
     assert old.method == "gradient" and ab.pinned.plan == plan  # the caller makes old.plan current
-    ab.unpin()
+    ab.end("a new input")
     assert ab.pinned is None and ab.node_cosine == {} and events[-1] is None
+    assert said[-1] == "Comparison ended: a new input (pin again to compare on it)."

@@ -8,9 +8,9 @@ import threading
 import numpy as np
 import pytest
 
-from gradscope.app.session import INPUT_KEY, Session
+from gradscope.app.session import Session
 from gradscope.app.session_files import SESSION_SCHEMA, SessionFileError, read_session_file
-from gradscope.app.view import to_map
+from gradscope.app.view import INPUT_KEY, to_map
 from gradscope.app.worker import InlineExecutor, Job, ThreadExecutor
 from gradscope.core.errors import Cancelled, ModelLoadError, PlanError
 from gradscope.core.resources import resource_path
@@ -42,20 +42,21 @@ class Recorder:
 
     def __init__(self, session: Session) -> None:
         self.events: list[tuple[str, tuple]] = []
-        for name in (
-            "model_loaded",
-            "result_changed",
-            "error_raised",
-            "plan_changed",
-            "busy_changed",
-            "selection_changed",
-            "view_changed",
-            "target_changed",
-            "layout_changed",
+        s = session
+        for name, signal in (
+            ("model_loaded", s.document.loaded),
+            ("result_changed", s.results.changed),
+            ("error_raised", s.feedback.error_raised),
+            ("plan_changed", s.editor.changed),
+            ("busy_changed", s.jobs.busy_changed),
+            ("selection_changed", s.selection.changed),
+            ("view_changed", s.viewing.changed),
+            ("target_changed", s.targeting.changed),
+            ("layout_changed", s.document.layout_changed),
         ):
-            getattr(session, name).connect(lambda *a, name=name: self.events.append((name, a)))
+            signal.connect(lambda *a, name=name: self.events.append((name, a)))
         self.status: list[str] = []
-        session.status_changed.connect(self.status.append)
+        session.feedback.status_changed.connect(self.status.append)
 
     def names(self) -> list[str]:
         return [n for n, _ in self.events]
@@ -129,7 +130,7 @@ def test_baseline_is_the_true_logit_gradient(loaded, model):
     np.testing.assert_allclose(s.baseline.input_grad, ref, rtol=1e-4, atol=1e-6)
     # capture="all": every non-input node's signal is there, so any node's map needs no new pass
     assert set(s.baseline.node_grads) == {n.id for n in s.graph.nodes if not n.is_input}
-    top = s.top_k(3)
+    top = s.results.top_k(3)
     assert [i for i, _ in top] == list(np.argsort(-s.baseline.predictions[0])[:3])
 
 
@@ -139,72 +140,72 @@ def test_rule_changes_result_and_keeps_baseline(model, image):
     s.set_model(model)
     s.set_image(image)
     base_grad = s.baseline.input_grad.copy()
-    assert s.add_rule("c1", "zero")
+    assert s.editor.add_rule("c1", "zero")
     assert s.result.rules == {"c1": "zero"}
     assert s.result.stats["c1:pre"].status == "zero"  # nothing flows below the zeroed activation
     assert np.all(s.result.input_grad == 0)
     np.testing.assert_array_equal(s.baseline.input_grad, base_grad)  # baseline untouched
-    assert s.ruled_nodes() == {"c1": "zero"}
+    assert s.editor.ruled_nodes() == {"c1": "zero"}
     assert rec.names().count("result_changed") >= 2
     assert not rec.errors()
 
 
 def test_scale_rule_scales_the_signal_below(loaded):
     s = loaded
-    s.clear_plan()
+    s.editor.clear()
     base = s.baseline.input_grad.copy()
-    s.add_rule("c2", "scale", {"factor": 3.0})
+    s.editor.add_rule("c2", "scale", {"factor": 3.0})
     np.testing.assert_allclose(s.result.input_grad, 3.0 * base, rtol=1e-5, atol=1e-7)
-    s.clear_plan()
+    s.editor.clear()
 
 
 def test_undo_redo_and_replacing_a_node_entry(loaded):
     s = loaded
-    s.clear_plan()
+    s.editor.clear()
     start = s.plan
-    s.add_rule("c2", "scale", {"factor": 2.0})
-    s.add_rule("c2", "scale", {"factor": 5.0})  # same selector: replaced, not piled up
+    s.editor.add_rule("c2", "scale", {"factor": 2.0})
+    s.editor.add_rule("c2", "scale", {"factor": 5.0})  # same selector: replaced, not piled up
     assert [e.params["factor"] for e in s.plan.entries] == [5.0]
-    s.add_rule("type:Conv2D", "zero")
+    s.editor.add_rule("type:Conv2D", "zero")
     assert len(s.plan.entries) == 2
-    assert s.undo() and s.plan.entries[-1].params == {"factor": 5.0}
-    assert s.undo() and s.plan.entries[0].params == {"factor": 2.0}
-    assert s.redo() and s.plan.entries[0].params == {"factor": 5.0}
-    s.add_rule("gap", "zero")  # a new change drops the redo branch
-    assert not s.can_redo
-    assert s.remove_entry(0) and [e.select for e in s.plan.entries] == ["gap"]
-    while s.can_undo:
-        s.undo()
+    assert s.editor.undo() and s.plan.entries[-1].params == {"factor": 5.0}
+    assert s.editor.undo() and s.plan.entries[0].params == {"factor": 2.0}
+    assert s.editor.redo() and s.plan.entries[0].params == {"factor": 5.0}
+    s.editor.add_rule("gap", "zero")  # a new change drops the redo branch
+    assert not s.editor.can_redo
+    assert s.editor.remove_entry(0) and [e.select for e in s.plan.entries] == ["gap"]
+    while s.editor.can_undo:
+        s.editor.undo()
     assert s.plan == Plan() and start == Plan() or s.plan == start
-    s.clear_plan()
+    s.editor.clear()
 
 
 def test_rule_that_cannot_run_is_refused_with_a_message(loaded):
     s = loaded
     rec = Recorder(s)
     before = s.plan
-    assert not s.add_rule("gap", "backward_as", {"activation": "sigmoid"})  # not an activation node
+    assert not s.editor.add_rule("gap", "backward_as", {"activation": "sigmoid"})  # not an activation node
     assert s.plan == before
     ((title, message, exc),) = rec.errors()
     assert isinstance(exc, PlanError) and "gap" in message
-    assert not s.add_rule("c2", "scale", {"factor": "lots"})
+    assert not s.editor.add_rule("c2", "scale", {"factor": "lots"})
     assert "factor" in rec.errors()[-1][1]
 
 
 def test_stale_results_are_dropped():
     s = Session(ManualExecutor())
     s.set_model(_cnn())
-    s.executor.run_all()
+    s.jobs.executor.run_all()
     s.set_image(np.full((12, 12, 3), 128, np.uint8))
-    first = s.executor.jobs[-1]
-    s.add_rule("c1", "zero")
-    second = s.executor.jobs[-1]
+    first = s.jobs.executor.jobs[-1]
+    s.editor.add_rule("c1", "zero")
+    second = s.jobs.executor.jobs[-1]
     assert first is not second and first.kind == second.kind == "run"
-    s.executor.run(second)  # the newer request finishes first
+    s.jobs.executor.run(second)  # the newer request finishes first
     assert s.result.rules == {"c1": "zero"}
     shown = s.result
-    s.executor.run(first)  # the older one arrives late: dropped (skipped before running)
-    assert s.result is shown and s.busy is None
+    s.jobs.executor.run(first)  # the older one arrives late: dropped (skipped before running)
+    assert s.result is shown and s.jobs.busy is None
 
 
 def test_while_a_new_plan_computes_the_previous_result_keeps_its_own_read_out():
@@ -212,44 +213,44 @@ def test_while_a_new_plan_computes_the_previous_result_keeps_its_own_read_out():
     s = Session(ManualExecutor())
     s.set_model(_cnn())
     s.set_image(np.full((12, 12, 3), 100, np.uint8))
-    s.executor.run_all()
+    s.jobs.executor.run_all()
     before = s.overlay().heat.copy()
     assert s.view.reduction == "max_abs"
-    s.apply_method("mwp")  # queued, not run: the shown result is the plain gradient's
+    s.editor.apply_method("mwp")  # queued, not run: the shown result is the plain gradient's
     assert s.view.reduction == "sum" and s.result_is_stale
     assert s.shown_view.reduction == "max_abs"
     np.testing.assert_array_equal(s.overlay().heat, before)
-    s.executor.run_all()
-    assert not s.result_is_stale and s.shown_view == s.view and s.result_method == "mwp"
+    s.jobs.executor.run_all()
+    assert not s.result_is_stale and s.shown_view == s.view and s.results.method == "mwp"
 
 
 def test_a_preset_that_replaces_hand_made_entries_says_so():
     s = Session(InlineExecutor())
     rec = Recorder(s)
     s.set_model(_cnn())
-    s.add_rule("c1", "zero")
-    s.add_rule("c2", "sign")
-    assert s.apply_method("guided_backprop")
+    s.editor.add_rule("c1", "zero")
+    s.editor.add_rule("c2", "sign")
+    assert s.editor.apply_method("guided_backprop")
     assert any("replaced the 2 hand-made plan entries (Ctrl+Z brings them back)" in m for m in rec.statuses())
     rec.status.clear()
-    assert s.apply_method("gradient") and not any("replaced" in m for m in rec.statuses())  # a preset's plan
-    s.undo()
-    s.undo()
-    assert [e.select for e in s.plan.entries] == ["c1", "c2"] and s.method_name == "custom plan"
+    assert s.editor.apply_method("gradient") and not any("replaced" in m for m in rec.statuses())  # a preset's plan
+    s.editor.undo()
+    s.editor.undo()
+    assert [e.select for e in s.plan.entries] == ["c1", "c2"] and s.editor.method_name == "custom plan"
 
 
 def test_cancel_drops_the_running_request():
     s = Session(ManualExecutor())
     rec = Recorder(s)
     s.set_model(_cnn())
-    s.executor.run_all()  # loads, then runs once on a random input (no image yet)
+    s.jobs.executor.run_all()  # loads, then runs once on a random input (no image yet)
     before = s.result
     s.set_image(np.full((12, 12, 3), 100, np.uint8))
-    assert s.busy is not None
-    job = s.executor.jobs[-1]
+    assert s.jobs.busy is not None
+    job = s.jobs.executor.jobs[-1]
     s.cancel()
-    assert s.busy is None and rec.events[-1] == ("busy_changed", (None,))
-    s.executor.run(job)
+    assert s.jobs.busy is None and rec.events[-1] == ("busy_changed", (None,))
+    s.jobs.executor.run(job)
     assert s.result is before  # the cancelled request's result never reached the view
 
 
@@ -260,7 +261,7 @@ def test_tensorflow_runs_only_on_the_worker_thread(model, image):
         threads: set[int] = set()
         s.set_model(model)
         assert ex.wait_idle(120)
-        engine = s._engine
+        engine = s.document.engine
         real = engine.backward
 
         def spy(*a, **k):
@@ -269,7 +270,7 @@ def test_tensorflow_runs_only_on_the_worker_thread(model, image):
 
         engine.backward = spy
         s.set_image(image)
-        s.add_rule("c1", "zero")
+        s.editor.add_rule("c1", "zero")
         assert ex.wait_idle(120)
         assert s.result is not None and s.result.rules == {"c1": "zero"}
         assert threads and threading.get_ident() not in threads
@@ -307,25 +308,25 @@ def test_thread_executor_skips_stale_jobs_and_reports_progress():
 
 def test_overlay_map_is_the_channel_reduction_of_the_signal(loaded):
     s = loaded
-    s.clear_plan()
-    s.set_view(reduction="max_abs", times_input=False, readout_node=INPUT_KEY)
+    s.editor.clear()
+    s.viewing.set(reduction="max_abs", times_input=False, readout_node=INPUT_KEY)
     ov = s.overlay()
     g = s.result.input_grad[0]
     np.testing.assert_allclose(ov.saliency, np.max(np.abs(g), axis=-1), rtol=1e-6)
-    assert ov.spatial and ov.heat.shape == s.image.shape and ov.blend.shape == s.image.shape
+    assert ov.spatial and ov.heat.shape == s.fed.image.shape and ov.blend.shape == s.fed.image.shape
     assert ov.heat.dtype == np.uint8
-    s.set_view(times_input=True, reduction="sum")
+    s.viewing.set(times_input=True, reduction="sum")
     ov = s.overlay()
     np.testing.assert_allclose(ov.saliency, np.sum(g * s.result.inputs[0][0], axis=-1), rtol=1e-5, atol=1e-7)
-    s.set_view(readout_node=None, times_input=False, reduction="max_abs")
-    s.select("c2")
+    s.viewing.set(readout_node=None, times_input=False, reduction="max_abs")
+    s.selection.select("c2")
     ov = s.overlay()
     assert ov.node == "c2"
     np.testing.assert_allclose(ov.saliency, np.max(np.abs(s.result.node_grads["c2"][0]), axis=-1), rtol=1e-6)
-    s.select("gap")  # (batch, 5): not spatial, shown as a strip
+    s.selection.select("gap")  # (batch, 5): not spatial, shown as a strip
     ov = s.overlay()
     assert not ov.spatial and ov.saliency.shape == (1, 5)
-    s.select(None)
+    s.selection.select(None)
 
 
 def test_to_map_shapes():
@@ -338,19 +339,19 @@ def test_to_map_shapes():
 
 def test_method_sets_view_defaults(loaded):
     s = loaded
-    assert s.apply_method("gradient_x_input")
+    assert s.editor.apply_method("gradient_x_input")
     assert s.view.times_input and s.view.signed and s.view.reduction == "sum"
-    assert s.apply_method("gradient")
+    assert s.editor.apply_method("gradient")
     assert not s.view.times_input and s.view.normalization == "minmax"
 
 
 def test_target_class_change_reruns(loaded):
     s = loaded
-    s.clear_plan()
-    other = [i for i, _ in s.top_k(3)][-1]
-    s.set_target_class(other)
+    s.editor.clear()
+    other = [i for i, _ in s.results.top_k(3)][-1]
+    s.targeting.set_class(other)
     assert int(s.result.target_indices[0]) == other
-    s.set_target(Target())
+    s.targeting.set(Target())
 
 
 def test_non_image_model_gets_a_random_input():
@@ -359,7 +360,7 @@ def test_non_image_model_gets_a_random_input():
     o = keras.layers.Dense(2, name="d")(keras.layers.Dense(4, activation="tanh", name="h")(i))
     s = Session(InlineExecutor())
     s.set_model(keras.Model(i, o))
-    assert s.result is not None and "random" in s.input_note
+    assert s.result is not None and "random" in s.fed.note
     assert s.result.input_grad.shape == (1, 6)
 
 
@@ -370,11 +371,11 @@ def test_corrupt_model_reports_and_session_keeps_working(tmp_path, model):
     rec = Recorder(s)
     s.open_model(bad)
     ((title, message, exc),) = rec.errors()
-    assert isinstance(exc, ModelLoadError) and message == str(exc) and s.graph is None and s.busy is None
+    assert isinstance(exc, ModelLoadError) and message == str(exc) and s.graph is None and s.jobs.busy is None
     good = tmp_path / "good.keras"
     model.save(good)
     s.open_model(good)
-    assert s.graph is not None and s.model_path == str(good)
+    assert s.graph is not None and s.document.path == str(good)
 
 
 def test_a_model_is_drawn_while_its_weights_load_and_withdrawn_if_they_fail(tmp_path, model):
@@ -384,23 +385,23 @@ def test_a_model_is_drawn_while_its_weights_load_and_withdrawn_if_they_fail(tmp_
     s = Session(InlineExecutor())
     rec = Recorder(s)
     seen: list[tuple] = []
-    s.model_previewed.connect(lambda graph, layout: seen.append(("preview", graph, layout, s.graph)))
-    s.model_loaded.connect(lambda graph: seen.append(("loaded", graph)))
+    s.document.previewed.connect(lambda graph, layout: seen.append(("preview", graph, layout, s.graph)))
+    s.document.loaded.connect(lambda graph: seen.append(("loaded", graph)))
     s.open_model(good)
     (kind, graph, layout, held), (kind2, loaded) = seen
     assert (kind, kind2) == ("preview", "loaded") and held is None  # the Session took the model only at the end
-    assert loaded is graph and s.layout is layout and not s.previewing
+    assert loaded is graph and s.document.layout is layout and not s.document.previewing
 
     seen.clear()
     s.open_model(bad)  # its graph is drawn, then its weights fail: back to the model held
     assert [event[0] for event in seen] == ["preview", "preview"] and seen[0][3] is graph
-    assert seen[1][1:3] == (None, None) and s.graph is graph and not s.previewing
+    assert seen[1][1:3] == (None, None) and s.graph is graph and not s.document.previewing
     ((_, message, exc),) = rec.errors()
     assert isinstance(exc, ModelLoadError) and "bad.keras" in message
 
-    s._on_model_preview({"graph": graph, "layout": layout})  # as a load drawing its graph would; then Esc
+    s.document._preview({"graph": graph, "layout": layout})  # as a load drawing its graph would; then Esc
     s.cancel()
-    assert seen[-1][1:3] == (None, None) and not s.previewing and s.graph is graph
+    assert seen[-1][1:3] == (None, None) and not s.document.previewing and s.graph is graph
 
 
 def test_exports_and_session_file_round_trip(tmp_path, model, image):
@@ -413,12 +414,12 @@ def test_exports_and_session_file_round_trip(tmp_path, model, image):
     s = Session(InlineExecutor())
     s.open_model(good)
     assert s.open_image(img_path)
-    s.add_rule("c1", "scale", {"factor": 0.5})
-    s.set_target_class(1)
-    s.set_view(colormap="hot", alpha=0.3, readout_node=None)  # map at the selected node
-    s.select("c2")
+    s.editor.add_rule("c1", "scale", {"factor": 0.5})
+    s.targeting.set_class(1)
+    s.viewing.set(colormap="hot", alpha=0.3, readout_node=None)  # map at the selected node
+    s.selection.select("c2")
 
-    png = s.export_overlay(tmp_path / "ov.png")
+    png = s.exports.overlay(tmp_path / "ov.png")
     with Image.open(png) as im:
         h, w = image.shape[:2]
         scale = max(512, h, w) / max(h, w)  # the image's aspect, at least 512 px on the long side
@@ -426,10 +427,10 @@ def test_exports_and_session_file_round_trip(tmp_path, model, image):
     side = json.loads(png.with_suffix(".json").read_text())
     assert side["plan"]["entries"][0]["rule"] == "scale" and side["readout_node"] == "c2"
 
-    csv_path = s.export_flow_csv(tmp_path / "flow.csv")
+    csv_path = s.exports.flow_csv(tmp_path / "flow.csv")
     rows = csv_path.read_text().strip().splitlines()
     assert len(rows) == 1 + len(s.result.stats)
-    assert Plan.load(s.export_plan(tmp_path / "plan.json")) == s.plan
+    assert Plan.load(s.exports.plan(tmp_path / "plan.json")) == s.plan
 
     saved = s.save(tmp_path / "work")
     assert saved.name == "work.gradscope.json"
@@ -439,7 +440,7 @@ def test_exports_and_session_file_round_trip(tmp_path, model, image):
     t = Session(InlineExecutor())
     assert t.load(saved)
     assert t.plan == s.plan and t.target == s.target and t.view == s.view
-    assert t.image_path == str(img_path) and t.selected == "c2"
+    assert t.fed.image_path == str(img_path) and t.selected == "c2"
     assert t.result is not None and t.result.rules == {"c1": "scale"}
 
 
@@ -449,9 +450,18 @@ def test_a_session_file_of_the_first_id_scheme_opens_with_its_meaning(tmp_path, 
     model.save(good)
     p = tmp_path / "old.gradscope.json"
     plan = {"schema": 1, "entries": [{"select": "c1:act", "rule": "zero"}, {"select": "c1", "rule": "sign"}]}
-    p.write_text(json.dumps({"schema": 1, "model": str(good), "plan": plan, "selected": "c1:act",
-                             "target": {"kind": "channel", "node": "c1", "channel": 0},
-                             "view": {"readout_node": "c1:act"}}))
+    p.write_text(
+        json.dumps(
+            {
+                "schema": 1,
+                "model": str(good),
+                "plan": plan,
+                "selected": "c1:act",
+                "target": {"kind": "channel", "node": "c1", "channel": 0},
+                "view": {"readout_node": "c1:act"},
+            }
+        )
+    )
     s = Session(InlineExecutor())
     assert s.load(p)
     assert [e.select for e in s.plan.entries] == ["c1", "c1:pre"] and s.plan.schema == 2
@@ -464,8 +474,16 @@ def test_a_session_naming_nodes_the_model_lacks_opens_without_them_and_says_so(t
     good = tmp_path / "m.keras"
     model.save(good)
     p = tmp_path / "stale.gradscope.json"
-    p.write_text(json.dumps({"model": str(good), "selected": "conv9", "view": {"readout_node": "gone"},
-                             "target": {"kind": "channel", "node": "c9", "channel": 0}}))
+    p.write_text(
+        json.dumps(
+            {
+                "model": str(good),
+                "selected": "conv9",
+                "view": {"readout_node": "gone"},
+                "target": {"kind": "channel", "node": "c9", "channel": 0},
+            }
+        )
+    )
     s = Session(InlineExecutor())
     rec = Recorder(s)
     assert s.load(p) and not rec.errors()
@@ -528,8 +546,8 @@ def test_layout_collapses_nested_models():
     }
     assert col.box_of(next(iter(members))).id == "group:inner"
     seen = []
-    s.layout_changed.connect(seen.append)
-    s.set_collapsed("inner", True)
+    s.document.layout_changed.connect(seen.append)
+    s.document.set_collapsed("inner", True)
     assert seen and "group:inner" in seen[-1].boxes
 
 
@@ -544,8 +562,8 @@ def test_class_names_from_a_description_beside_the_model(tmp_path):
     (tmp_path / "zz_meta.json").write_text(json.dumps({"name": "net", "class_names": ["cat", "dog"]}))
     assert find_class_names(model) == ["cat", "dog"]
     s = Session(InlineExecutor())
-    s.class_names = ["cat", "dog"]
-    assert s.class_label(1) == "1 dog" and s.class_label(5) == "5"
+    s.document.class_names = ["cat", "dog"]
+    assert s.document.class_label(1) == "1 dog" and s.document.class_label(5) == "5"
 
 
 def test_session_imports_without_qt_or_tensorflow():
@@ -573,18 +591,18 @@ def test_user_rule_file_loads_and_runs(loaded, tmp_path):
         "        return ctx.vjp([0.5 * g for g in grad_outputs])\n"
     )
     s = loaded
-    s.clear_plan()
+    s.editor.clear()
     seen = []
-    s.rules_changed.connect(seen.append)
-    assert s.load_rule_file(rule_file) == ["halve_session_test"] and seen == [["halve_session_test"]]
-    s.add_rule("c2", "halve_session_test")
+    s.catalog.changed.connect(seen.append)
+    assert s.catalog.load_file(rule_file) == ["halve_session_test"] and seen == [["halve_session_test"]]
+    s.editor.add_rule("c2", "halve_session_test")
     np.testing.assert_allclose(s.result.input_grad, 0.5 * s.baseline.input_grad, rtol=1e-5, atol=1e-8)
     broken = tmp_path / "broken.py"
     broken.write_text("raise RuntimeError('boom')\n")
     rec = Recorder(s)
-    assert s.load_rule_file(broken) == []
+    assert s.catalog.load_file(broken) == []
     assert "boom" in rec.errors()[0][1]
-    s.clear_plan()
+    s.editor.clear()
 
 
 # ------------------------------------------------------------------------------------------------ diagnostics
@@ -622,11 +640,11 @@ def test_diagnose_names_the_cut_and_agrees_with_the_tape():
     m = _stop_gradient_model()
     s = Session(InlineExecutor())
     seen = []
-    s.diagnosis_changed.connect(seen.append)
+    s.reports.diagnosis_changed.connect(seen.append)
     s.set_model(m)
     assert seen == [None]  # a new model has no report yet
-    assert s.diagnose() and seen[-1] is s.diagnosis
-    report = s.diagnosis
+    assert s.diagnose() and seen[-1] is s.reports.diagnosis
+    report = s.reports.diagnosis
     expect = _tape_connected(m, s.inputs)
     assert {v.path for v in report.variables} == set(expect)
     assert {v.path: v.connected for v in report.variables} == expect
@@ -634,10 +652,10 @@ def test_diagnose_names_the_cut_and_agrees_with_the_tape():
     ((cut, blocked),) = report.cuts()
     assert cut.op_type == "StopGradient" and cut.node in s.graph
     assert {v.path for v in blocked} == {p for p, ok in expect.items() if not ok}
-    roles = s.diagnosis_highlight()
+    roles = s.reports.highlight()
     assert roles[cut.node] == "cut" and roles["a"] == "blocked" and "b" not in roles and "c" not in roles
     s.set_model(_cnn())
-    assert s.diagnosis is None and seen[-1] is None and s.diagnosis_highlight() == {}
+    assert s.reports.diagnosis is None and seen[-1] is None and s.reports.highlight() == {}
 
 
 def test_diagnose_without_a_model_is_a_message():
@@ -651,16 +669,16 @@ def test_a_new_model_drops_a_pending_diagnosis():
     s = Session(ThreadExecutor())
     try:
         seen = []
-        s.diagnosis_changed.connect(seen.append)
+        s.reports.diagnosis_changed.connect(seen.append)
         s.set_model(_stop_gradient_model())
-        assert s.executor.wait_idle(120)
-        assert s.diagnose() and s.diagnosing
+        assert s.jobs.executor.wait_idle(120)
+        assert s.diagnose() and s.reports.diagnosing
         s.set_model(_cnn())  # before the report is delivered: it belongs to the old model
-        assert s.executor.wait_idle(120)
-        assert s.diagnosis is None and seen == [None, None] and not s.diagnosing
+        assert s.jobs.executor.wait_idle(120)
+        assert s.reports.diagnosis is None and seen == [None, None] and not s.reports.diagnosing
         assert s.graph.model_name == "tiny"
     finally:
-        s.executor.shutdown()
+        s.jobs.executor.shutdown()
 
 
 def test_custom_objects_file_opens_the_hypernetwork_and_round_trips(tmp_path, no_hypernet_classes):
@@ -672,11 +690,11 @@ def test_custom_objects_file_opens_the_hypernetwork_and_round_trips(tmp_path, no
     s.open_model(broken)
     ((_, message, exc),) = rec.errors()
     assert isinstance(exc, CustomObjectError) and "AssignedDense" in message and s.graph is None
-    assert s.load_request == {"path": str(broken), "safe_mode": True, "custom_objects_file": None}
+    assert s.document.load_request == {"path": str(broken), "safe_mode": True, "custom_objects_file": None}
     s.open_model(broken, custom_objects_file=layers)
-    assert s.graph is not None and "target_dense" in s.graph and s.custom_objects_file == str(layers)
+    assert s.graph is not None and "target_dense" in s.graph and s.document.custom_objects_file == str(layers)
     assert s.diagnose()
-    (cut, blocked), *_ = s.diagnosis.cuts()
+    (cut, blocked), *_ = s.reports.diagnosis.cuts()
     assert cut.op_type == "AssignVariableOp" and cut.node == "target_dense"
     assert {v.node for v in blocked} == {"hyper_hidden:pre", "hyper_head"}  # the nodes holding the weights
     saved = s.save(tmp_path / "hyper")
@@ -690,7 +708,7 @@ def test_custom_objects_file_opens_the_hypernetwork_and_round_trips(tmp_path, no
     assert u.graph is None and isinstance(rec_u.errors()[0][2], CustomObjectError)
     assert not [n for n in registry if n.startswith("gradscope_hypernet>")]
     t = Session(InlineExecutor())
-    assert t.load(saved, allow_code=True) and t.graph is not None and t.custom_objects_file == str(layers)
+    assert t.load(saved, allow_code=True) and t.graph is not None and t.document.custom_objects_file == str(layers)
 
 
 def test_a_bad_custom_objects_file_is_a_message(tmp_path):
@@ -703,4 +721,4 @@ def test_a_bad_custom_objects_file_is_a_message(tmp_path):
     s.open_model(HYPERNET / "hypernet_tensor.keras", custom_objects_file=bad)
     ((_, message, exc),) = rec.errors()
     assert isinstance(exc, CustomObjectError) and "layers.py" in message and "no layers here" in message
-    assert s.graph is None and s.busy is None
+    assert s.graph is None and s.jobs.busy is None

@@ -16,49 +16,49 @@ from tests.engine.fixtures import tiny_cnn
 def _session() -> Session:
     s = Session(ManualExecutor())
     s.set_model(tiny_cnn())
-    s.executor.run_all()
+    s.jobs.executor.run_all()
     s.set_image(np.full((12, 12, 3), 90, np.uint8))
-    s.executor.run_all()
+    s.jobs.executor.run_all()
     return s
 
 
 def test_while_a_new_plan_computes_the_old_result_keeps_its_own_labels(tmp_path):
     s = _session()
-    assert s.result_plan == Plan() and not s.result_is_stale
-    s.add_rule("c1", "zero")
+    assert s.results.plan == Plan() and not s.result_is_stale
+    s.editor.add_rule("c1", "zero")
     assert s.result_is_stale and "previous plan" in s.result_caption()
-    s.export_overlay(tmp_path / "during.png")
+    s.exports.overlay(tmp_path / "during.png")
     sidecar = json.loads((tmp_path / "during.json").read_text())
     assert sidecar["plan"]["entries"] == []  # the picture on screen is the old plan's, and so is its sidecar
-    run = next(j for j in s.executor.jobs if j.kind == "run")
-    s.executor.run(run)
+    run = next(j for j in s.jobs.executor.jobs if j.kind == "run")
+    s.jobs.executor.run(run)
     assert not s.result_is_stale and s.result.rules == {"c1": "zero"}
     assert "1 plan entry" in s.result_caption()
-    s.export_overlay(tmp_path / "after.png")
+    s.exports.overlay(tmp_path / "after.png")
     assert json.loads((tmp_path / "after.json").read_text())["plan"]["entries"][0]["rule"] == "zero"
 
 
 def test_cancel_goes_back_to_the_plan_of_the_result_shown():
     s = _session()
     shown = s.result
-    s.add_rule("c1", "zero")
-    assert s.plan != s.result_plan
+    s.editor.add_rule("c1", "zero")
+    assert s.plan != s.results.plan
     s.cancel()
-    assert s.plan == s.result_plan == Plan() and s.result is shown and s.busy is None
-    assert s.can_undo  # the cancelled edit is one undo away
+    assert s.plan == s.results.plan == Plan() and s.result is shown and s.jobs.busy is None
+    assert s.editor.can_undo  # the cancelled edit is one undo away
 
 
 def test_a_live_answer_is_compiled_in_the_background_and_a_new_edit_cancels_that():
     s = _session()
-    engine = s._engine
-    s.add_rule("c1", "scale", {"factor": 2.0})
-    run = next(j for j in s.executor.jobs if j.kind == "run")
-    s.executor.run(run)
+    engine = s.document.engine
+    s.editor.add_rule("c1", "scale", {"factor": 2.0})
+    run = next(j for j in s.jobs.executor.jobs if j.kind == "run")
+    s.jobs.executor.run(run)
     assert s.result.meta["mode"] == "live"
-    compile_job = next(j for j in s.executor.jobs if j.kind == "compile")
-    assert s.busy is None  # background work shows no busy bar
-    s.add_rule("c1", "scale", {"factor": 3.0})  # a newer edit: the old compile is pointless
+    compile_job = next(j for j in s.jobs.executor.jobs if j.kind == "compile")
+    assert s.jobs.busy is None  # background work shows no busy bar
+    s.editor.add_rule("c1", "scale", {"factor": 3.0})  # a newer edit: the old compile is pointless
     assert compile_job.token.cancelled
-    s.executor.run_all()
-    assert s.result.meta["mode"] == "live" and s.result_plan == s.plan
+    s.jobs.executor.run_all()
+    assert s.result.meta["mode"] == "live" and s.results.plan == s.plan
     assert engine.is_compiled(s.plan, s.target)  # the newest plan was compiled after its live answer

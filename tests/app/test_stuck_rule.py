@@ -38,25 +38,25 @@ class BlocksForever(Rule):
 def _session():
     s = Session(ThreadExecutor())
     s.set_model(tiny_cnn())
-    assert s.executor.wait_idle(120)
+    assert s.jobs.executor.wait_idle(120)
     s.set_image(np.full((12, 12, 3), 90, np.uint8))
-    assert s.executor.wait_idle(120) and s.result is not None
+    assert s.jobs.executor.wait_idle(120) and s.result is not None
     messages: list[str] = []
-    s.status_changed.connect(messages.append)
+    s.feedback.status_changed.connect(messages.append)
     return s, messages
 
 
 def _stuck(s, rule):
     started.clear()
-    s.add_rule("c1", rule)
+    s.editor.add_rule("c1", rule)
     assert started.wait(60)  # the rule is running on the worker
     time.sleep(0.1)
 
 
 def _still_works(s):
-    s.set_plan(Plan().with_entry("c1", "scale", {"factor": 2.0}))
-    assert s.executor.wait_idle(120)
-    assert s.result is not None and s.result.rules == {"c1": "scale"} and s.busy is None
+    s.editor.set_plan(Plan().with_entry("c1", "scale", {"factor": 2.0}))
+    assert s.jobs.executor.wait_idle(120)
+    assert s.result is not None and s.result.rules == {"c1": "scale"} and s.jobs.busy is None
 
 
 def test_a_rule_looping_in_python_is_interrupted():
@@ -64,11 +64,11 @@ def test_a_rule_looping_in_python_is_interrupted():
     try:
         _stuck(s, "_loops_forever")
         s.cancel(grace=10.0)
-        assert s.executor.abandoned == 0 and s.busy is None
+        assert s.jobs.executor.abandoned == 0 and s.jobs.busy is None
         assert "left behind" not in messages[-1]
         _still_works(s)
     finally:
-        s.executor.shutdown()
+        s.jobs.executor.shutdown()
 
 
 def _worker_threads() -> list[threading.Thread]:
@@ -78,28 +78,28 @@ def _worker_threads() -> list[threading.Thread]:
 def test_a_rule_blocked_in_c_is_abandoned_and_no_second_thread_runs_tensorflow():
     s, messages = _session()
     errors: list[str] = []
-    s.error_raised.connect(lambda *a: errors.append(" ".join(str(x) for x in a)))
+    s.feedback.error_raised.connect(lambda *a: errors.append(" ".join(str(x) for x in a)))
     try:
-        engine = s._engine
+        engine = s.document.engine
         threads = _worker_threads()
         _stuck(s, "_blocks_forever")
         t0 = time.monotonic()
         s.cancel(grace=0.5)
         assert time.monotonic() - t0 < 5
-        assert s.executor.abandoned == 1 and "restart gradscope" in messages[-1] and s.busy is None
+        assert s.jobs.executor.abandoned == 1 and "restart gradscope" in messages[-1] and s.jobs.busy is None
         assert _worker_threads() == threads  # the same single thread, still inside the rule
 
-        s.set_plan(Plan().with_entry("c1", "scale", {"factor": 3.0}))  # refused at once, with the reason
-        assert s.executor.wait_idle(10)
-        assert errors and "did not stop" in errors[-1] and s.busy is None
+        s.editor.set_plan(Plan().with_entry("c1", "scale", {"factor": 3.0}))  # refused at once, with the reason
+        assert s.jobs.executor.wait_idle(10)
+        assert errors and "did not stop" in errors[-1] and s.jobs.busy is None
 
         never.set()  # the rule returns: the same thread carries on, and the user is told
-        assert s.executor.wait_running(30)
-        s.executor.wait_idle(10)
+        assert s.jobs.executor.wait_running(30)
+        s.jobs.executor.wait_idle(10)
         assert "computes again" in messages[-1]
         _still_works(s)
-        assert s._engine is engine and _worker_threads() == threads
+        assert s.document.engine is engine and _worker_threads() == threads
     finally:
         never.set()
-        s.executor.shutdown(timeout=10)
+        s.jobs.executor.shutdown(timeout=10)
         never.clear()

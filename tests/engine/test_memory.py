@@ -58,13 +58,13 @@ def test_soak_500_session_edits_hold_memory():
 
     s = Session(ManualExecutor())
     s.set_model(tiny_cnn())
-    s.executor.run_all()
+    s.jobs.executor.run_all()
     s.set_image(np.full((12, 12, 3), 90, np.uint8))
-    s.executor.run_all()
+    s.jobs.executor.run_all()
     after_50 = graphs_50 = 0
     for i in range(1, 501):
-        s.add_rule("c1", "scale", {"factor": 1.0 + i / 1000})
-        s.executor.run_all()
+        s.editor.add_rule("c1", "scale", {"factor": 1.0 + i / 1000})
+        s.jobs.executor.run_all()
         if i == 50:
             gc.collect()
             after_50, graphs_50 = rss_mb(), _traced_graphs()

@@ -120,10 +120,10 @@ def test_the_session_runs_the_checks_on_its_worker_and_restores_the_weights():
     s = Session(InlineExecutor())
     s.set_model(tiny_cnn(seed=2))
     s.set_image(np.random.default_rng(0).uniform(0, 1, (12, 12, 3)))
-    before = [w.copy() for w in s._engine.model.get_weights()]
+    before = [w.copy() for w in s.document.engine.model.get_weights()]
     reports = []
-    s.sanity_ready.connect(reports.append)
+    s.reports.sanity_ready.connect(reports.append)
     assert s.sanity_checks()
     assert reports and reports[0].randomisation and reports[0].finite_differences
-    for a, b in zip(before, s._engine.model.get_weights()):
+    for a, b in zip(before, s.document.engine.model.get_weights()):
         np.testing.assert_array_equal(a, b)

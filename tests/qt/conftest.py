@@ -54,7 +54,7 @@ def window(qtbot, tmp_path):
     w.resize(1400, 900)
     w.show()
     yield w
-    w.session.executor.shutdown()
+    w.session.jobs.executor.shutdown()
 
 
 @pytest.fixture
@@ -63,6 +63,6 @@ def wait_idle(qtbot):
 
     def wait(window, timeout=120_000):
         s = window.session
-        qtbot.waitUntil(lambda: s.busy is None and s.result is not None, timeout=timeout)
+        qtbot.waitUntil(lambda: s.jobs.busy is None and s.result is not None, timeout=timeout)
 
     return wait

@@ -21,13 +21,13 @@ SCRIPT = textwrap.dedent(
     def close_when_busy():
         for w in QApplication.topLevelWidgets():
             s = getattr(w, "session", None)
-            if s is not None and s.busy and s.graph is not None:
+            if s is not None and s.jobs.busy and s.graph is not None:
                 def stall(token):  # a job that is still running when the window closes
                     import tensorflow as tf
                     end = time.monotonic() + 5
                     while time.monotonic() < end:
                         tf.constant(1.0).numpy()
-                s._submit("run", "Stalling...", stall, lambda _: None)
+                s.jobs.submit("run", "Stalling...", stall, lambda _: None)
                 QTimer.singleShot(200, w.close)
                 print("closing", flush=True)
                 return

@@ -54,12 +54,12 @@ def _open_and_diagnose(window, qtbot, wait_idle, path: Path):
         panel = window.diagnostics
         qtbot.mouseClick(panel.run_button, Qt.MouseButton.LeftButton)
         assert not panel.run_button.isEnabled()  # running: the GUI thread is free, the button says so
-        qtbot.waitUntil(lambda: s.diagnosis is not None and s.busy is None, timeout=120_000)
+        qtbot.waitUntil(lambda: s.reports.diagnosis is not None and s.jobs.busy is None, timeout=120_000)
     finally:
         diagnose.diagnose_model = real
     assert ran_on and gui_thread not in ran_on  # TensorFlow work ran on the worker
     assert window.diagnostics_dock.isVisible() and panel.run_button.isEnabled()
-    return s.diagnosis
+    return s.reports.diagnosis
 
 
 def _cell(panel, row: int, column: str) -> str:
@@ -109,7 +109,7 @@ def test_broken_hypernetwork_shows_the_assign_cut(window, qtbot, wait_idle):
         assert view.items_by_id[node].diag_role in ("blocked", "path")
     assert view.items_by_id["classifier"].diag_role is None
     assert window.color_by.currentText() == "diagnosis"
-    s.select(None)
+    s.selection.select(None)
     cut, on_path, plain = (_pixel(view, n) for n in ("target_dense", "hyper_head", "classifier"))
     assert cut.red() > 150 and cut.green() < 90 and cut.blue() < 90, cut.name()
     assert on_path.red() > on_path.green() + 30 and on_path.red() > on_path.blue() + 30, on_path.name()
@@ -117,7 +117,7 @@ def test_broken_hypernetwork_shows_the_assign_cut(window, qtbot, wait_idle):
     edge = view.edge_items[("hyper_head", "target_dense")].pen().color()
     assert edge.red() > 150 and edge.green() < 60
     # a layout change (collapse/expand) keeps the marks
-    view.set_layout(s.layout, keep_view=True)
+    view.set_layout(s.document.layout, keep_view=True)
     assert view.items_by_id["target_dense"].diag_role == "cut"
 
 
@@ -135,7 +135,7 @@ def test_correct_hypernetwork_reports_all_connected(window, qtbot, wait_idle):
     # opening another model clears the report, the table and the marks
     window.open_model(str(HYPERNET / "hypernet_assign.keras"), custom_objects_file=str(LAYERS))
     wait_idle(window)
-    assert window.session.diagnosis is None and panel.table.rowCount() == 0
+    assert window.session.reports.diagnosis is None and panel.table.rowCount() == 0
 
 
 def test_custom_object_error_offers_a_file_and_retries(window, qtbot, wait_idle, monkeypatch):
@@ -156,7 +156,7 @@ def test_custom_object_error_offers_a_file_and_retries(window, qtbot, wait_idle,
     wait_idle(window)
     s = window.session
     assert asked == [(str(path), sig.args[1])]
-    assert s.graph is not None and "target_dense" in s.graph and s.custom_objects_file == str(LAYERS)
+    assert s.graph is not None and "target_dense" in s.graph and s.document.custom_objects_file == str(LAYERS)
 
 
 def test_giving_up_on_custom_objects_leaves_the_window_usable(window, qtbot, wait_idle, monkeypatch, model_file):
@@ -166,7 +166,7 @@ def test_giving_up_on_custom_objects_leaves_the_window_usable(window, qtbot, wai
     window.choose_custom_objects = lambda path, message: None  # the user cancels the dialog
     with qtbot.waitSignal(window.error_shown, timeout=60_000):
         window.open_model(str(HYPERNET / "hypernet_tensor.keras"))
-    qtbot.waitUntil(lambda: window.session.busy is None, timeout=10_000)
+    qtbot.waitUntil(lambda: window.session.jobs.busy is None, timeout=10_000)
     assert window.session.graph is None
     window.open_model(str(model_file))
     wait_idle(window)

@@ -16,7 +16,7 @@ def _open(window, qtbot, wait_idle, model_file, image_file=None):
         assert window.open_image(str(image_file))
     window.open_model(str(model_file))
     wait_idle(window)
-    qtbot.waitUntil(lambda: window.session.rules_ready, timeout=60_000)
+    qtbot.waitUntil(lambda: window.session.catalog.ready, timeout=60_000)
 
 
 def test_open_select_rule_badge_undo(window, qtbot, wait_idle, model_file, image_file):
@@ -35,7 +35,7 @@ def test_open_select_rule_badge_undo(window, qtbot, wait_idle, model_file, image
     baseline_grad = s.baseline.input_grad.copy()
     qtbot.mouseClick(editor.apply_node, Qt.MouseButton.LeftButton)
     qtbot.waitUntil(
-        lambda: s.busy is None and s.result is not None and s.result.rules == {"c1": "zero"}, timeout=60_000
+        lambda: s.jobs.busy is None and s.result is not None and s.result.rules == {"c1": "zero"}, timeout=60_000
     )
     assert view.items_by_id["c1"].rule == "zero"  # the badge
     assert view.items_by_id["c1:pre"].status == "zero"  # nothing flows below the zeroed activation
@@ -45,7 +45,7 @@ def test_open_select_rule_badge_undo(window, qtbot, wait_idle, model_file, image
     # the overlay shows the (now zero) map at the selected node's output, which still has a signal
     assert window.overlay.map_panel.pixmap() is not None
     window.undo_action.trigger()
-    qtbot.waitUntil(lambda: s.busy is None and s.result is not None and not s.result.rules, timeout=60_000)
+    qtbot.waitUntil(lambda: s.jobs.busy is None and s.result is not None and not s.result.rules, timeout=60_000)
     assert view.items_by_id["c1"].rule is None
     assert window.inspector.plan_table.table.rowCount() == 0
     assert window.redo_action.isEnabled()
@@ -54,14 +54,14 @@ def test_open_select_rule_badge_undo(window, qtbot, wait_idle, model_file, image
 def test_apply_to_type_and_params_form(window, qtbot, wait_idle, model_file, image_file):
     _open(window, qtbot, wait_idle, model_file, image_file)
     s = window.session
-    s.select("c2")
+    s.selection.select("c2")
     editor = window.inspector.rule_editor
     editor.select_rule("scale")
     factor = editor.params.editors["factor"][1]
     factor.setText("3.0")
     base = s.baseline.input_grad.copy()
     qtbot.mouseClick(editor.apply_type, Qt.MouseButton.LeftButton)
-    qtbot.waitUntil(lambda: s.busy is None and s.result is not None and len(s.result.rules) == 2, timeout=60_000)
+    qtbot.waitUntil(lambda: s.jobs.busy is None and s.result is not None and len(s.result.rules) == 2, timeout=60_000)
     assert s.plan.entries[-1].select == "type:Conv2D" and s.plan.entries[-1].params == {"factor": 3.0}
     np.testing.assert_allclose(s.result.input_grad, 9.0 * base, rtol=1e-4, atol=1e-7)  # two scaled convs
     # a bad parameter is refused with a message, not a crash
@@ -80,7 +80,7 @@ def test_flow_plot_click_selects_and_exports(window, qtbot, wait_idle, model_fil
     assert flow.node_ids == [n for n in s.graph.ids() if n in s.result.stats]
     flow.click_node("c2")
     assert s.selected == "c2" and window.graph_view.selected_id() == "c2"
-    png = s.export_overlay(tmp_path / "overlay.png")
+    png = s.exports.overlay(tmp_path / "overlay.png")
     with Image.open(png) as im:
         im.verify()
     with Image.open(png) as im:
@@ -91,7 +91,7 @@ def test_flow_plot_click_selects_and_exports(window, qtbot, wait_idle, model_fil
         assert im.format == "PNG" and im.size[0] >= 800
     svg = flow.export_image(tmp_path / "flow.svg").read_text()
     assert "<svg" in svg
-    csv_rows = s.export_flow_csv(tmp_path / "flow.csv").read_text().splitlines()
+    csv_rows = s.exports.flow_csv(tmp_path / "flow.csv").read_text().splitlines()
     assert csv_rows[0].startswith("node,rule,status") and len(csv_rows) == 1 + len(flow.node_ids)
 
 
@@ -103,7 +103,7 @@ def test_corrupt_model_shows_error_and_app_keeps_working(window, qtbot, wait_idl
     title, message = sig.args
     assert title == "Cannot open the model" and "corrupt.keras" in message
     assert "Traceback" not in message
-    qtbot.waitUntil(lambda: window.session.busy is None, timeout=10_000)
+    qtbot.waitUntil(lambda: window.session.jobs.busy is None, timeout=10_000)
     assert window.session.graph is None and not window.progress.isVisible()
     _open(window, qtbot, wait_idle, model_file)  # the window still works
     assert window.session.graph is not None
@@ -135,7 +135,7 @@ def test_unsafe_model_offers_explicit_opt_in(window, qtbot, wait_idle, tmp_path)
 def test_gui_stays_responsive_while_the_backward_pass_runs(window, qtbot, wait_idle, model_file, image_file):
     _open(window, qtbot, wait_idle, model_file, image_file)
     s = window.session
-    engine = s._engine
+    engine = s.document.engine
     gui_thread = threading.get_ident()
     ran_on: list[int] = []
     real = engine.backward
@@ -148,11 +148,12 @@ def test_gui_stays_responsive_while_the_backward_pass_runs(window, qtbot, wait_i
     engine.backward = spy
     ticks = []
     timer = QTimer()
-    timer.timeout.connect(lambda: ticks.append(s.busy))
+    timer.timeout.connect(lambda: ticks.append(s.jobs.busy))
     timer.start(10)
-    s.add_rule("c2", "true_gradient")  # a new plan: traced afresh, which takes a while
+    s.editor.add_rule("c2", "true_gradient")  # a new plan: traced afresh, which takes a while
     qtbot.waitUntil(
-        lambda: s.busy is None and s.result is not None and s.result.rules == {"c2": "true_gradient"}, timeout=60_000
+        lambda: s.jobs.busy is None and s.result is not None and s.result.rules == {"c2": "true_gradient"},
+        timeout=60_000,
     )
     timer.stop()
     busy_ticks = [t for t in ticks if t is not None]
@@ -181,7 +182,7 @@ def test_nested_model_collapses(window, qtbot, wait_idle, tmp_path):
     collapse.click()
     qtbot.waitUntil(lambda: "group:inner" in view.items_by_id, timeout=30_000)
     assert "inner/dense" not in view.items_by_id
-    window.session.select("inner/dense")  # a member of the collapsed box selects the box
+    window.session.selection.select("inner/dense")  # a member of the collapsed box selects the box
     assert view.selected_id() == "group:inner"
     expand.click()
     qtbot.waitUntil(lambda: "inner/dense" in view.items_by_id, timeout=30_000)
@@ -202,15 +203,15 @@ def test_search_finds_and_selects(window, qtbot, wait_idle, model_file, image_fi
 def test_session_file_and_recent_models(window, qtbot, wait_idle, model_file, image_file, tmp_path):
     _open(window, qtbot, wait_idle, model_file, image_file)
     s = window.session
-    s.add_rule("c1", "zero")
+    s.editor.add_rule("c1", "zero")
     wait_idle(window)
     saved = s.save(tmp_path / "work")
     assert window._recent()[0] == str(model_file.resolve())
-    s.clear_plan()
+    s.editor.clear()
     wait_idle(window)
     window.open_path(str(saved))
     qtbot.waitUntil(
-        lambda: s.busy is None and s.result is not None and s.result.rules == {"c1": "zero"}, timeout=60_000
+        lambda: s.jobs.busy is None and s.result is not None and s.result.rules == {"c1": "zero"}, timeout=60_000
     )
     assert window.inspector.plan_table.table.rowCount() == 1
 
@@ -227,17 +228,17 @@ def test_cancel_button_drops_the_running_pass(window, qtbot, wait_idle, model_fi
     _open(window, qtbot, wait_idle, model_file, image_file)
     s = window.session
     shown = s.result
-    s.add_rule("c2", "scale", {"factor": 7.0})  # a new plan: a fresh trace, so it is still running
+    s.editor.add_rule("c2", "scale", {"factor": 7.0})  # a new plan: a fresh trace, so it is still running
     assert window.cancel_button.isVisible() and window.progress.isVisible()
     qtbot.mouseClick(window.cancel_button, Qt.MouseButton.LeftButton)
-    assert s.busy is None and not window.cancel_button.isVisible()
+    assert s.jobs.busy is None and not window.cancel_button.isVisible()
     assert window.status_label.text().startswith("Cancelled")
-    assert s.plan == s.result_plan  # plan, map and labels describe the same (previous) result
-    s.executor.wait_idle(60)  # the worker finishes the running call; its result must not be shown
+    assert s.plan == s.results.plan  # plan, map and labels describe the same (previous) result
+    s.jobs.executor.wait_idle(60)  # the worker finishes the running call; its result must not be shown
     qtbot.wait(0)
     assert s.result is shown
-    s.undo()  # the cancelled edit is one undo away; it runs again and now shows
-    qtbot.waitUntil(lambda: s.busy is None and s.result is not shown, timeout=60_000)
+    s.editor.undo()  # the cancelled edit is one undo away; it runs again and now shows
+    qtbot.waitUntil(lambda: s.jobs.busy is None and s.result is not shown, timeout=60_000)
     assert s.result.rules == {"c2": "scale"}
 
 
@@ -289,7 +290,7 @@ def test_file_menu_exports_the_plan_as_a_python_script(
     from PySide6.QtWidgets import QFileDialog
 
     _open(window, qtbot, wait_idle, model_file, image_file)
-    window.session.add_rule("c2", "scale", {"factor": 2.0})
+    window.session.editor.add_rule("c2", "scale", {"factor": 2.0})
     wait_idle(window)
     target = tmp_path / "train_fix.py"
     monkeypatch.setattr(QFileDialog, "getSaveFileName", lambda *a, **k: (str(target), "Python (*.py)"))
@@ -360,7 +361,7 @@ def _wait_for_tensorflow(window) -> None:
     from PySide6.QtWidgets import QApplication
 
     deadline = time.monotonic() + 60
-    while not window.session.rules_ready and time.monotonic() < deadline:
+    while not window.session.catalog.ready and time.monotonic() < deadline:
         QApplication.processEvents()
         time.sleep(0.01)
 
@@ -455,7 +456,7 @@ def test_compare_two_plans_side_by_side_swap_and_export(
     overlay, flow, s = window.overlay, window.flow, window.session
     assert not overlay.swap_button.isEnabled()
     overlay.pin_button.click()
-    s.add_rule("c2", "scale", {"factor": 2.0})
+    s.editor.add_rule("c2", "scale", {"factor": 2.0})
     wait_idle(window)
     assert overlay.input_panel.caption.text().startswith("A: custom plan")
     assert overlay.map_panel.caption.text() == "B: gradient (pinned)"
@@ -469,7 +470,7 @@ def test_compare_two_plans_side_by_side_swap_and_export(
     assert target.is_file() and target.with_suffix(".json").is_file()
     overlay.swap_button.click()
     wait_idle(window)
-    assert not s.plan.entries and s.pinned.plan.entries
+    assert not s.plan.entries and s.ab.pinned.plan.entries
     overlay.unpin_button.click()
     assert overlay.input_panel.caption.text() == "Input" and not overlay.swap_button.isEnabled()
 
@@ -486,7 +487,7 @@ def test_a_loading_model_is_drawn_unclickable_and_the_current_one_returns_if_it_
     saved(functional(), other)
     bad = with_damaged_weights(other, tmp_path / "bad.keras")
     previews: list[tuple] = []
-    window.session.model_previewed.connect(
+    window.session.document.previewed.connect(
         lambda graph, layout: previews.append(
             (graph is not None, window.graph_view.isInteractive(), set(window.graph_view.items_by_id))
         )
@@ -498,7 +499,7 @@ def test_a_loading_model_is_drawn_unclickable_and_the_current_one_returns_if_it_
     (drawn, clickable, items), (withdrawn, clickable_after, items_after) = previews
     assert drawn and not clickable and "bn" in items and items != shown  # the new graph, not clickable yet
     assert not withdrawn and clickable_after and items_after == shown  # the model still held is back
-    assert window.session.model_path == str(model_file) and "bad.keras" in errors[0]
+    assert window.session.document.path == str(model_file) and "bad.keras" in errors[0]
     assert "tiny" in window.graph_pane.title.text()
 
 
@@ -511,8 +512,18 @@ def test_a_headless_screenshot_with_a_bad_file_never_waits_for_a_click(tmp_path,
     bad = tmp_path / "x.npy"
     np.save(bad, np.zeros((2, 3), np.float32))
     shot = tmp_path / "shot.png"
-    cmd = [sys.executable, "-m", "gradscope", "gui", str(model_file), str(bad), "--screenshot", str(shot),
-           "--size", "800x600"]
+    cmd = [
+        sys.executable,
+        "-m",
+        "gradscope",
+        "gui",
+        str(model_file),
+        str(bad),
+        "--screenshot",
+        str(shot),
+        "--size",
+        "800x600",
+    ]
     env = {**os.environ, "QT_QPA_PLATFORM": "offscreen"}
     out = subprocess.run(cmd, capture_output=True, text=True, timeout=180, env=env)
     assert out.returncode == 2, out.stderr
@@ -523,25 +534,25 @@ def test_a_headless_screenshot_with_a_bad_file_never_waits_for_a_click(tmp_path,
 def test_after_undoing_a_preset_the_preset_box_no_longer_names_it(window, qtbot, wait_idle, model_file, image_file):
     _open(window, qtbot, wait_idle, model_file, image_file)
     s, methods = window.session, window.inspector.methods
-    s.add_rule("c1", "zero")
+    s.editor.add_rule("c1", "zero")
     wait_idle(window)
     assert methods.combo.currentIndex() == -1 and methods.combo.placeholderText() == "custom plan"
     assert not methods.apply.isEnabled()
     methods.combo.setCurrentText("guided_backprop")
     assert methods.apply.isEnabled()
     methods.apply.click()
-    qtbot.waitUntil(lambda: s.busy is None and s.result_method == "guided_backprop", timeout=60_000)
+    qtbot.waitUntil(lambda: s.jobs.busy is None and s.results.method == "guided_backprop", timeout=60_000)
     assert methods.combo.currentText() == "guided_backprop"
-    s.undo()
+    s.editor.undo()
     assert methods.combo.currentIndex() == -1 and [e.select for e in s.plan.entries] == ["c1"]
 
 
 def test_a_finished_job_leaves_no_stale_busy_text(window, qtbot, wait_idle, model_file, image_file):
     _open(window, qtbot, wait_idle, model_file, image_file)
     s = window.session
-    s.status_changed.emit("Gradients in 0.1 s")
-    s.set_layout_direction("LR")  # a layout job: it ends without a status message of its own
-    qtbot.waitUntil(lambda: s.busy is None, timeout=30_000)
+    s.feedback.status_changed.emit("Gradients in 0.1 s")
+    s.document.set_layout_direction("LR")  # a layout job: it ends without a status message of its own
+    qtbot.waitUntil(lambda: s.jobs.busy is None, timeout=30_000)
     assert "Laying out" not in window.status_label.text()
     assert window.status_label.text() == "Gradients in 0.1 s"
 

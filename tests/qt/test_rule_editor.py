@@ -12,7 +12,7 @@ from gradscope.rules.base import Rule, available_rules
 def _open(window, qtbot, wait_idle, model_file):
     window.open_model(str(model_file))
     wait_idle(window)
-    qtbot.waitUntil(lambda: window.session.rules_ready, timeout=60_000)
+    qtbot.waitUntil(lambda: window.session.catalog.ready, timeout=60_000)
     return window.session, window.inspector.rule_editor
 
 
@@ -25,7 +25,7 @@ def test_a_node_without_a_rule_starts_on_the_true_gradient(window, qtbot, wait_i
     s, editor = _open(window, qtbot, wait_idle, model_file)
     rules = available_rules()
     for node_id in ("c1:pre", "c1", "c2", "gap", "out"):
-        s.select(node_id)
+        s.selection.select(node_id)
         assert editor.rule_combo.currentText() == DEFAULT_RULES[0], node_id  # not "clip", the first by name
         assert "true gradient" in editor.description.text().lower()
         node = s.graph.node(node_id)
@@ -36,14 +36,14 @@ def test_a_node_without_a_rule_starts_on_the_true_gradient(window, qtbot, wait_i
         specific = [rules[n].applies_to(node) and _narrow(rules[n]) for n in names]
         assert specific == sorted(specific, reverse=True), (node_id, names)  # node-specific ones before those
         assert names.index("identity") < names.index("true_gradient") < names.index("zero")
-    s.select("c1")
+    s.selection.select("c1")
     names = editor.rule_names()
     for name in ("guided_backprop", "deconvnet", "backward_as"):
         if name in rules:  # registered by the ReLU-family / substitute modules
             assert names.index(name) < names.index("identity"), names
     if "guided_backprop" in rules and "deconvnet" in rules:
         assert names.index("guided_backprop") < names.index("deconvnet")
-    s.select("out")
+    s.selection.select("out")
     names = editor.rule_names()
     for name in ("mwp", "lrp_epsilon"):
         if name in rules and rules[name].applies_to(s.graph.node("out")):
@@ -54,7 +54,7 @@ def test_a_node_without_a_rule_starts_on_the_true_gradient(window, qtbot, wait_i
 
 def test_group_headers_cannot_be_chosen(window, qtbot, wait_idle, model_file):
     s, editor = _open(window, qtbot, wait_idle, model_file)
-    s.select("c2")
+    s.selection.select("c2")
     combo = editor.rule_combo
     headers = [i for i in range(combo.count()) if combo.itemText(i) not in available_rules()]
     assert headers and all(combo.itemText(i).startswith("—") for i in headers)
@@ -66,23 +66,23 @@ def test_group_headers_cannot_be_chosen(window, qtbot, wait_idle, model_file):
 
 def test_a_node_shows_the_rule_the_plan_gives_it(window, qtbot, wait_idle, model_file):
     s, editor = _open(window, qtbot, wait_idle, model_file)
-    s.add_rule("type:Conv2D", "scale", {"factor": 2.5})  # by type: no entry names the node itself
-    s.add_rule("c1", "zero")
+    s.editor.add_rule("type:Conv2D", "scale", {"factor": 2.5})  # by type: no entry names the node itself
+    s.editor.add_rule("c1", "zero")
     wait_idle(window)
-    s.select("c1:pre")
+    s.selection.select("c1:pre")
     assert editor.rule_combo.currentText() == "scale"
     assert float(editor.params.editors["factor"][1].text()) == 2.5
-    s.select("c1")
+    s.selection.select("c1")
     assert editor.rule_combo.currentText() == "zero"
-    s.select("gap")  # no rule: back to the true gradient, not the previous node's choice
+    s.selection.select("gap")  # no rule: back to the true gradient, not the previous node's choice
     assert editor.rule_combo.currentText() == "identity"
-    s.select("c2")
+    s.selection.select("c2")
     editor.select_rule("clip")  # the user picks a rule and applies it to this node
     qtbot.mouseClick(editor.apply_node, Qt.MouseButton.LeftButton)
-    qtbot.waitUntil(lambda: s.busy is None and s.result is not None and "c2" in s.result.rules, timeout=60_000)
-    assert s.rule_for("c2") == "clip" and editor.rule_combo.currentText() == "clip"
-    s.select("c1:pre")
-    s.select("c2")
+    qtbot.waitUntil(lambda: s.jobs.busy is None and s.result is not None and "c2" in s.result.rules, timeout=60_000)
+    assert s.editor.rule_for("c2") == "clip" and editor.rule_combo.currentText() == "clip"
+    s.selection.select("c1:pre")
+    s.selection.select("c2")
     assert editor.rule_combo.currentText() == "clip"
     window.undo_action.trigger()  # the plan no longer gives c2 clip: the editor follows
     assert editor.rule_combo.currentText() == "scale"

@@ -65,15 +65,17 @@ def test_no_control_is_clipped(window, qtbot, wait_idle, model_file, image_file,
     assert window.open_image(str(image_file))
     window.open_model(str(model_file))
     wait_idle(window)
-    qtbot.waitUntil(lambda: window.session.rules_ready, timeout=60_000)
-    window.session.select("c1")
+    qtbot.waitUntil(lambda: window.session.catalog.ready, timeout=60_000)
+    window.session.selection.select("c1")
     window.resize(*size)
     qtbot.wait(50)
     assert (window.width(), window.height()) == size, f"minimum {window.minimumSizeHint().toTuple()}"
     problems = settled(window, qtbot)
     assert not problems, "\n".join(problems)
     window.diagnose()  # the diagnostics dock opens: the graph keeps a usable height, still nothing is cut
-    qtbot.waitUntil(lambda: window.session.diagnosis is not None and window.session.busy is None, timeout=60_000)
+    qtbot.waitUntil(
+        lambda: window.session.reports.diagnosis is not None and window.session.jobs.busy is None, timeout=60_000
+    )
     qtbot.wait(50)
     assert window.graph_pane.height() >= 150 and (window.width(), window.height()) == size
     problems = settled(window, qtbot)
@@ -93,8 +95,9 @@ def test_a_headless_screenshot_is_exactly_the_size_asked_for(tmp_path):
 
     out = tmp_path / "shot.png"
     cmd = [sys.executable, "-m", "gradscope", "gui", "--size", "1024x640", "--screenshot", str(out)]
-    run = subprocess.run(cmd, capture_output=True, text=True, timeout=180,
-                         env={**os.environ, "QT_QPA_PLATFORM": "offscreen"})
+    run = subprocess.run(
+        cmd, capture_output=True, text=True, timeout=180, env={**os.environ, "QT_QPA_PLATFORM": "offscreen"}
+    )
     assert run.returncode == 0, run.stderr
     with Image.open(out) as im:
         assert im.size == (1024, 640)

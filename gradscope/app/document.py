@@ -1,0 +1,202 @@
+"""The open model, as a small evented model: loading it on the worker (graph drawn while the weights load),
+its engine, its graph's layout (collapsed groups, direction) and its weights summary.
+
+Owns: ``path``, ``graph``, ``engine`` (touched only inside jobs), ``layout`` with ``collapsed`` and
+``layout_direction``, ``weight_info``, ``class_names`` (from a description file beside the model),
+``custom_objects_file``, ``load_request`` (what the last open asked for: a front end retries it with one thing
+changed) and ``previewing`` (a loading model's graph is on screen).
+Emits: ``loading(path)``; ``previewed(graph, layout)`` while the weights load, ``(None, None)`` when that load
+failed; ``loaded(graph)`` (emitted by the composition once everything else was reset for the new model);
+``layout_changed(layout)``; ``weights_ready(node id -> [WeightInfo])``.
+"""
+
+from __future__ import annotations
+
+import numbers
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from gradscope.app.jobs import Jobs
+from gradscope.app.session_files import find_class_names
+from gradscope.app.summaries import WeightInfo, weight_info
+from gradscope.core.errors import GraphError
+from gradscope.core.events import Signal
+from gradscope.core.graph import LayerGraph
+
+
+class ModelDocument:
+    def __init__(self, jobs: Jobs, on_ready: Callable[[], None]) -> None:
+        """``on_ready()``: called once a model has been adopted (the composition resets what described the
+        previous model, then emits ``loaded``)."""
+        self._jobs = jobs
+        self._on_ready = on_ready
+        self.path: str | None = None
+        self.graph: LayerGraph | None = None
+        self.engine: Any = None
+        self.layout: Any = None
+        self.collapsed: set[str] = set()
+        self.layout_direction = "TB"  # "TB" top to bottom, "LR" left to right
+        self.weight_info: dict[str, list[WeightInfo]] = {}
+        self.class_names: list[str] = []
+        self.custom_objects_file: str | None = None
+        self.load_request: dict[str, Any] | None = None
+        self.previewing = False
+        self.loading = Signal("model_loading")  # (path)
+        self.previewed = Signal("model_previewed")  # (graph, layout) or (None, None)
+        self.loaded = Signal("model_loaded")  # (graph)
+        self.layout_changed = Signal("layout_changed")  # (GraphLayout)
+        self.weights_ready = Signal("weights_ready")  # (node id -> [WeightInfo])
+
+    def open(
+        self,
+        path: str | Path,
+        *,
+        safe_mode: bool = True,
+        custom_objects_file: str | Path | None = None,
+        on_failed: Callable[[BaseException], None] | None = None,
+    ) -> None:
+        """Load a ``.keras``/``.h5`` file on the worker. An ``UnsafeModelError`` means the file runs code when
+        loaded and needs ``safe_mode=False``; a ``CustomObjectError`` means it uses custom layers: pass the Python
+        file defining them as ``custom_objects_file`` (it is imported, i.e. run, on the worker)."""
+        path = str(path)
+        objects_file = None if custom_objects_file is None else str(custom_objects_file)
+        self.load_request = {"path": path, "safe_mode": safe_mode, "custom_objects_file": objects_file}
+
+        def load(token: Any) -> dict[str, Any]:
+            from gradscope.io.models import load_custom_objects_file, load_model_in_steps
+
+            objects = None
+            if objects_file is not None:
+                token.report(f"Importing custom objects from {Path(objects_file).name}...")
+                objects = load_custom_objects_file(objects_file)
+            token.report(f"Loading {Path(path).name}...")
+            model, load_weights = load_model_in_steps(path, safe_mode=safe_mode, custom_objects=objects)
+            token.check()
+            built = self._build(model, token)
+            token.preview(built)  # the graph is drawn while the weights load
+            token.report("Loading the weights...")
+            load_weights()
+            token.check()
+            return {**built, "custom_objects_file": objects_file}
+
+        self._start_load(path, path, f"Loading {Path(path).name}...", load, on_failed)
+
+    def set_model(self, model: Any, path: str | None = None, on_failed: Any = None) -> None:
+        """Use an in-memory ``keras.Model`` (tests, notebooks). The engine is still built on the worker."""
+        shown = path or getattr(model, "name", "model")
+        self._start_load(shown, path, "Building the engine...", lambda t: self._build(model, t), on_failed)
+
+    def _start_load(self, shown: str, path: str | None, label: str, job: Any, on_failed: Any) -> None:
+        def failed(exc: BaseException) -> None:
+            self._withdraw_preview()
+            if on_failed is not None:
+                on_failed(exc)
+
+        self.loading.emit(shown)
+        self._jobs.submit(
+            "load",
+            label,
+            job,
+            lambda out: self._adopt(out, path),
+            exclusive=True,  # a new model makes every pending pass on the old one pointless
+            on_preview=self._preview,
+            on_failed=failed,
+        )
+
+    def _build(self, model: Any, token: Any) -> dict[str, Any]:
+        from gradscope.engine.runner import Engine
+        from gradscope.render.graph_layout import compute_layout, default_collapsed
+        from gradscope.rules.base import available_rules
+
+        available_rules()  # import the built-in rules here, not on the GUI thread
+        token.report("Reading the graph...")
+        engine = Engine(model)
+        token.check()
+        token.report("Laying out the graph...")
+        collapsed = default_collapsed(engine.graph)  # a large graph opens as its blocks (expand on click)
+        layout = compute_layout(
+            engine.graph, collapsed, should_stop=lambda: token.cancelled, direction=self.layout_direction
+        )
+        return {"engine": engine, "graph": engine.graph, "layout": layout, "collapsed": collapsed}
+
+    def _preview(self, out: dict[str, Any]) -> None:
+        """The new model's graph, shown (not yet usable) while its weights load; the document still holds the
+        current model until the load finishes."""
+        self.previewing = True
+        self.previewed.emit(out["graph"], out["layout"])
+
+    def _withdraw_preview(self) -> None:
+        """A load that showed its graph failed or was cancelled: the views go back to the current model."""
+        if self.previewing:
+            self.previewing = False
+            self.previewed.emit(None, None)
+
+    def _adopt(self, out: dict[str, Any], path: str | None) -> None:
+        self.previewing = False
+        self.engine, self.graph, self.layout = out["engine"], out["graph"], out["layout"]
+        self.collapsed = set(out.get("collapsed", ()))
+        self.path = path
+        self.custom_objects_file = out.get("custom_objects_file")
+        self.class_names = find_class_names(path) if path else []
+        self.weight_info = {}
+        engine = self.engine
+        # weight statistics (0.4 s on ResNet50) arrive after the graph is on screen, not before it
+        self._jobs.submit("weights", "", lambda token: weight_info(engine), self._on_weights, quiet=True)
+        self._on_ready()
+
+    def _on_weights(self, info: dict[str, list[WeightInfo]]) -> None:
+        self.weight_info = info
+        self.weights_ready.emit(info)
+
+    def cancelled(self) -> None:
+        """Everything was cancelled: a load that showed its graph is withdrawn."""
+        self._withdraw_preview()
+
+    # ------------------------------------------------------------------------------------------- layout
+    def set_collapsed(self, group: str, collapsed: bool) -> None:
+        """Collapse or expand a group (nested model or block) in the graph view (laid out off this thread)."""
+        changed = (group in self.collapsed) != collapsed
+        (self.collapsed.add if collapsed else self.collapsed.discard)(group)
+        if changed and self.graph is not None:
+            self._relayout()
+
+    def set_layout_direction(self, direction: str) -> None:
+        """Lay the graph out top to bottom ("TB") or left to right ("LR")."""
+        if direction not in ("TB", "LR"):
+            raise GraphError(f"A layout runs 'TB' (top to bottom) or 'LR' (left to right), not {direction!r}.")
+        if direction != self.layout_direction:
+            self.layout_direction = direction
+            if self.graph is not None:
+                self._relayout()
+
+    def collapse_all(self, collapse: bool) -> None:
+        """Collapse every group (nested models and name blocks) or expand them all, in one layout."""
+        if self.graph is None:
+            return
+        from gradscope.render.graph_layout import display_groups
+
+        wanted = set(display_groups(self.graph).paths) if collapse else set()
+        if wanted != self.collapsed:
+            self.collapsed = wanted
+            self._relayout()
+
+    def _relayout(self) -> None:
+        from gradscope.render.graph_layout import compute_layout
+
+        graph, collapsed, direction = self.graph, frozenset(self.collapsed), self.layout_direction
+
+        def job(token: Any) -> Any:
+            return compute_layout(graph, collapsed, should_stop=lambda: token.cancelled, direction=direction)
+
+        self._jobs.submit("layout", "Laying out the graph...", job, self._on_layout)
+
+    def _on_layout(self, layout: Any) -> None:
+        self.layout = layout
+        self.layout_changed.emit(layout)
+
+    def class_label(self, index: int) -> str:
+        """``"3 cat"`` when the model's description file names class 3, else ``"3"``."""
+        names = self.class_names
+        known = isinstance(index, numbers.Integral) and 0 <= index < len(names)
+        return f"{index} {names[index]}" if known else str(index)

@@ -1,0 +1,77 @@
+"""A run of the current plan, as a worker job: the baseline (plain gradient, reused while model, input and
+target stay), the plan's result, the sampling methods' average, and the status line that reports it."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from typing import Any
+
+from gradscope.app.results import RunOutput
+from gradscope.app.summaries import with_input_stats
+from gradscope.core.results import BackwardResult
+from gradscope.engine.attribution import with_sampled_input
+from gradscope.rules.plan import Plan
+
+
+def run_job(
+    engine: Any,
+    x: Any,
+    target: Any,
+    plan: Plan,
+    sampling: tuple[str, dict[str, Any]] | None,
+    baseline: BackwardResult | None,
+    shown: list[str],
+) -> Callable[[Any], tuple[BackwardResult, BackwardResult, float, bool]]:
+    """The job ``fn(token) -> (result, baseline, seconds, retraced)``; ``baseline``: the one already computed
+    for this model, input and target (None: compute it); ``shown``: nodes a view reads at once, copied to
+    numpy on the worker."""
+
+    def job(token: Any) -> tuple[BackwardResult, BackwardResult, float, bool]:
+        t0 = time.perf_counter()
+        traces = engine.trace_count
+        base = baseline
+        if base is None:
+            token.report("Baseline (plain gradient)...")
+            base = with_input_stats(engine.backward(x, target, Plan(), capture="all"))
+            token.check()
+        result = base
+        if plan.entries and not plan.is_identity:
+            token.report(f"Running the plan ({len(plan.entries)} entries)...")
+            result = with_input_stats(engine.backward(x, target, plan, capture="all"))
+        if sampling is not None:
+            token.report(f"{sampling[0]}: averaging the input gradient over copies...")
+            result = with_input_stats(with_sampled_input(engine, x, target, plan, result, sampling, token))
+        for res in (result, base):
+            for node in shown:
+                if node in res.node_grads:
+                    res.node_grads[node], res.node_values.get(node)
+        return result, base, time.perf_counter() - t0, engine.trace_count != traces
+
+    return job
+
+
+def run_status(out: RunOutput) -> str:
+    """The status line of a finished run: time, how it ran (live / traced / compiled), rules, warnings."""
+    mode = out.result.meta.get("mode", "compiled")
+    how = {
+        "live": f"live, {out.result.meta.get('recomputed_nodes', 0)} node(s) recomputed",
+        "compiled": "traced" if out.retraced else "compiled",
+    }.get(mode, mode)
+    warnings = out.result.warnings()
+    return f"Gradients in {out.seconds:.2f} s ({how}); {len(out.result.rules)} node(s) with rules" + (
+        f". Warning: {'; '.join(warnings)}." if warnings else ""
+    )
+
+
+def sampling_of(method: str | None, graph: Any) -> tuple[str, dict[str, Any]] | None:
+    """The sampling of a restored session's method preset (SmoothGrad, IG), with its default options."""
+    from gradscope.rules.methods import available_methods, build_method
+
+    if not method or method not in available_methods():
+        return None
+    try:
+        m = build_method(method, graph)
+    except Exception:  # noqa: BLE001 - a preset that does not fit this model simply has no sampling
+        return None
+    return (m.sampling, dict(m.options)) if m.sampling else None
