@@ -8,7 +8,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from gradscope.core.errors import EXIT_USER_ERROR
+from gradscope.core.errors import EXIT_USER_ERROR, GradscopeError
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
@@ -154,8 +154,13 @@ def _after_load(window: object, args: argparse.Namespace) -> None:
         if args.method:
             s.editor.apply_method(args.method)
         if args.select:
+            try:
+                s.graph.node(args.select)  # a missing id is an error that names the nearest ones
+            except GradscopeError as exc:
+                s.feedback.error("Cannot select the node", f"--select: {exc}", exc)
+                return
             s.selection.select(args.select)
-            if args.rule and s.selected:
+            if args.rule:
                 s.editor.add_rule(s.selected, args.rule)
         if args.diagnose:
             window.diagnose()  # type: ignore[attr-defined]

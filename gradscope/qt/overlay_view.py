@@ -41,6 +41,7 @@ class ImagePanel(QWidget):
         self.picture = QLabel()
         self.picture.setAlignment(Qt.AlignmentFlag.AlignCenter)
         self.picture.setMinimumSize(96, 96)
+        self.picture.setWordWrap(True)  # a placeholder ("No image: File ▸ Open image") wraps in a narrow panel
         self.picture.setSizePolicy(QSizePolicy.Policy.Expanding, QSizePolicy.Policy.Expanding)
         self.picture.setStyleSheet("background:#eceff1; border:1px solid #cfd8dc; color:#78909c")
         lay.addWidget(self.caption)

@@ -523,11 +523,14 @@ def test_a_headless_screenshot_with_a_bad_file_never_waits_for_a_click(tmp_path,
         str(shot),
         "--size",
         "800x600",
+        "--select",
+        "c9",  # no such node: an error too, not a silently unselected screenshot
     ]
     env = {**os.environ, "QT_QPA_PLATFORM": "offscreen"}
     out = subprocess.run(cmd, capture_output=True, text=True, timeout=180, env=env)
     assert out.returncode == 2, out.stderr
     assert "gradscope gui: error: Cannot open the image: " in out.stderr and "x.npy is not an image" in out.stderr
+    assert "gradscope gui: error: Cannot select the node: --select: No node 'c9'" in out.stderr
     assert shot.is_file()
 
 
