@@ -15,6 +15,7 @@ import numpy as np
 from gradscope.core.errors import GraphError, PlanError
 from gradscope.core.results import BackwardResult
 from gradscope.core.targets import Target
+from gradscope.io.model_inputs import ModelInput
 from gradscope.rules.methods import Method, build_method
 from gradscope.rules.plan import Plan
 
@@ -60,16 +61,26 @@ _VIEW_OPTIONS = {"cmap", "alpha", "normalization", "style"}
 
 @dataclass
 class Explanation:
-    """One image's explanation: the raw signal, the 2-D map and what produced it."""
+    """One input's explanation: the raw signal, the map and what produced it.
 
-    image: np.ndarray  # uint8 (H, W, 3): the original image
-    signal: np.ndarray  # (h, w, C) backward signal at the read-out node (times input if the method says so)
-    saliency: np.ndarray  # (h, w) after channel reduction, not normalised
+    ``saliency`` is the per-position map: (H, W) for an image, (seq,) for token ids (one score per token, read
+    at the embedding's output: the signal times the embedding summed over its dimension), (features,) for a
+    tabular row."""
+
+    image: np.ndarray | None  # uint8 (H, W, 3): the original image (None for tokens, rows and arrays)
+    signal: np.ndarray  # backward signal at the read-out node (times input if the method says so)
+    saliency: np.ndarray  # (h, w), (seq,) or (features,), not normalised
     result: BackwardResult
     method: Method
     node: str | None  # read-out node (None: the model input)
     target: Target
     sidecar: dict[str, Any] = field(default_factory=dict)
+    fed: ModelInput | None = None  # what the model was fed (tokens and their words, feature names)
+
+    @property
+    def labels(self) -> tuple[str, ...]:
+        """What each position of a (seq,) or (features,) map is: tokens or feature names (else empty)."""
+        return self.fed.labels if self.fed is not None and self.saliency.ndim == 1 else ()
 
     @property
     def warnings(self) -> list[str]:
@@ -99,6 +110,8 @@ class Explanation:
         gets a diverging colormap and signed normalisation), then the caller's choices."""
         from gradscope.app.view import INPUT_KEY, ViewSettings
 
+        if self.labels:  # token and feature scores are signed (x input): red for, blue against the target
+            cmap, normalization = cmap or "bwr", normalization or "signed"
         view = ViewSettings.for_method(
             self.method, colormap=cmap, alpha=alpha, normalization=normalization, style=style
         )
@@ -107,12 +120,20 @@ class Explanation:
 
     def images(self, **view_options: Any) -> Any:
         """The ``OverlayImages`` (heat map, blend) through the same pipeline as the GUI and its exports."""
-        from gradscope.app.view import ViewError, overlay_images
+        from gradscope.app.view import OverlayImages, ViewError, overlay_images
 
         unknown = sorted(set(view_options) - _VIEW_OPTIONS)
         if unknown:
             raise ViewError(f"Unknown view option(s) {', '.join(unknown)}; valid: {', '.join(sorted(_VIEW_OPTIONS))}.")
-        return overlay_images(self.signal, self.image, self.view(**view_options), self.node)
+        view = self.view(**view_options)
+        if not self.labels:
+            return overlay_images(self.signal, self.image, view, self.node)
+        from gradscope.render.positions import feature_bars, token_strip
+
+        view.check()
+        draw = token_strip if self.fed.kind == "tokens" else feature_bars
+        picture = draw(self.labels, self.saliency, colormap=view.colormap, normalization=view.normalization)
+        return OverlayImages(None, picture, None, self.saliency, self.node, False)
 
     def render(self, **view_options: Any) -> np.ndarray:
         """The overlay as uint8 (H, W, 3). ``style="caffe"`` (default) lets weak evidence show the image
@@ -152,9 +173,11 @@ class Explanation:
         return write_signal(path, self.signal, self._export_sidecar(), inputs=[*own, *inputs])
 
     def _export_sidecar(self, **view_options: Any) -> dict[str, Any]:
-        from gradscope.app.export import overlay_sidecar
+        from gradscope.app.export import overlay_sidecar, position_rows
 
         view = self.view(**view_options)
+        ids = self.fed.ids if self.fed is not None else None
+        positions = position_rows(self.labels, self.saliency, ids) if self.labels else None
         return overlay_sidecar(
             model_name=self.sidecar.get("model"),
             model_file=self.sidecar.get("model_file"),
@@ -167,24 +190,57 @@ class Explanation:
             readout_node=self.node,
             changed_nodes=self.result.rules,
             view=view,
+            positions=positions,
         )
 
 
-def _inputs(engine: Any, image: Any, preprocessing: str, target: Target | int | None) -> tuple:
-    """(uint8 RGB image, the model's input batch, ``Target``) from a path or an array and a class index."""
-    from gradscope.io.images import load_image, prepare_input, rgb_image
+def model_input(
+    engine: Any, source: Any, *, preprocessing: str = "unit", vocab: Any = None, row: int = 0
+) -> ModelInput:
+    """Any input as the model's batch (``io.model_inputs``): an image (path or uint8 array), token ids (an
+    integer array or list for a model whose input is integer), a ``.npy``/``.npz``/``.csv``/``.txt``/``.json``
+    file, a float array, or a ``ModelInput``. ``vocab``: a ``Vocabulary`` or the path of one."""
+    from gradscope.io.images import IMAGE_EXTENSIONS, load_image, prepare_input, rgb_image
+    from gradscope.io.model_inputs import read_model_input, table_input, token_input
+    from gradscope.io.sequences import TableRow, Vocabulary
 
-    img = rgb_image(load_image(image) if isinstance(image, (str, Path)) else image)
-    x = prepare_input(img, engine.graph.node(engine.graph.input_ids[0]).output_shape, preprocessing)
+    if isinstance(source, ModelInput):
+        return source
+    graph = engine.graph
+    if isinstance(vocab, (str, Path)):
+        vocab = Vocabulary.load(vocab)
+    first = graph.input_ids[0]
+    shape = graph.node(first).output_shape
+    if isinstance(source, (str, Path)) and Path(source).suffix.lower() not in IMAGE_EXTENSIONS:
+        return read_model_input(graph, source, vocab=vocab, row=row)
+    if not isinstance(source, (str, Path)):
+        a = np.asarray(source)
+        if len(graph.input_ids) == 1 and graph.is_integer_input(first):
+            return token_input(graph, a.reshape(-1) if a.ndim == 2 and len(a) == 1 else a, vocab=vocab)
+        if len(graph.input_ids) == 1 and len(shape) == 2 and a.ndim == 1:
+            return table_input(graph, TableRow(a.astype(np.float32), tuple(f"col{i}" for i in range(a.size))))
+        if a.dtype != np.uint8 or len(shape) != 4:  # arrays as they are: checked by the engine
+            return ModelInput((a,), "array", "<array>")
+    img = rgb_image(load_image(source) if isinstance(source, (str, Path)) else source)
+    x = prepare_input(img, shape, preprocessing)
+    return ModelInput((x,), "image", str(source) if isinstance(source, (str, Path)) else "<array>", image=img)
+
+
+def _inputs(engine: Any, source: Any, preprocessing: str, target: Target | int | None, **how: Any) -> tuple:
+    """(``ModelInput``, the model's input batch, ``Target``) from any input and a class index."""
+    fed = model_input(engine, source, preprocessing=preprocessing, **how)
+    x = engine.checked_inputs(list(fed.arrays))
     if not isinstance(target, Target):
         target = Target(index=target)  # type: ignore[arg-type]  (Target checks it is a whole number)
-    return img, x, target
+    return fed, (x[0] if len(x) == 1 else x), target
 
 
 def explain(
     model: Any,
     image: Any,
     *,
+    vocab: Any = None,
+    row: int = 0,
     method: str | Method | None = "gradient",
     plan: Plan | None = None,
     target: Target | int | None = None,
@@ -194,10 +250,14 @@ def explain(
     method_options: dict[str, Any] | None = None,
     safe_mode: bool = True,
 ) -> Explanation:
-    """Explain one image: run the method's (or the user's) plan and read the map at ``layer``.
+    """Explain one input: run the method's (or the user's) plan and read the map at ``layer``.
 
-    ``model``: a path, a keras.Model or an ``Engine`` (reuse one Engine across images: it caches traces).
-    ``image``: a path or a uint8 array (H, W, 3). ``target``: a class index, a ``Target`` or None (top-1).
+    ``model``: a path, a keras.Model or an ``Engine`` (reuse one Engine across inputs: it caches traces).
+    ``image``: any input ``model_input`` takes: an image path or uint8 (H, W, 3) array, token ids, a CSV /
+    array / token file, a ``ModelInput``; ``vocab`` (a ``Vocabulary`` or its file) shows token ids as words,
+    ``row`` picks a CSV row. ``target``: a class index, a ``Target`` or None (top-1).
+    For token ids the map is read where the signal exists, at the embedding's output (unless ``layer`` says
+    otherwise), as one score per token.
     """
     from gradscope.app.view import REDUCTIONS, ViewError
     from gradscope.render import reduce_channels
@@ -205,34 +265,48 @@ def explain(
     if reduction is not None and reduction not in REDUCTIONS:
         raise ViewError(f"Unknown channel reduction {reduction!r}; choose: {', '.join(REDUCTIONS)}.")
     engine = open_engine(model, safe_mode=safe_mode)
-    source = str(image) if isinstance(image, (str, Path)) else "<array>"
-    img, x, target = _inputs(engine, image, preprocessing, target)
+    fed, x, target = _inputs(engine, image, preprocessing, target, vocab=vocab, row=row)
     m = resolve_method(engine, method, plan, **(method_options or {}))
     node = layer or m.readout_node
     if node is not None and engine.graph.node(node).is_input:
         node = None
+    tokens = fed.kind == "tokens"
+    if tokens and node is None:  # no gradient reaches integer ids: read where the signal exists
+        node = engine.graph.embedding_of(engine.graph.input_ids[0]).id
     result = engine.backward(x, target, m.plan, capture=[node] if node else (), stats=False)
     if node is None:
         signal, forward = result.input_grad[0], result.inputs[0][0]
     else:
         signal, forward = result.node_grads[node][0], result.node_values[node][0]
-        if signal.ndim not in (2, 3):
+        if signal.ndim not in (2, 3) and not tokens:
             raise GraphError(
                 f"Node {node!r} has output shape {engine.graph.node(node).output_shape}: a map needs a spatial "
                 "(H, W[, C]) or (L, C) output. Pick a convolutional layer or the input."
             )
-    from gradscope.engine.attribution import sampled_input_grad, weighted_signal
+    from gradscope.engine.attribution import sampled_input_grad, token_scores, weighted_signal
+    from gradscope.rules.base import carries_relevance
 
     if m.sampling is not None:
+        if tokens:
+            raise GraphError(
+                f"{m.sampling} averages gradients over noisy copies of the input, which token ids cannot be; use "
+                "gradient (x input) or an LRP/MWP preset on a text model."
+            )
         if node is not None:
             raise GraphError(f"{m.sampling} reads its map at the model input; drop --layer/layer={node!r}.")
         signal = sampled_input_grad(engine, x, target, m.plan, m.sampling, m.options)[0]
-    signal = weighted_signal(signal, forward, times_input=m.times_input, grad_cam=m.grad_cam)
-    saliency = reduce_channels(signal, reduction or m.reduction)
+    if tokens:  # one score per token, summed over the embedding dimension: relevance as it is (LRP, MWP),
+        # a gradient times the embedding (gradient x input) otherwise
+        relevance = carries_relevance(result.rules.values())
+        signal = weighted_signal(signal, forward, times_input=not relevance, grad_cam=False)
+        saliency = token_scores(signal)
+    else:
+        signal = weighted_signal(signal, forward, times_input=m.times_input, grad_cam=m.grad_cam)
+        saliency = signal if signal.ndim == 1 else reduce_channels(signal, reduction or m.reduction)
     sidecar = {
         "model": getattr(engine.model, "name", "model"),
         "model_file": str(model) if isinstance(model, (str, Path)) else None,
-        "image": source,
+        "image": fed.source,
         "preprocessing": preprocessing,
         "target": target.to_dict(),
         "predicted_class": int(result.target_indices[0]) if result.target_indices.size else None,
@@ -241,7 +315,7 @@ def explain(
         "readout_node": node,
         "reduction": reduction or m.reduction,
     }
-    return Explanation(img, signal, saliency, result, m, node, target, sidecar)
+    return Explanation(fed.image, signal, saliency, result, m, node, target, sidecar, fed)
 
 
 def sanity(

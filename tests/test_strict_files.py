@@ -84,9 +84,9 @@ def test_an_absurd_export_size_is_one_line_and_exit_2_before_any_work(tmp_path, 
 
 
 def test_an_array_input_is_sized_from_its_header_before_it_is_read(tmp_path, capsys, monkeypatch):
-    from gradscope.cli import diagnose
+    from gradscope.io import arrays
 
-    monkeypatch.setattr(diagnose, "MAX_INPUT_BYTES", 1000)
+    monkeypatch.setattr(arrays, "MAX_INPUT_BYTES", 1000)
     big = tmp_path / "x.npy"
     np.save(big, np.zeros((2, 64, 64, 3), np.float32))
     assert main(["flow", "--input", str(big), "--label", "1"]) == EXIT_USER_ERROR

@@ -43,11 +43,15 @@ def overlay_sidecar(
     readout_node: str | None,
     changed_nodes: Iterable[str],
     view: ViewSettings,
+    positions: list[dict[str, Any]] | None = None,
 ) -> dict[str, Any]:
-    """What the picture is: the schema ``render.save_png`` stamps with ``schema`` and ``gradscope_version``."""
+    """What the picture is: the schema ``render.save_png`` stamps with ``schema`` and ``gradscope_version``;
+    ``positions``: per-token or per-feature scores of a text or tabular input (``position_rows``)."""
     target_dict = dict(target.to_dict())
     target_dict["class_index"] = predicted_class  # the class actually explained (top-1 resolved)
+    extra = {"positions": positions} if positions else {}
     return {
+        **extra,
         "model": model_name,
         "model_file": model_file,
         "image": image,
@@ -164,7 +168,36 @@ def write_overlay(
     picture = export_picture(images, view, long_side=long_side, colorbar=colorbar, map_only=map_only)
     size = [int(picture.shape[1]), int(picture.shape[0])]
     export = {"size": size, "colorbar": colorbar, "map_only": map_only}
+    positions = sidecar.get("positions") or []
+    if positions:  # a text or tabular input: its scores as a table too
+        table = path.with_name(path.stem + "_scores.csv")
+        refuse_overwriting([table], inputs)
+        write_scores_csv(table, positions)
+        export["scores_csv"] = table.name
     return render.save_png(path, picture, {**sidecar, "export": export})
+
+
+def position_rows(labels: Iterable[str], scores: np.ndarray, ids: Any = None) -> list[dict[str, Any]]:
+    """The sidecar's ``positions``: one row per token or feature, in input order."""
+    rows = []
+    for i, (label, score) in enumerate(zip(labels, np.asarray(scores, np.float64).reshape(-1).tolist())):
+        row: dict[str, Any] = {"index": i, "label": str(label), "score": score}
+        if ids is not None:
+            row["id"] = int(np.asarray(ids).reshape(-1)[i])
+        rows.append(row)
+    return rows
+
+
+def write_scores_csv(path: str | Path, positions: list[dict[str, Any]]) -> Path:
+    """Per-position scores as CSV (index, label, id, score), atomically."""
+    out = io.StringIO()
+    writer = csv.writer(out, lineterminator="\n")
+    writer.writerow(["index", "label", "id", "score"])
+    for p in positions:
+        writer.writerow([p["index"], p["label"], "" if p.get("id") is None else p["id"], repr(float(p["score"]))])
+    path = Path(path)
+    write_text_atomic(path, out.getvalue())
+    return path
 
 
 def write_comparison(path: str | Path, picture: np.ndarray, sidecar: dict[str, Any], *, inputs: Iterable = ()) -> Path:

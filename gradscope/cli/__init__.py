@@ -166,6 +166,25 @@ def cmd_rules(args: argparse.Namespace) -> int:
     return 0
 
 
+def _typed_input(args: argparse.Namespace, engine: Any) -> Any:
+    """``--tokens`` (ids, or a file of them) or ``--text`` (words, through ``--vocab``) as the model's input."""
+    from gradscope.io.model_inputs import text_input, token_input
+    from gradscope.io.sequences import Vocabulary, parse_token_ids, read_token_file
+
+    if args.tokens is None and args.text is None:
+        return None
+    if args.image:
+        raise GradscopeError("Give one input: a file, --tokens or --text, not two.")
+    vocab = Vocabulary.load(args.vocab) if args.vocab else None
+    if args.text is not None:
+        if vocab is None:
+            raise GradscopeError("--text needs --vocab FILE (one token per line) to turn words into token ids.")
+        return text_input(engine.graph, args.text, vocab)
+    source = Path(args.tokens).expanduser()
+    ids = read_token_file(source) if source.is_file() else parse_token_ids(args.tokens)
+    return token_input(engine.graph, ids, vocab=vocab, source=str(source) if source.is_file() else "<ids>")
+
+
 def cmd_explain(args: argparse.Namespace) -> int:
     from gradscope.api import explain
     from gradscope.app.export import check_long_side
@@ -176,12 +195,13 @@ def cmd_explain(args: argparse.Namespace) -> int:
     check_long_side(args.size)  # before the model loads: an absurd size is one line, at once
     plan = Plan.load(args.plan) if args.plan else None  # a bad plan too
     engine = _engine(args)
+    typed = _typed_input(args, engine)
     image_arg = Path(args.image) if args.image else Path(_demo_image())
-    images = list_images(image_arg) if image_arg.is_dir() else [image_arg]
+    images = [typed] if typed is not None else list_images(image_arg) if image_arg.is_dir() else [image_arg]
     if not images:
         raise ImageLoadError(f"No images (png, jpg, bmp, webp, tif) in folder {image_arg}.")
     out = Path(args.out)
-    many = image_arg.is_dir()
+    many = typed is None and image_arg.is_dir()
     if many:
         out.mkdir(parents=True, exist_ok=True)
     elif out.suffix.lower() != ".png":
@@ -189,14 +209,16 @@ def cmd_explain(args: argparse.Namespace) -> int:
     target = Target.parse(args.target)
     method = None if (plan is not None and args.method is None) else (args.method or "gradient")
     written, failed, warned, method_warnings = [], [], 0, ()
-    stems = [p.stem for p in images]
+    stems = [p.stem for p in images] if many else []
     taken: set[str] = set()  # output names used in this batch
     renamed: list[str] = []
-    for path in progress(images, lambda p: p.name, enabled=many and not args.quiet):
+    for path in progress(images, lambda p: getattr(p, "name", "input"), enabled=many and not args.quiet):
         try:
             e = explain(
                 engine,
                 path,
+                vocab=args.vocab,
+                row=args.row,
                 method=method,
                 plan=plan,
                 target=target,
@@ -211,7 +233,7 @@ def cmd_explain(args: argparse.Namespace) -> int:
             continue
         e.sidecar["model_file"] = args.model or _demo_model()
         dest = _batch_output(out, path, e.method.name, stems, taken, renamed) if many else out
-        inputs = [args.plan, *(images if many else [])]  # files an output must never replace
+        inputs = [args.plan, args.vocab, *(images if many else [])]  # files an output must never replace
         e.save(
             dest,
             inputs=inputs,
@@ -386,7 +408,16 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("explain", help="write a saliency overlay PNG (+ JSON sidecar) for an image or a folder")
     _model_argument(p)
-    p.add_argument("image", nargs="?", help="image file or folder (default: a bundled demo image)")
+    p.add_argument(
+        "image",
+        nargs="?",
+        help="input: an image file or folder, or a .npy/.npz (arrays by input name), .csv (a row), .txt/.json "
+        "(token ids) file (default: a bundled demo image)",
+    )
+    p.add_argument("--tokens", metavar="IDS", help="token ids for a text model: '12 7 99', or a .txt/.json file")
+    p.add_argument("--text", help="words for a text model, turned into token ids by --vocab")
+    p.add_argument("--vocab", metavar="FILE", help="vocabulary: one token per line (id = line number), or JSON")
+    p.add_argument("--row", type=int, default=0, help="the CSV row to explain (0: the first data row)")
     p.add_argument("--target", help="class index, 'top' (default), 'neuron:NODE:i,j,c' or 'channel:NODE:c'")
     p.add_argument("--method", help="method preset (see `gradscope methods`; default: gradient)")
     p.add_argument("--plan", help="plan JSON file (selector -> rule + params); overrides --method's plan")

@@ -13,30 +13,7 @@ from gradscope.core.results import non_finite_input_warnings
 from gradscope.core.targets import Target
 from gradscope.engine.flow import gradient_flow
 from gradscope.engine.paths import diagnose_model
-
-MAX_INPUT_BYTES = 2 << 30  # an array input is checked before it is read: 2 GiB is far past any batch here
-
-
-def _check_input_size(name: str, nbytes: int) -> None:
-    from gradscope.core.errors import ImageLoadError
-
-    if nbytes > MAX_INPUT_BYTES:
-        raise ImageLoadError(
-            f"{name} holds {nbytes / 2**30:.1f} GiB; gradscope reads array inputs up to "
-            f"{MAX_INPUT_BYTES / 2**30:.0f} GiB. Pass a smaller batch."
-        )
-
-
-def _npy_nbytes(path: Path) -> int:
-    """The size a .npy file's header promises (0 when it has no readable header: np.load then says why)."""
-    try:
-        with path.open("rb") as f:
-            major, _ = np.lib.format.read_magic(f)
-            read = np.lib.format.read_array_header_1_0 if major == 1 else np.lib.format.read_array_header_2_0
-            shape, _, dtype = read(f)
-    except (OSError, ValueError):
-        return 0
-    return int(np.prod(shape, dtype=np.float64)) * dtype.itemsize
+from gradscope.io.arrays import read_arrays
 
 
 def _cli_inputs(args: Any, engine: Any) -> list[np.ndarray] | None:
@@ -53,19 +30,10 @@ def _cli_inputs(args: Any, engine: Any) -> list[np.ndarray] | None:
         if not p.is_file():
             raise ImageLoadError(f"Input file not found: {p}")
         if p.suffix.lower() in (".npy", ".npz"):
-            if p.suffix.lower() == ".npy":
-                _check_input_size(p.name, _npy_nbytes(p))  # from the header, before anything is mapped
-            try:
-                loaded = np.load(p, mmap_mode="r", allow_pickle=False)
-            except (OSError, ValueError) as exc:
-                raise ImageLoadError(f"Cannot read {p.name} as a NumPy array: {exc}") from None
-            if isinstance(loaded, np.ndarray):
-                arrays.append(np.array(loaded))
-            else:
-                with loaded:
-                    for k in loaded.files:
-                        _check_input_size(f"{p.name}[{k}]", loaded.zip.getinfo(f"{k}.npy").file_size)
-                        arrays.append(loaded[k])
+            named = read_arrays(p)
+            if set(named) >= set(input_ids) and len(input_ids) > 1:  # an .npz named as the inputs
+                named = {k: named[k] for k in input_ids}
+            arrays.extend(named.values())
         else:
             from gradscope.io.images import load_image, prepare_input
 

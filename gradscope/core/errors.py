@@ -29,7 +29,11 @@ class CustomObjectError(ModelLoadError):
         self.object_name = object_name
 
 
-class ImageLoadError(GradscopeError):
+class InputError(GradscopeError):
+    """An input (image, token ids, text, array, CSV row) could not be read or does not fit the model."""
+
+
+class ImageLoadError(InputError):
     """An input image could not be read or does not fit the model."""
 
 

@@ -23,7 +23,8 @@ from gradscope.core.errors import GradscopeError
 
 PLAN_SCHEMA = 2  # 2: a fused layer's id is its output (the activation), "<id>:pre" its linear part (1: "<id>:act")
 SESSION_SCHEMA = 2  # 2: node ids as in plan schema 2
-SIDECAR_SCHEMA = 3  # 3: node ids as in plan schema 2; 2: one schema for every front end (view settings)
+SIDECAR_SCHEMA = 4  # 4: per-position scores (tokens, features); 3: node ids as in plan schema 2; 2: one schema
+# for every front end (view settings)
 
 # Editors validate a file against the schema its "$schema" key names; gradscope accepts and ignores the key.
 _EDITOR_SCHEMA = msgspec.field(name="$schema", default=None)
@@ -95,6 +96,15 @@ class SidecarTarget(TargetFile, forbid_unknown_fields=True):
     class_index: int | None = None  # the class actually explained (top-1 resolved)
 
 
+class SidecarPosition(msgspec.Struct, forbid_unknown_fields=True):
+    """One position of a per-position map: a token (with its id) or a tabular feature."""
+
+    index: int
+    label: str
+    score: float
+    id: int | None = None  # the token id
+
+
 class SidecarFile(msgspec.Struct, forbid_unknown_fields=True):
     """The JSON beside an exported PNG: what the picture shows, enough to reproduce it."""
 
@@ -111,6 +121,7 @@ class SidecarFile(msgspec.Struct, forbid_unknown_fields=True):
     predicted_class: int | None = None
     readout_node: str | None = None
     changed_nodes: list[str] = []
+    positions: list[SidecarPosition] = []  # a text or tabular input: one score per token / feature
     export: dict[str, Any] = {}
     editor_schema: str | None = _EDITOR_SCHEMA
 

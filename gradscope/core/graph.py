@@ -91,6 +91,26 @@ class LayerGraph:
         shape = self.node(self.output_ids[0]).output_shape if self.output_ids else ()
         return shape[-1] if len(shape) == 2 and shape[-1] else None
 
+    def is_integer_input(self, node_id: str) -> bool:
+        """True for a model input of whole numbers (token ids, category codes): no gradient reaches it."""
+        node = self.node(node_id)
+        return node.is_input and node.dtype.startswith(("int", "uint", "bool"))
+
+    def embedding_of(self, input_id: str) -> NodeSpec | None:
+        """Where an integer input becomes real numbers (its ``Embedding``): the first node fed by it whose
+        output is floating point, following integer-valued nodes (casts, slices) on the way; None if none."""
+        frontier, seen = [input_id], set()
+        while frontier:
+            current = frontier.pop(0)
+            for child in self.children(current):
+                if child.id in seen:
+                    continue
+                seen.add(child.id)
+                if child.dtype.startswith(("float", "bfloat")):
+                    return child
+                frontier.append(child.id)
+        return None
+
     def node(self, node_id: str) -> NodeSpec:
         try:
             return self._by_id[node_id]  # type: ignore[attr-defined]

@@ -118,6 +118,14 @@ def weighted_signal(signal: np.ndarray, value: Any, *, times_input: bool, grad_c
     return np.asarray(signal)
 
 
+def token_scores(weighted: np.ndarray) -> np.ndarray:
+    """One score per token from the signal times the embedding, (seq, dim) -> (seq,): summed over the embedding
+    dimension, so for gradient x input they add up (with the bias terms) to the explained logit on a linear
+    model, and under LRP rules they are each token's relevance."""
+    w = np.asarray(weighted, np.float32)
+    return w.reshape(w.shape[0], -1).sum(axis=1) if w.ndim >= 2 else w
+
+
 def grad_cam_weighting(grad: np.ndarray, value: np.ndarray) -> np.ndarray:
     """Grad-CAM's per-channel weighting of a feature map: ``mean_hw(dy/dA)_c * A_c`` (Selvaraju et al. 2017);
     its channel sum, clamped at 0 (``sum_clamped``), is the Grad-CAM map. ``grad``/``value``: (H, W, C)."""

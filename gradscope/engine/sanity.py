@@ -28,6 +28,7 @@ import numpy as np
 from gradscope.backend import tf
 from gradscope.core.errors import TargetError
 from gradscope.core.targets import Target
+from gradscope.rules.base import carries_relevance
 from gradscope.rules.plan import Plan
 
 Progress = Callable[[str], None]  # a message per step; may raise Cancelled
@@ -126,7 +127,7 @@ def sanity_checks(
     report = progress or (lambda message: None)
     base = engine.backward(x, target, plan, capture="all", mode="compiled")
     target_value = _target_value(engine, base, target)
-    as_signal = any(rule.startswith("lrp") or rule in ("mwp", "cmwp") for rule in base.rules.values())
+    as_signal = carries_relevance(base.rules.values())
     conservation = _conservation(engine, base, as_signal, tolerance) if "conservation" in checks else []
     randomisation = []
     if "randomisation" in checks:

@@ -43,6 +43,9 @@ class Rule:
     passthrough: ClassVar[bool] = False
     #: Node types the rule is meant for, shown in the GUI; ``applies_to`` is the real check.
     summary: ClassVar[str] = ""
+    #: True when the signal the rule passes down is relevance (``x ⊙ …``: LRP, MWP): it is read as it is, never
+    #: multiplied by the input again (RULES_SPEC §1, §4).
+    relevance: ClassVar[bool] = False
 
     def __init__(self, params: Any = None) -> None:
         self.params = params if params is not None else self.Params()
@@ -181,6 +184,13 @@ def available_rules() -> dict[str, type[Rule]]:
 
 def rule_source(name: str) -> str:
     return _SOURCES.get(name, "?")
+
+
+def carries_relevance(rule_names: Any) -> bool:
+    """True when any of these rules passes relevance down (``Rule.relevance``): below them, a signal is
+    relevance, not a gradient."""
+    rules = available_rules()
+    return any(getattr(rules.get(name), "relevance", False) for name in rule_names)
 
 
 def get_rule_class(name: str) -> type[Rule]:

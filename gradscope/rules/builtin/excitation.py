@@ -88,6 +88,7 @@ class MWPParams:
 
 class _MWPBase(Rule):
     Params = MWPParams
+    relevance = True  # x ⊙ …: the signal passed down is a winning probability (relevance), not a gradient
     kinds: ClassVar[frozenset[str]] = frozenset()
 
     @classmethod

@@ -94,6 +94,8 @@ def lrp_alpha_beta_linear(
 class _LRPRule(Rule):
     """Dispatch by node kind; subclasses give the linear-layer rule and the BatchNorm ε."""
 
+    relevance = True
+
     @classmethod
     def applies_to(cls, node: NodeSpec) -> bool:
         return node_kind(node) not in ("input", "unknown")

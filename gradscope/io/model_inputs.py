@@ -1,0 +1,158 @@
+"""Any input, checked against the model before it runs: an image, token ids or text (through a vocabulary), a CSV
+row, or arrays (``.npy``, ``.npz`` with one array per model input, by input name). Plain numpy: the checks read
+the model's graph (input shapes and dtypes, the embedding's vocabulary size), not TensorFlow.
+
+Every refusal is one ``InputError`` line naming the input: wrong length, an id outside the embedding's
+vocabulary, a value that is not a number, a missing input of a multi-input model.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from gradscope.core.errors import InputError
+from gradscope.core.graph import LayerGraph
+from gradscope.io.sequences import TableRow, Vocabulary, parse_token_ids, read_csv_row, read_token_file
+
+PAD_TOKENS = ("", "[PAD]", "<pad>", "<PAD>", "[pad]")
+TOKEN_SUFFIXES = (".txt", ".json")
+ARRAY_SUFFIXES = (".npy", ".npz")
+
+
+@dataclass(frozen=True)
+class ModelInput:
+    """What the model is fed (one array per model input, batch axis first) and how to show it."""
+
+    arrays: tuple[np.ndarray, ...]
+    kind: str  # "image", "tokens", "table" or "array"
+    source: str  # a path, "<text>", "<ids>" or "<array>"
+    image: np.ndarray | None = None  # uint8 (H, W, 3) for an image
+    ids: np.ndarray | None = None  # int64 (seq,) for tokens
+    tokens: tuple[str, ...] = ()  # what each position shows: the word, or the id when there is no vocabulary
+    names: tuple[str, ...] = ()  # feature names of a table row
+    note: str = ""  # what was done to fit the model (padding), to tell the user
+
+    @property
+    def labels(self) -> tuple[str, ...]:
+        """Position labels of a per-position map: tokens, feature names, or nothing."""
+        return self.tokens or self.names
+
+
+def token_input(graph: LayerGraph, ids: Any, *, vocab: Vocabulary | None = None, source: str = "<ids>") -> ModelInput:
+    """Token ids for a model whose input is integer: checked for length (shorter input is padded at the end
+    when the vocabulary's id 0 is a padding token) and for the embedding's vocabulary size."""
+    input_id = _single_input(graph, "token ids")
+    if not graph.is_integer_input(input_id):
+        shape = graph.node(input_id).output_shape
+        raise InputError(
+            f"Input {input_id!r} takes real numbers of shape {shape}, not token ids: give an image, a CSV row or "
+            "an array."
+        )
+    ids = np.asarray(ids)
+    if ids.ndim != 1 or ids.dtype.kind not in "iu":
+        raise InputError(f"Token ids for {input_id!r} are one sequence of whole numbers; got {ids.dtype} {ids.shape}.")
+    ids = ids.astype(np.int64)
+    note = ""
+    length = (graph.node(input_id).output_shape + (None, None))[1]
+    if length is not None and len(ids) != length:
+        padding = vocab is not None and len(vocab) and vocab.tokens[0] in PAD_TOKENS
+        if len(ids) > length or not padding:
+            raise InputError(
+                f"Input {input_id!r} takes {length} token ids; got {len(ids)}"
+                + ("." if len(ids) > length else " (and the vocabulary has no padding token at id 0 to fill it).")
+            )
+        note = f"Padded {length - len(ids)} position(s) at the end with id 0 ({vocab.tokens[0]!r})."
+        ids = np.concatenate([ids, np.zeros(length - len(ids), np.int64)])
+    embedding = graph.embedding_of(input_id)
+    size = embedding.config.get("input_dim") if embedding is not None else None
+    bad = [(p, int(i)) for p, i in enumerate(ids) if i < 0 or (isinstance(size, int) and i >= size)]
+    if bad:
+        pos, value = bad[0]
+        allowed = f"0..{size - 1}" if isinstance(size, int) else "0 or more"
+        raise InputError(
+            f"Token {pos} of input {input_id!r} is id {value}, outside the embedding's vocabulary ({allowed})"
+            + (f"; {len(bad)} such ids." if len(bad) > 1 else ".")
+        )
+    tokens = tuple(vocab.decode(ids)) if vocab is not None else tuple(str(i) for i in ids.tolist())
+    return ModelInput((ids[None],), "tokens", source, ids=ids, tokens=tokens, note=note)
+
+
+def text_input(graph: LayerGraph, text: str, vocab: Vocabulary) -> ModelInput:
+    """Raw text, split into words and looked up in ``vocab``."""
+    return token_input(graph, vocab.encode(text), vocab=vocab, source="<text>")
+
+
+def table_input(graph: LayerGraph, row: TableRow, source: str = "<row>") -> ModelInput:
+    """One CSV row for a model whose input is a vector of features."""
+    input_id = _single_input(graph, "a CSV row")
+    shape = graph.node(input_id).output_shape
+    if graph.is_integer_input(input_id) or len(shape) != 2:
+        raise InputError(f"Input {input_id!r} has shape {shape}: a CSV row fits an input of shape (None, features).")
+    if shape[1] is not None and shape[1] != len(row.values):
+        raise InputError(f"Input {input_id!r} takes {shape[1]} features; the row has {len(row.values)}.")
+    return ModelInput((row.values[None],), "table", source, names=row.names)
+
+
+def array_input(graph: LayerGraph, path: str | Path) -> ModelInput:
+    """Arrays from ``.npy`` (a one-input model) or ``.npz`` (one array per model input, named as the inputs,
+    else in order), a single sample or a batch."""
+    from gradscope.io.arrays import read_arrays
+
+    p = Path(path).expanduser()
+    named = read_arrays(p)
+    ids = list(graph.input_ids)
+    if set(named) >= set(ids):
+        arrays = [named[i] for i in ids]
+    elif len(named) == len(ids) and not set(named) & set(ids):
+        arrays = list(named.values())  # unnamed (arr_0, ...): in order
+    else:
+        missing = [i for i in ids if i not in named]
+        raise InputError(
+            f"{p.name} lacks input(s) {', '.join(map(repr, missing))} of the model (it holds "
+            f"{', '.join(map(repr, named)) or 'nothing'}); name the arrays as the inputs: {', '.join(ids)}."
+        )
+    fitted = []
+    for node_id, a in zip(ids, arrays):
+        want = graph.node(node_id).output_shape
+        fitted.append(a[None] if a.ndim == len(want) - 1 else a)
+    return ModelInput(tuple(fitted), "array", str(p))
+
+
+def read_model_input(
+    graph: LayerGraph, source: str | Path, *, vocab: Vocabulary | None = None, row: int = 0
+) -> ModelInput:
+    """A file as the model's input, by its kind: ``.npy``/``.npz`` arrays, a ``.csv`` row, a ``.txt``/``.json``
+    of token ids (for an integer input). Images go through ``io.images`` (they need the pixel scaling)."""
+    p = Path(source).expanduser()
+    suffix = p.suffix.lower()
+    if suffix in ARRAY_SUFFIXES:
+        return array_input(graph, p)
+    if suffix == ".csv":
+        return table_input(graph, read_csv_row(p, row), str(p))
+    if suffix in TOKEN_SUFFIXES:
+        return token_input(graph, read_token_file(p), vocab=vocab, source=str(p))
+    raise InputError(f"{p.name}: an input file is .npy, .npz, .csv, .txt or .json (or an image).")
+
+
+def typed_input(graph: LayerGraph, text: str, vocab: Vocabulary | None = None) -> ModelInput:
+    """What a user typed: token ids ("12 7 99"), or words when a vocabulary is given and the text is not ids."""
+    try:
+        ids = parse_token_ids(text)
+    except InputError:
+        if vocab is None:
+            raise
+        return text_input(graph, text, vocab)
+    return token_input(graph, ids, vocab=vocab, source="<ids>")
+
+
+def _single_input(graph: LayerGraph, what: str) -> str:
+    if len(graph.input_ids) != 1:
+        raise InputError(
+            f"The model takes {len(graph.input_ids)} inputs ({', '.join(graph.input_ids)}); {what} feed one. Give "
+            "an .npz file with one array per input, named as the inputs."
+        )
+    return graph.input_ids[0]

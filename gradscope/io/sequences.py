@@ -1,0 +1,183 @@
+"""Reading the inputs of text and tabular models: token ids, text through a vocabulary, CSV rows. Plain
+numpy: no TensorFlow (``model_inputs`` checks them against the model's graph).
+
+Token ids are whole numbers: ``"12 7 99"``, ``"12,7,99"``, a ``.txt`` file of them or a ``.json`` list. Text
+needs a vocabulary (one token per line, the line number is the id; or a JSON list, or a JSON object token ->
+id): it is split on whitespace and punctuation, and every word must be in the vocabulary (or the vocabulary
+must have an unknown token such as ``[UNK]``), so no word is silently dropped.
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import re
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from gradscope.core.errors import InputError
+
+UNKNOWN_TOKENS = ("[UNK]", "<unk>", "<UNK>", "[unk]", "<oov>", "[OOV]")
+_WORDS = re.compile(r"\w+|[^\w\s]")
+MAX_TEXT_FILE = 64 << 20  # a token or CSV file larger than this is not one input
+
+
+@dataclass(frozen=True)
+class Vocabulary:
+    """Tokens by id (``tokens[i]`` is id ``i``; ids without a token are None)."""
+
+    tokens: tuple[str | None, ...]
+    source: str = ""
+
+    @classmethod
+    def load(cls, path: str | Path) -> Vocabulary:
+        p = _readable(path, "vocabulary")
+        text = p.read_text(encoding="utf-8-sig")
+        if p.suffix.lower() == ".json":
+            try:
+                data = json.loads(text)
+            except json.JSONDecodeError as exc:
+                raise InputError(f"{p.name} is not valid JSON: {exc.msg} (line {exc.lineno}).") from None
+            if isinstance(data, list) and all(isinstance(t, str) for t in data):
+                return cls(tuple(data), str(p))
+            if isinstance(data, dict) and all(isinstance(i, int) and not isinstance(i, bool) for i in data.values()):
+                if not data:
+                    raise InputError(f"{p.name} is an empty vocabulary.")
+                if min(data.values()) < 0:
+                    raise InputError(f"{p.name} gives a token a negative id.")
+                tokens: list[str | None] = [None] * (max(data.values()) + 1)
+                for token, i in data.items():
+                    tokens[i] = token
+                return cls(tuple(tokens), str(p))
+            raise InputError(f"{p.name}: a JSON vocabulary is a list of tokens or an object token -> id.")
+        lines = text.splitlines()
+        if not any(lines):
+            raise InputError(f"{p.name} is an empty vocabulary.")
+        return cls(tuple(lines), str(p))
+
+    def __len__(self) -> int:
+        return len(self.tokens)
+
+    @property
+    def _index(self) -> dict[str, int]:
+        index: dict[str, int] = {}
+        for i, t in enumerate(self.tokens):
+            if t is not None:
+                index.setdefault(t, i)
+        return index
+
+    def encode(self, text: str) -> np.ndarray:
+        """Token ids of ``text``: words and punctuation, as written, else lower-cased, else the unknown token;
+        ``InputError`` naming the first word the vocabulary lacks when it has no unknown token."""
+        index = self._index
+        unknown = next((index[u] for u in UNKNOWN_TOKENS if u in index), None)
+        ids = []
+        for pos, word in enumerate(_WORDS.findall(text)):
+            i = index.get(word, index.get(word.lower(), unknown))
+            if i is None:
+                raise InputError(
+                    f"Word {pos} {word!r} is not in the vocabulary {Path(self.source).name or ''} and it has no "
+                    f"unknown token ({', '.join(UNKNOWN_TOKENS[:2])}): type token ids instead, or another word."
+                )
+            ids.append(i)
+        if not ids:
+            raise InputError("The text has no words.")
+        return np.array(ids, np.int64)
+
+    def decode(self, ids: Any) -> list[str]:
+        """The token of each id (``#id`` where the vocabulary has none)."""
+        out = []
+        for i in np.asarray(ids).reshape(-1).tolist():
+            t = self.tokens[i] if 0 <= i < len(self.tokens) else None
+            out.append(t if t is not None else f"#{i}")
+        return out
+
+
+def parse_token_ids(text: str) -> np.ndarray:
+    """``"12 7 99"`` or ``"12,7,99"`` (or ``[12, 7, 99]``) as int64 ids; ``InputError`` naming a non-id."""
+    parts = [p for p in re.split(r"[\s,\[\]]+", text.strip()) if p]
+    if not parts:
+        raise InputError("No token ids given: write them as '12 7 99'.")
+    ids = []
+    for pos, part in enumerate(parts):
+        try:
+            value = int(part)
+        except ValueError:
+            raise InputError(
+                f"Token {pos} {part!r} is not a token id (a whole number); to type words, give a vocabulary."
+            ) from None
+        ids.append(value)
+    return np.array(ids, np.int64)
+
+
+def read_token_file(path: str | Path) -> np.ndarray:
+    """Token ids from a ``.txt`` (ids separated by spaces, commas or lines) or ``.json`` (a list of ids, or
+    ``{"ids": [...]}``) file."""
+    p = _readable(path, "token file")
+    text = p.read_text(encoding="utf-8-sig")
+    if p.suffix.lower() == ".json":
+        try:
+            data = json.loads(text)
+        except json.JSONDecodeError as exc:
+            raise InputError(f"{p.name} is not valid JSON: {exc.msg} (line {exc.lineno}).") from None
+        data = data.get("ids") if isinstance(data, dict) else data
+        if not isinstance(data, list) or not all(isinstance(i, int) and not isinstance(i, bool) for i in data):
+            raise InputError(f'{p.name}: give the token ids as a JSON list of whole numbers (or {{"ids": [...]}}).')
+        if not data:
+            raise InputError(f"{p.name} holds no token ids.")
+        return np.array(data, np.int64)
+    try:
+        return parse_token_ids(text)
+    except InputError as exc:
+        raise InputError(f"{p.name}: {exc}") from None
+
+
+@dataclass(frozen=True)
+class TableRow:
+    """One row of a CSV file: its values and the column names (``col0``... when the file has no header)."""
+
+    values: np.ndarray  # float32 (features,)
+    names: tuple[str, ...]
+
+
+def read_csv_row(path: str | Path, row: int = 0) -> TableRow:
+    """Row ``row`` (0: the first data row) of a CSV file of numbers, with its header if the first line has
+    names. ``InputError`` naming the cell that is not a number."""
+    p = _readable(path, "CSV file")
+    with p.open(newline="", encoding="utf-8-sig") as f:
+        rows = [r for r in csv.reader(f) if any(c.strip() for c in r)]
+    if not rows:
+        raise InputError(f"{p.name} has no rows.")
+    header: tuple[str, ...] | None = None
+    if any(not _is_number(c) for c in rows[0]):
+        header, rows = tuple(c.strip() for c in rows[0]), rows[1:]
+    if not 0 <= row < len(rows):
+        raise InputError(f"{p.name} has {len(rows)} data row(s); row {row} does not exist (rows count from 0).")
+    cells = rows[row]
+    names = header or tuple(f"col{i}" for i in range(len(cells)))
+    if len(cells) != len(names):
+        raise InputError(f"{p.name}: row {row} has {len(cells)} values for {len(names)} columns.")
+    for name, cell in zip(names, cells):
+        if not _is_number(cell):
+            raise InputError(f"{p.name}: row {row}, column {name!r} is {cell!r}, not a number.")
+    return TableRow(np.array([float(c) for c in cells], np.float32), names)
+
+
+def _is_number(cell: str) -> bool:
+    try:
+        float(cell)
+    except ValueError:
+        return False
+    return True
+
+
+def _readable(path: str | Path, what: str) -> Path:
+    p = Path(path).expanduser()
+    if not p.is_file():
+        raise InputError(f"The {what} {p} does not exist or is not a file.")
+    if p.stat().st_size > MAX_TEXT_FILE:
+        raise InputError(f"The {what} {p.name} is {p.stat().st_size >> 20} MiB; one input is far smaller.")
+    return p

@@ -1,0 +1,113 @@
+"""Pictures of per-position maps (numpy + Pillow): a token strip for text (each word on a box coloured by its
+score, as Captum's and LXT's text heat maps) and a bar chart for tabular features.
+
+Scores are normalised as the image maps are (``render.normalize``): a signed map is coloured around white, so
+red and blue read as for and against the target.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numpy as np
+
+from gradscope.render.colormap import apply_colormap
+from gradscope.render.normalize import normalize
+
+FONT_SIZE = 16
+PAD = 6
+
+
+def _font(size: int = FONT_SIZE):
+    from PIL import ImageFont
+
+    try:
+        return ImageFont.load_default(size=size)  # Pillow >= 10.1 with FreeType: a scalable font
+    except (TypeError, OSError):
+        return ImageFont.load_default()
+
+
+def _colours(scores: np.ndarray, colormap: str, normalization: str) -> np.ndarray:
+    signed = normalization == "signed"
+    m = normalize(np.asarray(scores, np.float32), normalization)
+    return apply_colormap(np.clip(m, -1.0 if signed else 0.0, 1.0), colormap, signed=signed)
+
+
+def _ink(rgb: np.ndarray) -> tuple[int, int, int]:
+    """Black or white text, whichever reads on ``rgb``."""
+    luma = 0.299 * rgb[0] + 0.587 * rgb[1] + 0.114 * rgb[2]
+    return (0, 0, 0) if luma > 140 else (255, 255, 255)
+
+
+def token_strip(
+    tokens: Sequence[str],
+    scores: np.ndarray,
+    *,
+    colormap: str = "bwr",
+    normalization: str = "signed",
+    width: int = 1024,
+) -> np.ndarray:
+    """uint8 (H, ``width``, 3): the tokens in reading order, wrapped into lines, each on a box of its score's
+    colour."""
+    from PIL import Image, ImageDraw
+
+    scores = np.asarray(scores, np.float32).reshape(-1)
+    if len(tokens) != len(scores):
+        raise ValueError(f"{len(tokens)} tokens for {len(scores)} scores.")
+    font = _font()
+    colours = _colours(scores, colormap, normalization)
+    probe = ImageDraw.Draw(Image.new("RGB", (1, 1)))
+    line_h = FONT_SIZE + 2 * PAD
+    boxes, x, y = [], PAD, PAD
+    for token in tokens:
+        text = token if token.strip() else "␣"
+        w = int(probe.textlength(text, font=font)) + 2 * PAD
+        if x + w > width - PAD and x > PAD:
+            x, y = PAD, y + line_h + PAD
+        boxes.append((x, y, w, text))
+        x += w + 2
+    img = Image.new("RGB", (width, y + line_h + PAD), (255, 255, 255))
+    draw = ImageDraw.Draw(img)
+    for (x, y, w, text), rgb in zip(boxes, colours):
+        draw.rectangle((x, y, x + w - 1, y + line_h - 1), fill=tuple(int(c) for c in rgb), outline=(207, 216, 220))
+        draw.text((x + PAD, y + PAD), text, fill=_ink(rgb), font=font)
+    return np.asarray(img, np.uint8)
+
+
+def feature_bars(
+    names: Sequence[str],
+    scores: np.ndarray,
+    *,
+    colormap: str = "bwr",
+    normalization: str = "signed",
+    width: int = 768,
+) -> np.ndarray:
+    """uint8 (H, ``width``, 3): one horizontal bar per feature, its length the score's size, its colour the
+    score's colour; positive to the right of the axis, negative to the left."""
+    from PIL import Image, ImageDraw
+
+    scores = np.nan_to_num(np.asarray(scores, np.float32).reshape(-1))
+    if len(names) != len(scores):
+        raise ValueError(f"{len(names)} names for {len(scores)} scores.")
+    font = _font(14)
+    colours = _colours(scores, colormap, normalization)
+    probe = ImageDraw.Draw(Image.new("RGB", (1, 1)))
+    label_w = min(width // 3, max(int(probe.textlength(n, font=font)) for n in names) + 2 * PAD) if names else PAD
+    row_h = 22
+    img = Image.new("RGB", (width, row_h * len(scores) + 2 * PAD), (255, 255, 255))
+    draw = ImageDraw.Draw(img)
+    span = width - label_w - 2 * PAD
+    top = float(np.max(np.abs(scores))) if scores.size else 0.0
+    has_negative = bool((scores < 0).any())
+    axis = label_w + (span // 2 if has_negative else 0)
+    half = span // 2 if has_negative else span
+    for i, (name, s, rgb) in enumerate(zip(names, scores, colours)):
+        y = PAD + i * row_h
+        draw.text((PAD, y + 3), name, fill=(38, 50, 56), font=font)
+        length = int(round(abs(float(s)) / top * half)) if top > 0 else 0
+        x0, x1 = (axis, axis + length) if s >= 0 else (axis - length, axis)
+        draw.rectangle(
+            (x0, y + 3, max(x0, x1), y + row_h - 3), fill=tuple(int(c) for c in rgb), outline=(120, 144, 156)
+        )
+    draw.line((axis, PAD, axis, img.height - PAD), fill=(96, 125, 139))
+    return np.asarray(img, np.uint8)
