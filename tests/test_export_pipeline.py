@@ -33,7 +33,7 @@ def test_gui_and_cli_exports_of_the_same_result_are_identical(files, tmp_path, m
     model, image = str(files / "net.keras"), str(files / "cat.png")
     s = Session()  # inline executor: jobs run at once
     s.open_model(model)
-    s.open_image(image)
+    s.fed.open(image)
     s.targeting.set_class(1)
     s.editor.apply_method(method)
     assert s.result is not None and not s.result_is_stale
@@ -94,7 +94,7 @@ def test_map_only_png_and_raw_signal_npy_are_the_same_from_the_gui_the_cli_and_t
     model, image = str(files / "net.keras"), str(files / "cat.png")
     s = Session()
     s.open_model(model)
-    s.open_image(image)
+    s.fed.open(image)
     s.targeting.set_class(2)
     gui_map = s.exports.overlay(tmp_path / "gui_map.png", map_only=True)
     gui_npy = s.exports.signal(tmp_path / "gui_signal")

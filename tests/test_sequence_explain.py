@@ -120,3 +120,37 @@ def test_the_cli_explains_typed_text_and_says_what_is_wrong_in_one_line(text_mod
         assert main(["explain", str(text_model), *bad, "--out", str(tmp_path / "bad.png")]) == EXIT_USER_ERROR
         err = capsys.readouterr().err.strip().splitlines()
         assert len(err) == 1 and message in err[0], err
+
+
+def test_the_session_shows_and_exports_the_same_token_scores_as_the_api(text_model, vocab_file, tmp_path):
+    """The GUI's Session: typed words through a vocabulary found beside the model, the token strip, and an
+    export whose sidecar holds the scores the API computes."""
+    import shutil
+
+    from gradscope.app.session import Session
+    from gradscope.app.worker import InlineExecutor
+
+    model = tmp_path / "clf.keras"
+    shutil.copy(text_model, model)
+    shutil.copy(vocab_file, tmp_path / "clf.vocab.txt")  # found beside the model: data, read without asking
+    s = Session(InlineExecutor())
+    said: list[str] = []
+    s.feedback.status_changed.connect(said.append)
+    s.open_model(model)
+    assert s.fed.vocab is not None and any("shown as words from clf.vocab.txt" in m for m in said)
+    assert s.fed.labels and s.readout == "embed" and s.view.normalization == "signed"  # random ids, signed map
+    s.fed.set_typed("the movie was great")
+    shown = s.overlay()
+    api = gs.explain(text_model, s.fed.fed.ids, target=s.result.target_indices[0].item())
+    assert shown.saliency.shape == (LENGTH,) and shown.heat.ndim == 3
+    np.testing.assert_allclose(shown.saliency, api.saliency, rtol=1e-5, atol=1e-8)
+    s.editor.apply_method("lrp_epsilon")
+    lrp = gs.explain(text_model, s.fed.fed.ids, target=s.result.target_indices[0].item(), method="lrp_epsilon")
+    np.testing.assert_allclose(s.overlay().saliency, lrp.saliency, rtol=1e-5, atol=1e-8)
+    png = s.exports.overlay(tmp_path / "shown.png")
+    side = json.loads(png.with_suffix(".json").read_text())
+    assert [p["label"] for p in side["positions"][:4]] == ["the", "movie", "was", "great"]
+    assert side["image"] == "<typed: the movie was great>" and (tmp_path / "shown_scores.csv").is_file()
+    np.testing.assert_allclose([p["score"] for p in side["positions"]], lrp.saliency, rtol=1e-5, atol=1e-8)
+    s.fed.set_typed("2 3 99")  # an id the embedding lacks: told, and a random input meanwhile
+    assert "Token 2 of input 'tokens' is id 99" in s.fed.problem

@@ -79,7 +79,7 @@ def test_explanation_view_options_are_checked(engine, image, tmp_path):
 def shared_session(image):
     s = Session(InlineExecutor())
     s.open_model(demo_model_path())
-    s.open_image(image)
+    s.fed.open(image)
     s.dialogs = []
     s.feedback.error_raised.connect(lambda title, message, exc: s.dialogs.append(exc))
     return s
@@ -114,8 +114,8 @@ def test_session_refuses_bad_values_with_a_typed_error_and_keeps_its_state(sessi
 
 
 SESSION_REPORTED = {
-    "set_image: 1-D": (lambda s: s.set_image(np.zeros(3)), ImageLoadError),
-    "set_image: NaN": (lambda s: s.set_image(np.full((8, 8, 3), np.nan)), ImageLoadError),
+    "set_image: 1-D": (lambda s: s.fed.set_image(np.zeros(3)), ImageLoadError),
+    "set_image: NaN": (lambda s: s.fed.set_image(np.full((8, 8, 3), np.nan)), ImageLoadError),
     "set_target_class: a word": (lambda s: s.targeting.set_class("cat"), TargetError),
     "set_target_class: out of range": (lambda s: s.targeting.set_class(10**6), TargetError),
     "add_rule: bad parameter": (lambda s: s.editor.add_rule("*", "scale", {"factor": "x"}), PlanError),

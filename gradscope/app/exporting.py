@@ -26,7 +26,7 @@ class Exporter:
         return export.write_overlay(
             path,
             images,
-            self._sidecar(images.node),
+            self._sidecar(images.node, images),
             inputs=self._inputs(),
             long_side=long_side,
             colorbar=colorbar,
@@ -39,16 +39,20 @@ class Exporter:
         return export.write_signal(path, self._s.signal(images.node), self._sidecar(images.node), inputs=self._inputs())
 
     def _inputs(self) -> list[Any]:
-        return [self._s.document.path, self._s.fed.image_path]
+        fed = self._s.fed
+        return [self._s.document.path, fed.image_path, fed.source, fed.vocab.source if fed.vocab else None]
 
-    def _sidecar(self, readout_node: str | None) -> dict[str, Any]:
+    def _sidecar(self, readout_node: str | None, images: Any = None) -> dict[str, Any]:
         s = self._s
+        fed = s.fed.fed
+        per_position = images is not None and images.saliency.ndim == 1 and fed is not None and fed.labels
+        positions = export.position_rows(fed.labels, images.saliency, fed.ids) if per_position else None
         result, shown = s.results.current, s.results
         predicted = int(result.target_indices[0]) if result is not None and result.target_indices.size else None
         sidecar = export.overlay_sidecar(
             model_name=s.graph.model_name if s.graph is not None else None,
             model_file=s.document.path,
-            image=s.fed.image_path,
+            image=s.fed.described,
             preprocessing=s.fed.preprocessing,
             target=s.target,
             predicted_class=predicted,
@@ -58,6 +62,7 @@ class Exporter:
             readout_node=readout_node,
             changed_nodes=result.rules if result is not None else (),
             view=s.shown_view,
+            positions=positions,
         )
         return sidecar
 

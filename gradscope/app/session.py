@@ -29,14 +29,15 @@ from gradscope.app.feedback import Feedback
 from gradscope.app.history import READOUT_FIELDS
 from gradscope.app.inputs import Inputs
 from gradscope.app.jobs import Jobs
+from gradscope.app.positions import position_images
 from gradscope.app.reports import Reports
 from gradscope.app.results import Results, RunOutput, readout_node, signal_of
 from gradscope.app.rule_catalog import RuleCatalog
 from gradscope.app.running import run_job, run_status, sampling_of
 from gradscope.app.selection import Selection
-from gradscope.app.session_files import Restore, read_session_file, session_data, write_session_file
+from gradscope.app.session_files import Restore, find_vocabulary, read_session_file, session_data, write_session_file
 from gradscope.app.targeting import Targeting
-from gradscope.app.view import PREPROCESSINGS, OverlayImages, ViewError, ViewSettings, overlay_images
+from gradscope.app.view import OverlayImages, ViewSettings, overlay_images
 from gradscope.app.viewing import Viewing
 from gradscope.core.errors import GradscopeError
 from gradscope.core.graph import LayerGraph
@@ -54,7 +55,7 @@ class Session:
         self.feedback = Feedback()
         self.jobs = Jobs(executor, self.feedback)
         self.document = ModelDocument(self.jobs, self._on_model_ready)
-        self.fed = Inputs()
+        self.fed = Inputs(self.feedback)
         self.viewing = Viewing(self.document)
         self.selection = Selection(self.document)
         self.targeting = Targeting(self.document, self.feedback)
@@ -69,6 +70,7 @@ class Session:
         # the flows that cross models
         self.editor.changed.connect(lambda plan: self._maybe_run())
         self.targeting.changed.connect(self._on_target)
+        self.fed.changed.connect(self._on_input)
 
     # ------------------------------------------------------------------------------------------- shortcuts
     # The state the front ends read most, each owned by one model.
@@ -133,14 +135,16 @@ class Session:
         missing: list[str] = []
         if restore is not None:
             restore, missing = restore.fitted(graph)
-            self.fed.set_preprocessing(restore.preprocessing)
+            self.fed.preprocessing = restore.preprocessing  # checked when the file was read
             self.targeting.reset(restore.target)
             self.viewing.reset(restore.view)
             self.editor.reset(restore.method or "custom", sampling_of(restore.method, graph))
         else:  # a node the previous model's preset pinned means nothing here: read at the input
             self.targeting.reset()
-            self.viewing.take_readout("max_abs", False, False, None)
+            text = len(graph.input_ids) == 1 and graph.is_integer_input(graph.input_ids[0])
+            self.viewing.take_readout("max_abs", False, text, None)  # token scores are signed: red for, blue against
             self.editor.reset()
+
         doc.loaded.emit(graph)
         self.reports.clear()
         doc.layout_changed.emit(doc.layout)
@@ -150,6 +154,9 @@ class Session:
             + "".join(f". {note}" for note in graph.notes)
         )
         with self._runs_held():
+            vocab = find_vocabulary(doc.path) if doc.path else None
+            if vocab is not None and self.fed.set_vocabulary(vocab):
+                self.feedback.say(f"Token ids are shown as words from {vocab.name}.")
             if restore is not None and self.editor.fits(restore.plan):
                 self.editor.set_plan(restore.plan, record=False)
             else:
@@ -158,7 +165,7 @@ class Session:
             if restore is not None:
                 self.viewing.changed.emit(self.view)
                 if restore.image:
-                    self.open_image(restore.image)
+                    self.fed.open(restore.image)
                 if restore.selected:
                     self.selection.select(restore.selected)
                 if missing:
@@ -169,38 +176,16 @@ class Session:
         self._maybe_run()
 
     # ------------------------------------------------------------------------------------------- input, target
-    def open_image(self, path: str | Path) -> bool:
-        return self._take_image(lambda: self.fed.open(path), "Cannot open the image")
-
-    def set_image(self, image: np.ndarray, path: str | None = None) -> bool:
-        return self._take_image(lambda: self.fed.set_image(image, path), "Cannot use the image")
-
-    def _take_image(self, change: Any, title: str) -> bool:
-        try:
-            change()
-        except GradscopeError as exc:
-            self.feedback.error(title, str(exc), exc)
-            return False
-        self._input_changed("a new input")
-        return True
-
-    def set_preprocessing(self, mode: str) -> None:
-        try:
-            if not self.fed.set_preprocessing(mode):
-                return
-        except ViewError:
-            self.feedback.error("Unknown preprocessing", f"Choose one of {', '.join(PREPROCESSINGS)}.")
-            return
-        self._input_changed("a new input scaling")
-
-    def _input_changed(self, why: str) -> None:
-        self.ab.end(why)
+    def _on_input(self) -> None:
+        self.ab.end("a new input")
         self._prepare_inputs()
         self._maybe_run()
 
     def _prepare_inputs(self) -> None:
         if self.graph is not None:
             self.fed.prepare(self.graph)
+            if self.fed.problem:
+                self.feedback.error("Cannot use the input", f"{self.fed.problem} Using a random input meanwhile.")
 
     def _on_target(self, target: Target) -> None:
         if not self._holding_runs:
@@ -351,19 +336,22 @@ class Session:
         """The first sample's backward signal at ``node`` (None: the input), times input if the view says so."""
         return signal_of(self.results.of(which), node, self.shown_view)
 
-    def overlay(self, node: str | None = ..., which: str = "current") -> OverlayImages:  # type: ignore[assignment]
-        """The saliency map at ``node`` (default: ``readout``) as heat map and blend over the image."""
+    def overlay(self, node: str | None = ..., which: str = "current", *, width: int = 1024) -> OverlayImages:  # type: ignore[assignment]
+        """The map at ``node`` (default: ``readout``): a heat map and blend over the image, or, for tokens and
+        table rows, one score per position drawn ``width`` pixels wide (``app.positions``)."""
         node = self.readout if node is ... else node
-        return overlay_images(
-            self.signal(node, which), self.fed.image, self.shown_view, node, blend=self.fed.note == ""
-        )
+        view = self.shown_view
+        per_position = position_images(self.results.of(which), node, self.fed.fed, view, width=width)
+        if per_position is not None:
+            return per_position
+        return overlay_images(self.signal(node, which), self.fed.image, view, node, blend=self.fed.note == "")
 
     # ------------------------------------------------------------------------------------------- files
     def to_dict(self) -> dict[str, Any]:
         return session_data(
             model=self.document.path,
             custom_objects=self.document.custom_objects_file,
-            image=self.fed.image_path,
+            image=self.fed.image_path or self.fed.source,
             preprocessing=self.fed.preprocessing,
             target=self.target,
             method=self.editor.method_name,

@@ -155,6 +155,20 @@ def find_class_names(model_path: str | Path) -> list[str]:
     return []
 
 
+VOCABULARY_NAMES = ("{stem}.vocab.txt", "{stem}_vocab.txt", "vocab.txt", "vocab.json")
+
+
+def find_vocabulary(model_path: str | Path) -> Path | None:
+    """A vocabulary file beside the model (``<stem>.vocab.txt``, ``<stem>_vocab.txt``, ``vocab.txt`` or
+    ``vocab.json``): data, never code, so it is read without asking."""
+    p = Path(model_path)
+    for pattern in VOCABULARY_NAMES:
+        candidate = p.with_name(pattern.format(stem=p.stem))
+        if candidate.is_file():
+            return candidate
+    return None
+
+
 def session_code_files(path: str | Path) -> list[str]:
     """The Python files a session file would import if allowed (its custom-objects file), for a front end to
     show before asking. Empty for an unreadable file (opening it reports why)."""

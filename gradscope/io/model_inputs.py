@@ -118,7 +118,12 @@ def array_input(graph: LayerGraph, path: str | Path) -> ModelInput:
     fitted = []
     for node_id, a in zip(ids, arrays):
         want = graph.node(node_id).output_shape
-        fitted.append(a[None] if a.ndim == len(want) - 1 else a)
+        a = a[None] if a.ndim == len(want) - 1 else a
+        if a.dtype.kind not in "biuf":
+            raise InputError(f"Input {node_id!r} must hold real numbers; {p.name} holds {a.dtype}.")
+        if a.ndim != len(want) or any(w is not None and w != d for w, d in zip(want[1:], a.shape[1:])):
+            raise InputError(f"Input {node_id!r} takes shape {want}; {p.name} holds {a.shape}.")
+        fitted.append(a)
     return ModelInput(tuple(fitted), "array", str(p))
 
 

@@ -14,7 +14,13 @@ from gradscope.core.errors import EXIT_USER_ERROR, GradscopeError
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p = argparse.ArgumentParser(prog="gradscope gui", description="The gradscope desktop GUI.")
     p.add_argument("model", nargs="?", help="a .keras/.h5 model or a .gradscope.json session (default: the demo)")
-    p.add_argument("image", nargs="?", help="an input image (default: a demo image for the demo model)")
+    p.add_argument(
+        "image",
+        nargs="?",
+        help="the input: an image, .npy/.npz arrays, a .csv row or .txt/.json token ids (default: a demo image)",
+    )
+    p.add_argument("--tokens", metavar="TEXT", help="token ids ('12 7 99'), or words with --vocab, as the input")
+    p.add_argument("--vocab", metavar="FILE", help="a vocabulary (one token per line): token ids shown as words")
     p.add_argument("--screenshot", metavar="PNG", help="save a screenshot of the window once idle, then quit")
     p.add_argument("--select", metavar="NODE", help="select this node at start (e.g. for a screenshot)")
     p.add_argument("--method", metavar="NAME", help="apply this method preset at start")
@@ -63,8 +69,12 @@ def main(argv: list[str] | None = None) -> int:
     s = window.session
     if args.preprocessing:
         s.fed.set_preprocessing(args.preprocessing)
-    if image:
-        s.open_image(image)  # no model yet: nothing runs until it has loaded
+    if args.vocab:
+        s.fed.set_vocabulary(args.vocab)
+    if args.tokens:
+        s.fed.set_typed(args.tokens)
+    elif image:
+        s.fed.open(image)  # no model yet: nothing runs until it has loaded
     if model and args.custom_objects:
         window.open_model(model, custom_objects_file=args.custom_objects)
     elif model:

@@ -41,7 +41,12 @@ from gradscope.qt.reflow import VerticalScroll
 from gradscope.qt.worker import QtExecutor
 
 MODEL_FILTER = "Keras models (*.keras *.h5 *.hdf5)"
-IMAGE_FILTER = "Images (*.png *.jpg *.jpeg *.bmp *.webp *.tif *.tiff)"
+IMAGE_FILTER = (
+    "Inputs (*.png *.jpg *.jpeg *.bmp *.webp *.tif *.tiff *.npy *.npz *.csv *.txt *.json);;"
+    "Images (*.png *.jpg *.jpeg *.bmp *.webp *.tif *.tiff);;Arrays (*.npy *.npz);;A table row (*.csv);;"
+    "Token ids (*.txt *.json)"
+)
+VOCABULARY_FILTER = "Vocabularies (*.txt *.json)"
 CUSTOM_OBJECTS_FILTER = "Python files (*.py)"
 MODEL_SUFFIXES = (".keras", ".h5", ".hdf5")
 IMAGE_SUFFIXES = (".png", ".jpg", ".jpeg", ".bmp", ".webp", ".tif", ".tiff")
@@ -161,7 +166,11 @@ class MainWindow(QMainWindow):
             None,
             "Open a model that uses custom layers, with the Python file that defines them",
         )
-        act(f, "Open &image…", self.open_image_dialog, "Ctrl+I", "Open the input image")
+        act(f, "Open &input…", self.open_image_dialog, "Ctrl+I", "An image, arrays (.npy/.npz), a CSV row or token ids")
+        act(
+            f, "&Type tokens…", self.type_tokens_dialog, "Ctrl+T", "Token ids, or words with a vocabulary, as the input"
+        )
+        act(f, "Open vocabulary…", self.open_vocabulary_dialog, None, "Show token ids as words (one token per line)")
         self.recent_menu = f.addMenu("Recent models")
         f.addSeparator()
         act(f, "Open session…", self.open_session_dialog, "Ctrl+Shift+O", "Open a .gradscope.json session")
@@ -256,7 +265,7 @@ class MainWindow(QMainWindow):
         self._elapsed_timer.timeout.connect(self._show_elapsed)
         s.feedback.status_changed.connect(self._on_status)
         s.feedback.error_raised.connect(self._on_error)
-        s.fed.image_changed.connect(lambda *_: self._update_title())
+        s.fed.changed.connect(self._update_title)
         s.reports.diagnosis_changed.connect(self._on_diagnosis)
         s.reports.sanity_ready.connect(self._show_sanity)
         for sig in (
@@ -409,7 +418,7 @@ class MainWindow(QMainWindow):
             self.open_model(path, custom_objects_file=objects)
 
     def open_image(self, path: str) -> bool:
-        return self.session.open_image(path)
+        return self.session.fed.open(path)
 
     def open_model_dialog(self) -> None:
         path, _ = QFileDialog.getOpenFileName(self, "Open model", self._last_dir(), MODEL_FILTER)
@@ -418,10 +427,25 @@ class MainWindow(QMainWindow):
             self.open_model(path)
 
     def open_image_dialog(self) -> None:
-        path, _ = QFileDialog.getOpenFileName(self, "Open image", self._last_dir(), IMAGE_FILTER)
+        path, _ = QFileDialog.getOpenFileName(self, "Open input", self._last_dir(), IMAGE_FILTER)
         if path:
             self._remember_dir(path)
             self.open_image(path)
+
+    def type_tokens_dialog(self) -> None:
+        from PySide6.QtWidgets import QInputDialog
+
+        fed = self.session.fed
+        how = "words or token ids" if fed.vocab is not None else "token ids such as 12 7 99 (words need a vocabulary)"
+        text, ok = QInputDialog.getText(self, "Type tokens", f"The input, as {how}:", text=fed.typed or "")
+        if ok:
+            fed.set_typed(text)
+
+    def open_vocabulary_dialog(self) -> None:
+        path, _ = QFileDialog.getOpenFileName(self, "Open vocabulary", self._last_dir(), VOCABULARY_FILTER)
+        if path:
+            self._remember_dir(path)
+            self.session.fed.set_vocabulary(path)
 
     def open_session_dialog(self) -> None:
         path, _ = QFileDialog.getOpenFileName(self, "Open session", self._last_dir(), f"Sessions (*{SESSION_SUFFIX})")
@@ -596,15 +620,16 @@ class MainWindow(QMainWindow):
         parts = ["gradscope"]
         if s.document.path or s.graph is not None:
             parts.append(Path(s.document.path).name if s.document.path else s.graph.model_name)
-        if s.fed.image_path:
-            parts.append(Path(s.fed.image_path).name)
+        shown = s.fed.image_path or s.fed.source
+        if shown or s.fed.typed:
+            parts.append(Path(shown).name if shown else "typed tokens")
         self.setWindowTitle(" — ".join(parts))
 
     def _show_shortcuts(self) -> None:
         QMessageBox.information(
             self,
             "Keyboard shortcuts",
-            "Ctrl+O open model · Ctrl+I open image · Ctrl+S save session · Ctrl+E export overlay\n"
+            "Ctrl+O open model · Ctrl+I open input · Ctrl+T type tokens · Ctrl+S save session · Ctrl+E export overlay\n"
             "Ctrl+Z / Ctrl+Shift+Z undo / redo plan · F5 re-run · Esc cancel · Ctrl+D run diagnostics\n"
             "Graph: wheel or Ctrl+= / Ctrl+- zoom · drag to pan · F fit · Ctrl+F find · double-click a nested "
             "model's title to collapse it, a collapsed box to expand it",

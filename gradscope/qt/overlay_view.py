@@ -27,6 +27,14 @@ from gradscope.qt.images import to_pixmap
 from gradscope.qt.reflow import ReflowGrid
 
 
+class _Picture(QLabel):
+    """A label whose picture is scaled to it: it never asks for the picture's own width (a wide token strip
+    would otherwise widen the whole window)."""
+
+    def minimumSizeHint(self) -> QSize:  # noqa: N802
+        return QSize(96, 96)
+
+
 class ImagePanel(QWidget):
     """A captioned picture that scales to its space and keeps its aspect ratio."""
 
@@ -37,8 +45,9 @@ class ImagePanel(QWidget):
         lay.setSpacing(2)
         self.caption = QLabel(caption)
         self.caption.setAlignment(Qt.AlignmentFlag.AlignCenter)
+        self.caption.setWordWrap(True)  # a long caption (scores per token at a node) wraps, never widens the pane
         self.caption.setStyleSheet("color:#455a64; font-weight:600")
-        self.picture = QLabel()
+        self.picture = _Picture()
         self.picture.setAlignment(Qt.AlignmentFlag.AlignCenter)
         self.picture.setMinimumSize(96, 96)
         self.picture.setWordWrap(True)  # a placeholder ("No image: File ▸ Open image") wraps in a narrow panel
@@ -140,7 +149,7 @@ class OverlayView(QWidget):
             "How image pixels are scaled for the model (caffe: keras.applications ResNet/VGG)"
         )
         self.preprocessing.activated.connect(
-            lambda *_: self.session.set_preprocessing(self.preprocessing.currentText())
+            lambda *_: self.session.fed.set_preprocessing(self.preprocessing.currentText())
         )
 
         def cell(label: str, w: QWidget) -> QWidget:
@@ -188,13 +197,19 @@ class OverlayView(QWidget):
         )
         lay.addWidget(self.controls)
         lay.addWidget(self._compare_bar())
-        panels = QHBoxLayout()
+        self.panels_box = QWidget()
+        panels = QHBoxLayout(self.panels_box)
+        panels.setContentsMargins(0, 0, 0, 0)
         self.input_panel = ImagePanel("Input")
         self.map_panel = ImagePanel("Map")
         self.blend_panel = ImagePanel("Overlay")
         for p in (self.input_panel, self.map_panel, self.blend_panel):
             panels.addWidget(p, 1)
-        lay.addLayout(panels, 1)
+        lay.addWidget(self.panels_box, 1)
+        # text and tabular inputs: one wide picture of the scores per token / feature, in place of the three
+        self.positions_panel = ImagePanel("Scores")
+        self.positions_panel.hide()
+        lay.addWidget(self.positions_panel, 1)
         self.note = QLabel()
         self.note.setWordWrap(True)
         self.note.setStyleSheet("color:#607d8b")
@@ -205,7 +220,7 @@ class OverlayView(QWidget):
         session.editor.changed.connect(lambda *_: self.refresh())  # the caption marks a result of an older plan
         session.viewing.changed.connect(lambda *_: self._sync_controls() or self.refresh())
         session.selection.changed.connect(lambda *_: self.refresh())
-        session.fed.image_changed.connect(lambda *_: self.refresh())
+        session.fed.changed.connect(self.refresh)
         session.targeting.changed.connect(lambda *_: self._fill_targets())
         session.document.loaded.connect(lambda *_: self._on_model())
         self._sync_controls()
@@ -336,29 +351,39 @@ class OverlayView(QWidget):
     def refresh(self) -> None:
         s = self.session
         if self._refresh_compare():
+            self._show_positions(False)
             self.note.setText(f"{s.result_caption()}  Comparing with the pinned {s.ab.pinned.method}.")
             return
-        self.input_panel.set_array(s.fed.image, "No image: File ▸ Open image" if s.graph else "")
+        self.input_panel.set_array(s.fed.image, "No image: File ▸ Open input" if s.graph else "")
         which = "current" if self.which.currentIndex() == 0 else "baseline"
         res = s.result if which == "current" else s.baseline
         if res is None:
+            self._show_positions(False)
             self.map_panel.set_array(None, "…" if s.jobs.busy else "")
             self.blend_panel.set_array(None, "")
             self.note.setText(s.fed.note)
             return
         try:
-            images = s.overlay(which=which)
+            images = s.overlay(which=which, width=max(320, self.width() - 24))
         except GradscopeError as exc:
+            self._show_positions(False)
             self.map_panel.set_array(None, str(exc))
             self.blend_panel.set_array(None, "")
             return
         where = images.node or "model input"
+        per_position = images.saliency.ndim == 1 and bool(s.fed.labels)
+        self._show_positions(per_position)
+        if per_position:
+            what = "token" if s.fed.fed.kind == "tokens" else "feature"
+            self.positions_panel.caption.setText(f"Score per {what} at {where} (red: for the target, blue: against)")
+            self.positions_panel.set_array(images.heat, smooth=True)
         self.map_panel.caption.setText(f"Map at {where}")
         self.map_panel.set_array(images.heat, smooth=images.spatial)
         self.blend_panel.set_array(images.blend, "(no spatial map to blend)" if not images.spatial else "")
         lo, hi = float(np.nanmin(images.saliency)), float(np.nanmax(images.saliency))
         method = "baseline (no rules)" if which == "baseline" else s.result_caption()
-        parts = [f"{method}; map {images.saliency.shape[0]}×{images.saliency.shape[1]}, range [{lo:.3g}, {hi:.3g}]"]
+        shape = "×".join(map(str, images.saliency.shape))
+        parts = [f"{method}; map {shape}, range [{lo:.3g}, {hi:.3g}]"]
         if images.note:
             parts.append(images.note)
         empty = degenerate_note(images.saliency, s.results.method or s.editor.method_name)
@@ -367,6 +392,10 @@ class OverlayView(QWidget):
         if s.fed.note:
             parts.append(s.fed.note)
         self.note.setText("  ".join(parts))
+
+    def _show_positions(self, shown: bool) -> None:
+        self.positions_panel.setVisible(shown)
+        self.panels_box.setVisible(not shown)
 
     def current_overlay(self) -> Any:
         return self.blend_panel.pixmap() or self.map_panel.pixmap()

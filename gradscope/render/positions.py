@@ -60,7 +60,7 @@ def token_strip(
     line_h = FONT_SIZE + 2 * PAD
     boxes, x, y = [], PAD, PAD
     for token in tokens:
-        text = token if token.strip() else "␣"
+        text = token if token.strip() else ("[pad]" if token == "" else repr(token))  # blank: still visible
         w = int(probe.textlength(text, font=font)) + 2 * PAD
         if x + w > width - PAD and x > PAD:
             x, y = PAD, y + line_h + PAD

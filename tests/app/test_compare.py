@@ -18,7 +18,7 @@ from tests.engine.fixtures import tiny_cnn
 def session():
     s = Session(InlineExecutor())
     s.set_model(tiny_cnn(seed=4))
-    s.set_image(np.random.default_rng(1).uniform(0, 1, (12, 12, 3)))
+    s.fed.set_image(np.random.default_rng(1).uniform(0, 1, (12, 12, 3)))
     return s
 
 
@@ -56,7 +56,7 @@ def test_pin_change_the_plan_compare_and_swap(session, tmp_path):
 def test_a_new_input_ends_the_comparison(session):
     s = session
     s.ab.pin()
-    s.set_image(np.zeros((12, 12, 3)))
+    s.fed.set_image(np.zeros((12, 12, 3)))
     assert s.ab.pinned is None and s.comparison() is None
 
 

@@ -14,7 +14,7 @@ from gradscope.io.demo import demo_image_paths, demo_model_path
 def _demo() -> Session:
     s = Session(InlineExecutor())
     s.open_model(demo_model_path())
-    s.open_image(demo_image_paths()[0])
+    s.fed.open(demo_image_paths()[0])
     return s
 
 

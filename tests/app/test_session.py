@@ -102,7 +102,7 @@ class ManualExecutor:
 def loaded(model, image):
     s = Session(InlineExecutor())
     s.set_model(model)
-    s.set_image(image)
+    s.fed.set_image(image)
     return s
 
 
@@ -138,7 +138,7 @@ def test_rule_changes_result_and_keeps_baseline(model, image):
     s = Session(InlineExecutor())
     rec = Recorder(s)
     s.set_model(model)
-    s.set_image(image)
+    s.fed.set_image(image)
     base_grad = s.baseline.input_grad.copy()
     assert s.editor.add_rule("c1", "zero")
     assert s.result.rules == {"c1": "zero"}
@@ -196,7 +196,7 @@ def test_stale_results_are_dropped():
     s = Session(ManualExecutor())
     s.set_model(_cnn())
     s.jobs.executor.run_all()
-    s.set_image(np.full((12, 12, 3), 128, np.uint8))
+    s.fed.set_image(np.full((12, 12, 3), 128, np.uint8))
     first = s.jobs.executor.jobs[-1]
     s.editor.add_rule("c1", "zero")
     second = s.jobs.executor.jobs[-1]
@@ -212,7 +212,7 @@ def test_while_a_new_plan_computes_the_previous_result_keeps_its_own_read_out():
     """After Apply mwp the old gradient map was redrawn with mwp's "sum" reduction: a picture of no result."""
     s = Session(ManualExecutor())
     s.set_model(_cnn())
-    s.set_image(np.full((12, 12, 3), 100, np.uint8))
+    s.fed.set_image(np.full((12, 12, 3), 100, np.uint8))
     s.jobs.executor.run_all()
     before = s.overlay().heat.copy()
     assert s.view.reduction == "max_abs"
@@ -245,7 +245,7 @@ def test_cancel_drops_the_running_request():
     s.set_model(_cnn())
     s.jobs.executor.run_all()  # loads, then runs once on a random input (no image yet)
     before = s.result
-    s.set_image(np.full((12, 12, 3), 100, np.uint8))
+    s.fed.set_image(np.full((12, 12, 3), 100, np.uint8))
     assert s.jobs.busy is not None
     job = s.jobs.executor.jobs[-1]
     s.cancel()
@@ -269,7 +269,7 @@ def test_tensorflow_runs_only_on_the_worker_thread(model, image):
             return real(*a, **k)
 
         engine.backward = spy
-        s.set_image(image)
+        s.fed.set_image(image)
         s.editor.add_rule("c1", "zero")
         assert ex.wait_idle(120)
         assert s.result is not None and s.result.rules == {"c1": "zero"}
@@ -413,7 +413,7 @@ def test_exports_and_session_file_round_trip(tmp_path, model, image):
     Image.fromarray(image).save(img_path)
     s = Session(InlineExecutor())
     s.open_model(good)
-    assert s.open_image(img_path)
+    assert s.fed.open(img_path)
     s.editor.add_rule("c1", "scale", {"factor": 0.5})
     s.targeting.set_class(1)
     s.viewing.set(colormap="hot", alpha=0.3, readout_node=None)  # map at the selected node

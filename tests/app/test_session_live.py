@@ -17,7 +17,7 @@ def _session() -> Session:
     s = Session(ManualExecutor())
     s.set_model(tiny_cnn())
     s.jobs.executor.run_all()
-    s.set_image(np.full((12, 12, 3), 90, np.uint8))
+    s.fed.set_image(np.full((12, 12, 3), 90, np.uint8))
     s.jobs.executor.run_all()
     return s
 

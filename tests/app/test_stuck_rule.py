@@ -39,7 +39,7 @@ def _session():
     s = Session(ThreadExecutor())
     s.set_model(tiny_cnn())
     assert s.jobs.executor.wait_idle(120)
-    s.set_image(np.full((12, 12, 3), 90, np.uint8))
+    s.fed.set_image(np.full((12, 12, 3), 90, np.uint8))
     assert s.jobs.executor.wait_idle(120) and s.result is not None
     messages: list[str] = []
     s.feedback.status_changed.connect(messages.append)

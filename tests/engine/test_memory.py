@@ -59,7 +59,7 @@ def test_soak_500_session_edits_hold_memory():
     s = Session(ManualExecutor())
     s.set_model(tiny_cnn())
     s.jobs.executor.run_all()
-    s.set_image(np.full((12, 12, 3), 90, np.uint8))
+    s.fed.set_image(np.full((12, 12, 3), 90, np.uint8))
     s.jobs.executor.run_all()
     after_50 = graphs_50 = 0
     for i in range(1, 501):

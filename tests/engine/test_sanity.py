@@ -119,7 +119,7 @@ def test_the_session_runs_the_checks_on_its_worker_and_restores_the_weights():
 
     s = Session(InlineExecutor())
     s.set_model(tiny_cnn(seed=2))
-    s.set_image(np.random.default_rng(0).uniform(0, 1, (12, 12, 3)))
+    s.fed.set_image(np.random.default_rng(0).uniform(0, 1, (12, 12, 3)))
     before = [w.copy() for w in s.document.engine.model.get_weights()]
     reports = []
     s.reports.sanity_ready.connect(reports.append)

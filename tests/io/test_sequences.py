@@ -117,6 +117,9 @@ def test_rows_and_arrays_are_checked_against_the_model(tmp_path):
         table_input(g, TableRow(np.array([1, 2], np.float32), ("a", "b")))
     np.savez(tmp_path / "named.npz", x=np.ones(3, np.float32))
     assert array_input(g, tmp_path / "named.npz").arrays[0].shape == (1, 3)  # one sample: a batch axis added
+    np.save(tmp_path / "wide.npy", np.ones((2, 4), np.float32))
+    with pytest.raises(InputError, match="Input 'x' takes shape \\(None, 3\\); wide.npy holds \\(2, 4\\)"):
+        array_input(g, tmp_path / "wide.npy")
     np.savez(tmp_path / "wrong.npz", y=np.ones(3), z=np.ones(3))
     with pytest.raises(InputError, match="wrong.npz lacks input\\(s\\) 'x' of the model"):
         array_input(g, tmp_path / "wrong.npz")

@@ -14,7 +14,7 @@ SIZES = [(1024, 640), (1280, 720), (1920, 1080)]
 
 def clipped(window: QWidget) -> list[str]:
     """Visible controls narrower than their text needs, or cut by the window's edge; visible horizontal
-    scrollbars (a dock that does not fit its width)."""
+    scrollbars (a dock that does not fit its width; the graph canvas pans, so it may scroll)."""
     problems = []
     frame = window.rect()
     for w in window.findChildren(QWidget):
@@ -28,7 +28,11 @@ def clipped(window: QWidget) -> list[str]:
             problems.append(f"{name}: {w.width()} px < {w.minimumSizeHint().width()} px")
         if isinstance(w, QLabel) and w.text() and not w.wordWrap() and w.width() < w.minimumSizeHint().width():
             problems.append(f"{name}: {w.width()} px < {w.minimumSizeHint().width()} px")
-        if isinstance(w, QAbstractScrollArea) and w.horizontalScrollBar().isVisible() and w.objectName() != "graph":
+        if (
+            isinstance(w, QAbstractScrollArea)
+            and w.horizontalScrollBar().isVisible()
+            and w.objectName() != "graph_view"
+        ):
             problems.append(f"{name}: horizontal scrollbar")
         left = w.mapTo(window, w.rect().topLeft()).x()
         if left + w.width() > frame.width() + 1:  # (taller than the window is fine: docks scroll vertically)
@@ -119,3 +123,35 @@ def test_a_reflow_grid_takes_the_columns_its_width_holds(qtbot):
     grid.show()
     qtbot.waitUntil(lambda: grid.columns == 2 and buttons[2].y() > buttons[0].y(), timeout=2_000)  # laid out
     assert buttons[1].y() == buttons[0].y() and buttons[3].y() == buttons[2].y()  # two rows of two
+
+
+@pytest.fixture(scope="module")
+def text_model_file(tmp_path_factory):
+    """Built before any window: the window's worker imports TensorFlow, and two threads must not import it at
+    once."""
+    import keras
+
+    keras.utils.set_random_seed(0)
+    i = keras.Input((12,), dtype="int32", name="tokens")
+    h = keras.layers.Embedding(50, 8, name="embed")(i)
+    h = keras.layers.GlobalAveragePooling1D(name="pool")(h)
+    path = tmp_path_factory.mktemp("text") / "text.keras"
+    keras.Model(i, keras.layers.Dense(2, activation="softmax", name="out")(h)).save(path)
+    return path
+
+
+def test_a_text_model_shows_its_token_scores_and_still_fits_1024x640(text_model_file, window, qtbot, wait_idle):
+    """Typed token ids: one wide strip of scores replaces the three image panels; a long caption or a wide
+    strip never widens the window (a 1045 px minimum once did)."""
+    window.session.fed.set_typed("3 14 15 9 2 6 5 35 8 9 7 9")
+    window.open_model(str(text_model_file))
+    wait_idle(window)
+    view = window.overlay
+    qtbot.waitUntil(lambda: view.positions_panel.isVisibleTo(window), timeout=60_000)
+    assert not view.panels_box.isVisibleTo(window) and view.positions_panel.pixmap() is not None
+    assert "Score per token at embed" in view.positions_panel.caption.text()
+    window.resize(1024, 640)
+    qtbot.wait(50)
+    assert (window.width(), window.height()) == (1024, 640), f"minimum {window.minimumSizeHint().toTuple()}"
+    problems = settled(window, qtbot)
+    assert not problems, "\n".join(problems)
