@@ -200,8 +200,8 @@ def model_input(
     """Any input as the model's batch (``io.model_inputs``): an image (path or uint8 array), token ids (an
     integer array or list for a model whose input is integer), a ``.npy``/``.npz``/``.csv``/``.txt``/``.json``
     file, a float array, or a ``ModelInput``. ``vocab``: a ``Vocabulary`` or the path of one."""
-    from gradscope.io.images import IMAGE_EXTENSIONS, load_image, prepare_input, rgb_image
-    from gradscope.io.model_inputs import read_model_input, table_input, token_input
+    from gradscope.io.images import load_image, prepare_input, rgb_image
+    from gradscope.io.model_inputs import INPUT_FILE_SUFFIXES, read_model_input, table_input, token_input
     from gradscope.io.sequences import TableRow, Vocabulary
 
     if isinstance(source, ModelInput):
@@ -211,8 +211,8 @@ def model_input(
         vocab = Vocabulary.load(vocab)
     first = graph.input_ids[0]
     shape = graph.node(first).output_shape
-    if isinstance(source, (str, Path)) and Path(source).suffix.lower() not in IMAGE_EXTENSIONS:
-        return read_model_input(graph, source, vocab=vocab, row=row)
+    if isinstance(source, (str, Path)) and Path(source).suffix.lower() in INPUT_FILE_SUFFIXES:
+        return read_model_input(graph, source, vocab=vocab, row=row)  # anything else is an image to Pillow
     if not isinstance(source, (str, Path)):
         a = np.asarray(source)
         if len(graph.input_ids) == 1 and graph.is_integer_input(first):

@@ -13,6 +13,7 @@ the wider net the closing notes count.
 from __future__ import annotations
 
 import argparse
+import io
 import json
 import os
 import subprocess
@@ -246,13 +247,25 @@ def cases(d: Path) -> list[Case]:
         ),
         Case(
             "window",
-            "an array instead of an image",
+            "an array as the input",
             [*shot[:1], model, str(d / "good.npy"), *shot[1:]],
-            must_say="good.npy",
+            "ok",  # arrays are inputs too (issue 23): the window explains it
+        ),
+        Case(
+            "window",
+            "an array of the wrong shape",
+            [*shot[:1], model, write(d / "wrong.npy", _npy(np.zeros((2, 3), np.float32))), *shot[1:]],
+            must_say="takes shape",
         ),
         Case("window", "a text file as the image", [*shot[:1], model, text, *shot[1:]], must_say="text.png"),
     ]
     return out_cases
+
+
+def _npy(array: np.ndarray) -> bytes:
+    buffer = io.BytesIO()
+    np.save(buffer, array)
+    return buffer.getvalue()
 
 
 def _huge_npy_header() -> bytes:

@@ -23,10 +23,8 @@ from gradscope.app.view import PREPROCESSINGS
 from gradscope.core.errors import InputError
 from gradscope.core.events import Signal
 from gradscope.core.graph import LayerGraph
-from gradscope.io.model_inputs import ModelInput, read_model_input, token_input, typed_input
+from gradscope.io.model_inputs import INPUT_FILE_SUFFIXES, ModelInput, read_model_input, token_input, typed_input
 from gradscope.io.sequences import Vocabulary
-
-IMAGE_SUFFIXES = (".png", ".jpg", ".jpeg", ".bmp", ".webp", ".tif", ".tiff", ".gif")
 
 
 class Inputs:
@@ -61,7 +59,7 @@ class Inputs:
         """Use the file at ``path``: an image, or (by its suffix) arrays, a CSV row or token ids, read when the
         batch is prepared for the open model. False, and why, when it cannot be."""
         p = Path(path).expanduser()
-        if p.suffix.lower() not in IMAGE_SUFFIXES and p.suffix.lower() in (".npy", ".npz", ".csv", ".txt", ".json"):
+        if p.suffix.lower() in INPUT_FILE_SUFFIXES:  # anything else is an image to Pillow
             if not p.is_file():
                 self._feedback.error("Cannot open the input", f"Input file not found: {p}")
                 return False

@@ -21,6 +21,7 @@ from gradscope.io.sequences import TableRow, Vocabulary, parse_token_ids, read_c
 PAD_TOKENS = ("", "[PAD]", "<pad>", "<PAD>", "[pad]")
 TOKEN_SUFFIXES = (".txt", ".json")
 ARRAY_SUFFIXES = (".npy", ".npz")
+INPUT_FILE_SUFFIXES = (*ARRAY_SUFFIXES, ".csv", *TOKEN_SUFFIXES)  # files that are inputs but not images
 
 
 @dataclass(frozen=True)

@@ -144,6 +144,51 @@ def gradient_x_input(graph: LayerGraph) -> Method:
     return Method("gradient_x_input", Plan(name="gradient_x_input"), reduction="sum", times_input=True, signed=True)
 
 
+# ------------------------------------------------------------------------- transformers (AttnLRP, CP-LRP)
+def _transformer_method(name: str, entries: list[tuple[str, str, dict]], graph: LayerGraph) -> Method:
+    """Rules in gradient form (``rules.builtin.transformer``), read out times the input; a selector that
+    matches nothing is left out, and a model with no attention or normalisation says what it gets."""
+    from gradscope.rules.plan import PlanEntry
+
+    used = tuple(PlanEntry(s, r, p) for s, r, p in entries if any(PlanEntry(s, r, p).matches(n) for n in graph.nodes))
+    plan = Plan(used, name=name)
+    changed = changed_nodes(graph, plan)
+    kinds = {n.op_type for n in graph.nodes}
+    warnings: tuple[str, ...] = ()
+    if not kinds & {"MultiHeadAttention", "LayerNormalization", "RMSNormalization"}:
+        warnings = (
+            f"{name}: the model has no MultiHeadAttention or LayerNorm: this is {name}'s rule set on the rest.",
+        )
+    return Method(name, plan, reduction="sum", times_input=True, signed=True, changed=changed, warnings=warnings)
+
+
+@register_method("attnlrp", "AttnLRP: epsilon on linear layers, uniform rule on attention, identity on GELU (2024)")
+def attnlrp(graph: LayerGraph, epsilon: float = 1e-6) -> Method:
+    eps = {"epsilon": float(epsilon)}
+    return _transformer_method(
+        "attnlrp",
+        [
+            ("type:MultiHeadAttention", "attention_lrp", eps),
+            ("type:LayerNormalization,RMSNormalization", "norm_constant", {}),
+            ("type:Dense,EinsumDense,Conv1D,Conv2D,Conv3D", "epsilon_gx", eps),
+            ("activation:gelu,silu,swish,tanh,sigmoid,softplus,elu,selu,mish", "act_identity", {}),
+        ],
+        graph,
+    )
+
+
+@register_method("cp_lrp", "CP-LRP: attention probabilities and LayerNorm scale held constant (Ali et al. 2022)")
+def cp_lrp(graph: LayerGraph) -> Method:
+    return _transformer_method(
+        "cp_lrp",
+        [
+            ("type:MultiHeadAttention", "attention_cp", {}),
+            ("type:LayerNormalization,RMSNormalization", "norm_constant", {}),
+        ],
+        graph,
+    )
+
+
 # ------------------------------------------------------------------------- guided backprop / deconvnet (§2.2)
 def _relu_method(name: str, rule: str, graph: LayerGraph) -> Method:
     """Every ReLU-like node gets ``rule``; everything else (max-pool, BN, ...) keeps its true VJP."""

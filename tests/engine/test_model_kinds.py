@@ -72,7 +72,10 @@ def table_row(name: str, engine: Engine) -> str:
             if match:
                 passed.add(match.group(1))
     layerwise = "a rule on every layer" if not passed else "pass-through (warned): " + ", ".join(sorted(passed))
-    return f"| {name} | {len(engine.graph)} | yes | {relu} | {layerwise} |"
+    cp = build_method("cp_lrp", engine.graph)
+    parts = sorted({engine.graph.node(n).op_type for n in cp.changed})
+    transformer = "rules on " + ", ".join(parts) if parts else "n/a (no attention or LayerNorm)"
+    return f"| {name} | {len(engine.graph)} | yes | {relu} | {layerwise} | {transformer} |"
 
 
 def test_presets_do_what_the_readme_table_says(kind):
@@ -80,6 +83,6 @@ def test_presets_do_what_the_readme_table_says(kind):
     row = table_row(name, engine)
     assert row in README.read_text().splitlines(), f"README 'Supported models' should have the row:\n{row}"
     xs = inputs_for(engine)
-    for preset in ("guided_backprop", "mwp", "lrp_epsilon"):
+    for preset in ("guided_backprop", "mwp", "lrp_epsilon", "attnlrp", "cp_lrp"):
         result = engine.backward(xs, Target(index=1), build_method(preset, engine.graph).plan)
         assert all(np.isfinite(g).all() for g in result.input_grads), preset

@@ -6,4 +6,5 @@ from gradscope.rules.builtin import (
     lrp,  # noqa: F401
     relu_family,  # noqa: F401
     substitute,  # noqa: F401
+    transformer,  # noqa: F401
 )

@@ -1,0 +1,189 @@
+"""Transformers against a compiled plain tf.GradientTape gradient, measured side by side in one run (issue 23).
+
+    .venv/bin/python benchmarks/bench_transformer.py                    # BERT-base-shaped encoder + ViT-B/16
+    .venv/bin/python benchmarks/bench_transformer.py --layers 2         # the same shapes, 2 blocks (a smoke run)
+    .venv/bin/python benchmarks/bench_transformer.py --memory 200       # + RSS over 200 one-node edits
+    .venv/bin/python benchmarks/bench_transformer.py --save DIR         # also save the models (for bench_gui.py)
+
+Models are built from Keras layers with random weights: the encoder is 12 blocks of width 768 with 12 heads at
+sequence length 128 (token ids in, a 2-class head on the mean token), ViT-B/16 is a 16x16 patch convolution at
+224x224, 12 blocks of width 768. Every row times what the Session runs for a click (every node's signal and
+statistics to the host). Ratios are to the compiled plain gradient of the logit with respect to the first float
+tensor (the embedding output for token ids, the image for ViT). Targets (reported, not asserted): first map
+<= 5x, a never-seen preset (attnlrp, gradient x input) <= 4x, a one-node edit <= 2x, memory flat over edits.
+Writes benchmarks/results/transformer.{json,csv}.
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import json
+import os
+import platform
+import statistics
+import sys
+import time
+from pathlib import Path
+
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+import numpy as np  # noqa: E402
+
+from gradscope.backend import keras, tf  # noqa: E402
+from gradscope.core.targets import Target  # noqa: E402
+from gradscope.engine.runner import Engine  # noqa: E402
+from gradscope.rules.methods import build_method  # noqa: E402
+from gradscope.rules.plan import Plan  # noqa: E402
+
+RESULTS = Path(__file__).resolve().parent / "results"
+
+
+def block(h, width: int, heads: int, k: int):
+    a = keras.layers.MultiHeadAttention(heads, width // heads, name=f"block{k}_mha")(h, h)
+    h = keras.layers.LayerNormalization(name=f"block{k}_ln1")(keras.layers.Add(name=f"block{k}_add1")([h, a]))
+    f = keras.layers.Dense(4 * width, activation="gelu", name=f"block{k}_ff1")(h)
+    f = keras.layers.Dense(width, name=f"block{k}_ff2")(f)
+    return keras.layers.LayerNormalization(name=f"block{k}_ln2")(keras.layers.Add(name=f"block{k}_add2")([h, f]))
+
+
+def encoder(layers: int, width: int = 768, heads: int = 12, seq: int = 128, vocab: int = 30522) -> keras.Model:
+    """BERT-base-shaped: token embedding + LayerNorm, ``layers`` post-LN blocks, mean token, 2 classes."""
+    i = keras.Input((seq,), dtype="int32", name="tokens")
+    h = keras.layers.LayerNormalization(name="embed_ln")(keras.layers.Embedding(vocab, width, name="embed")(i))
+    for k in range(layers):
+        h = block(h, width, heads, k)
+    h = keras.layers.GlobalAveragePooling1D(name="pool")(h)
+    return keras.Model(i, keras.layers.Dense(2, name="classifier")(h), name=f"encoder_{layers}x{width}")
+
+
+def vit(layers: int, width: int = 768, heads: int = 12, size: int = 224, patch: int = 16) -> keras.Model:
+    """ViT-B/16-shaped: patch convolution, ``layers`` blocks, mean patch token, 1000 classes."""
+    i = keras.Input((size, size, 3), name="image")
+    h = keras.layers.Conv2D(width, patch, strides=patch, name="patches")(i)
+    h = keras.layers.Reshape(((size // patch) ** 2, width), name="tokens")(h)
+    for k in range(layers):
+        h = block(h, width, heads, k)
+    h = keras.layers.GlobalAveragePooling1D(name="pool")(keras.layers.LayerNormalization(name="final_ln")(h))
+    return keras.Model(i, keras.layers.Dense(1000, name="classifier")(h), name=f"vit_{layers}x{width}")
+
+
+def plain_gradient(model: keras.Model, start: str | None):
+    """Compiled tape gradient of logit 1 w.r.t. the model input, or w.r.t. the output of ``start`` (token ids)."""
+    if start is None:
+
+        @tf.function
+        def grad(x):
+            with tf.GradientTape() as tape:
+                tape.watch(x)
+                y = model(x)[:, 1]
+            return tape.gradient(y, x)
+
+        return grad
+    head = keras.Model(model.get_layer(start).output, model.output)  # everything after the embedding
+    embed = keras.Model(model.input, model.get_layer(start).output)
+
+    @tf.function
+    def grad_tokens(ids):
+        e = embed(ids)
+        with tf.GradientTape() as tape:
+            tape.watch(e)
+            y = head(e)[:, 1]
+        return tape.gradient(y, e)
+
+    return grad_tokens
+
+
+def median_time(fn, repeats: int) -> float:
+    fn()
+    times = []
+    for _ in range(repeats):
+        t0 = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - t0)
+    return statistics.median(times)
+
+
+def rss_mb() -> float:
+    for line in Path("/proc/self/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1]) / 1024
+    return float("nan")
+
+
+def bench(name: str, model: keras.Model, x: np.ndarray, start: str | None, repeats: int, edits: int) -> list[dict]:
+    grad = plain_gradient(model, start)
+    base = median_time(lambda: grad(tf.convert_to_tensor(x)).numpy(), repeats)
+    rows: list[dict] = []
+
+    def record(case: str, seconds: float, extra: str = "") -> None:
+        rows.append({"model": name, "case": case, "seconds": seconds, "ratio": seconds / base, "note": extra})
+        print(f"{name:<16} {case:<48} {seconds:8.2f} s  {seconds / base:6.2f}x  {extra}", flush=True)
+
+    record("plain GradientTape gradient (compiled)", base)
+    t0 = time.perf_counter()
+    engine = Engine(model)
+    r = engine.backward(x, Target(index=1), Plan(), capture="all")
+    record("first map after opening (engine + forward + sweep)", time.perf_counter() - t0, r.meta["mode"])
+    for preset in ("gradient_x_input", "attnlrp", "cp_lrp"):
+        plan = build_method(preset, engine.graph).plan
+        t0 = time.perf_counter()
+        r = engine.backward(x, Target(index=1), plan, capture="all")
+        record(f"never-seen preset: {preset}", time.perf_counter() - t0, f"{r.meta['mode']}, {len(r.rules)} rules")
+    engine.backward(x, Target(index=1), Plan(), capture="all")
+    middle = [n.id for n in engine.graph.nodes if n.op_type == "Dense"][len(engine.graph.nodes) // 40 or 1]
+    for factor in (2.0, 3.0):
+        plan = Plan().with_entry(middle, "scale", {"factor": factor})
+        t0 = time.perf_counter()
+        r = engine.backward(x, Target(index=1), plan, capture="all")
+        record(
+            f"one-node edit: scale={factor} on {middle}",
+            time.perf_counter() - t0,
+            f"{r.meta.get('recomputed_nodes', '?')} nodes",
+        )
+    if edits:
+        before = rss_mb()
+        marks = []
+        for k in range(edits):
+            plan = Plan().with_entry(middle, "scale", {"factor": 1.0 + (k % 50) / 10})
+            engine.backward(x, Target(index=1), plan, capture="all")
+            if k in (edits // 4, edits - 1):
+                marks.append(rss_mb())
+        record(f"RSS over {edits} edits (MB: start, 1/4, end)", 0.0, f"{before:.0f}, {marks[0]:.0f}, {marks[-1]:.0f}")
+    return rows
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--layers", type=int, default=12)
+    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--memory", type=int, default=0, metavar="EDITS", help="RSS over this many edits")
+    parser.add_argument("--only", choices=("encoder", "vit"), help="one model")
+    parser.add_argument("--save", metavar="DIR", help="also save the models as .keras (for bench_gui.py)")
+    args = parser.parse_args()
+    keras.utils.set_random_seed(0)
+    rows: list[dict] = []
+    if args.only in (None, "encoder"):
+        model = encoder(args.layers)
+        ids = np.random.default_rng(0).integers(0, 30522, (1, 128))
+        rows += bench(model.name, model, ids, "embed", args.repeats, args.memory)
+        if args.save:
+            model.save(Path(args.save) / f"{model.name}.keras")
+    if args.only in (None, "vit"):
+        model = vit(args.layers)
+        image = np.random.default_rng(0).uniform(0, 1, (1, 224, 224, 3)).astype("float32")
+        rows += bench(model.name, model, image, None, args.repeats, args.memory)
+        if args.save:
+            model.save(Path(args.save) / f"{model.name}.keras")
+    RESULTS.mkdir(exist_ok=True)
+    meta = {"machine": platform.platform(), "cpus": os.cpu_count(), "layers": args.layers, "tf": tf.__version__}
+    (RESULTS / "transformer.json").write_text(json.dumps({"meta": meta, "rows": rows}, indent=2) + "\n")
+    with (RESULTS / "transformer.csv").open("w", newline="") as f:
+        writer = csv.DictWriter(f, fieldnames=list(rows[0]))
+        writer.writeheader()
+        writer.writerows(rows)
+
+
+if __name__ == "__main__":
+    main()
