@@ -126,6 +126,9 @@ def bench(name: str, model: keras.Model, x: np.ndarray, start: str | None, repea
     engine = Engine(model)
     r = engine.backward(x, Target(index=1), Plan(), capture="all")
     record("first map after opening (engine + forward + sweep)", time.perf_counter() - t0, r.meta["mode"])
+    t0 = time.perf_counter()
+    engine.compile(x, Target(index=1), Plan())  # the Session's background step after a live answer
+    record("background step: compile kernels + identity plan", time.perf_counter() - t0, "not waited for")
     for preset in ("gradient_x_input", "attnlrp", "cp_lrp"):
         plan = build_method(preset, engine.graph).plan
         t0 = time.perf_counter()

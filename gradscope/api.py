@@ -259,7 +259,7 @@ def explain(
     For token ids the map is read where the signal exists, at the embedding's output (unless ``layer`` says
     otherwise), as one score per token.
     """
-    from gradscope.app.view import REDUCTIONS, ViewError
+    from gradscope.app.view import REDUCTIONS, ViewError, token_grid
     from gradscope.render import reduce_channels
 
     if reduction is not None and reduction not in REDUCTIONS:
@@ -302,6 +302,8 @@ def explain(
         saliency = token_scores(signal)
     else:
         signal = weighted_signal(signal, forward, times_input=m.times_input, grad_cam=m.grad_cam)
+        grid = token_grid(signal) if fed.kind == "image" else None  # an image transformer: a map per patch
+        signal = signal if grid is None else grid
         saliency = signal if signal.ndim == 1 else reduce_channels(signal, reduction or m.reduction)
     sidecar = {
         "model": getattr(engine.model, "name", "model"),

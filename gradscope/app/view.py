@@ -8,6 +8,7 @@ The GUI's overlay view, ``Session.export_overlay``, ``gradscope explain`` and ``
 from __future__ import annotations
 
 import dataclasses
+import math
 from dataclasses import dataclass
 from typing import Any
 
@@ -100,6 +101,19 @@ class OverlayImages:
         return self.blend if self.blend is not None else self.heat
 
 
+def token_grid(signal: np.ndarray) -> np.ndarray | None:
+    """The (T, C) tokens of an image transformer as the (h, w, C) grid of patches they stand for: T a square,
+    or T - 1 a square (a class token first, left out of the map); None when they are no grid."""
+    s = np.asarray(signal)
+    if s.ndim != 2:
+        return None
+    for skip in (0, 1):
+        side = math.isqrt(s.shape[0] - skip)
+        if side > 1 and side * side == s.shape[0] - skip:
+            return s[skip:].reshape(side, side, s.shape[1])
+    return None
+
+
 def to_map(signal: np.ndarray, reduction: str) -> tuple[np.ndarray, bool]:
     """A 2-D map from one sample's signal: (H, W, C) reduced over channels; (L, C) and (N,) become a strip."""
     s = np.asarray(signal, dtype=np.float32)
@@ -118,7 +132,8 @@ def overlay_images(
     """The picture of one sample's ``signal`` (already multiplied by the input if the view says so).
     ``blend=False``: the image does not fit the model input (e.g. a random input), so only the heat map."""
     view.check()
-    saliency, spatial = to_map(signal, view.reduction)
+    grid = token_grid(signal) if image is not None and blend else None  # a ViT's tokens: a map per patch
+    saliency, spatial = to_map(signal if grid is None else grid, view.reduction)
     signed = view.normalization == "signed"
     m = render.normalize(saliency, view.normalization)
     note = ""

@@ -192,3 +192,46 @@ def test_the_sanity_checks_cover_the_transformer_presets():
         report = sanity_checks(engine, x, gs.Target(index=0), build_method(name, engine.graph).plan, method=name)
         assert report.conservation and report.randomisation is not None, name
         assert "Traceback" not in report.to_text()
+
+
+def tiny_vit(seed: int = 0) -> keras.Model:
+    """32x32 images in 8x8 patches: 16 tokens (a 4x4 grid), one transformer block, 3 classes."""
+    keras.utils.set_random_seed(seed)
+    i = keras.Input((32, 32, 3), name="image")
+    h = keras.layers.Reshape((16, 16), name="tokens")(keras.layers.Conv2D(16, 8, strides=8, name="patches")(i))
+    a = keras.layers.MultiHeadAttention(2, 8, name="mha")(h, h)
+    h = keras.layers.LayerNormalization(name="block")(keras.layers.Add(name="res")([h, a]))
+    p = keras.layers.GlobalAveragePooling1D(name="pool")(h)
+    return keras.Model(i, keras.layers.Dense(3, name="out")(p))
+
+
+def test_an_image_transformer_gets_a_map_per_patch_and_grad_cam_on_its_token_grid():
+    model = tiny_vit()
+    image = (np.random.default_rng(13).random((32, 32, 3)) * 255).astype(np.uint8)
+    ex = gs.explain(model, image, method="grad_cam", layer="block", target=2)
+    assert ex.saliency.shape == (4, 4) and ex.node == "block"
+    # Selvaraju's formula on the block's tokens laid out as the 4x4 grid of patches they come from
+    x = tf.constant(image[None].astype(np.float32) / 255.0)
+    tokens = keras.Model(model.input, model.get_layer("block").output)
+    head = keras.Model(model.get_layer("block").output, model.output)
+    a = tokens(x)
+    with tf.GradientTape() as tape:
+        tape.watch(a)
+        logit = head(a)[0, 2]
+    g = tape.gradient(logit, a).numpy()[0]
+    cam = np.maximum((g.mean(axis=0) * a.numpy()[0]).sum(axis=-1), 0).reshape(4, 4)
+    np.testing.assert_allclose(ex.saliency, cam, rtol=1e-4, atol=1e-6)
+    shown = ex.images()
+    assert shown.spatial and shown.blend is not None and shown.blend.shape == (32, 32, 3)
+    attn = gs.explain(model, image, method="attnlrp", target=2)  # at the input: a map per pixel, as for a CNN
+    assert attn.saliency.shape == (32, 32) and np.isfinite(attn.saliency).all()
+
+
+def test_tokens_form_a_grid_only_when_they_are_one():
+    from gradscope.app.view import token_grid
+
+    tokens = np.arange(17 * 2, dtype=np.float32).reshape(17, 2)  # a class token, then 16 patches
+    grid = token_grid(tokens)
+    assert grid.shape == (4, 4, 2) and grid[0, 0, 0] == tokens[1, 0]  # the class token is left out
+    assert token_grid(tokens[1:]).shape == (4, 4, 2) and token_grid(tokens[:7]) is None
+    assert token_grid(np.zeros((16,))) is None

@@ -46,8 +46,14 @@ def epsilon_factor(z, eps: float):
 
 
 def uniform_product(a, b, product):
-    """``product(a, b)`` for a bilinear ``product``, each factor receiving half its gradient (uniform rule)."""
-    return 0.5 * product(a, tf.stop_gradient(b)) + 0.5 * product(tf.stop_gradient(a), b)
+    """``product(a, b)`` for a bilinear ``product``, each factor receiving half its gradient (uniform rule):
+    one product of the factors with their gradients halved (half the work of two half-products)."""
+    return product(half_gradient(a), half_gradient(b))
+
+
+def half_gradient(z):
+    """``z`` itself, passing half its gradient."""
+    return 0.5 * z + 0.5 * tf.stop_gradient(z)
 
 
 @dataclass(frozen=True)
