@@ -37,10 +37,7 @@ class Vocabulary:
         p = _readable(path, "vocabulary")
         text = p.read_text(encoding="utf-8-sig")
         if p.suffix.lower() == ".json":
-            try:
-                data = json.loads(text)
-            except json.JSONDecodeError as exc:
-                raise InputError(f"{p.name} is not valid JSON: {exc.msg} (line {exc.lineno}).") from None
+            data = _json(p, text)
             if isinstance(data, list) and all(isinstance(t, str) for t in data):
                 return cls(tuple(data), str(p))
             if isinstance(data, dict) and all(isinstance(i, int) and not isinstance(i, bool) for i in data.values()):
@@ -119,10 +116,7 @@ def read_token_file(path: str | Path) -> np.ndarray:
     p = _readable(path, "token file")
     text = p.read_text(encoding="utf-8-sig")
     if p.suffix.lower() == ".json":
-        try:
-            data = json.loads(text)
-        except json.JSONDecodeError as exc:
-            raise InputError(f"{p.name} is not valid JSON: {exc.msg} (line {exc.lineno}).") from None
+        data = _json(p, text)
         data = data.get("ids") if isinstance(data, dict) else data
         if not isinstance(data, list) or not all(isinstance(i, int) and not isinstance(i, bool) for i in data):
             raise InputError(f'{p.name}: give the token ids as a JSON list of whole numbers (or {{"ids": [...]}}).')
@@ -164,6 +158,13 @@ def read_csv_row(path: str | Path, row: int = 0) -> TableRow:
         if not _is_number(cell):
             raise InputError(f"{p.name}: row {row}, column {name!r} is {cell!r}, not a number.")
     return TableRow(np.array([float(c) for c in cells], np.float32), names)
+
+
+def _json(p: Path, text: str) -> Any:
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise InputError(f"{p.name} is not valid JSON: {exc.msg} (line {exc.lineno}).") from None
 
 
 def _is_number(cell: str) -> bool:

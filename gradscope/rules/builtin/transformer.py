@@ -137,15 +137,6 @@ def normalize_with_constant_scale(layer, x, weights: dict):
     return y
 
 
-@dataclass(frozen=True)
-class AttentionParams:
-    epsilon: float = 1e-6
-
-    def __post_init__(self) -> None:
-        if not (math.isfinite(self.epsilon) and self.epsilon >= 0):
-            raise ValueError(f"epsilon must be a finite number >= 0, got {self.epsilon}")
-
-
 class _AttentionRule(Rule):
     """``MultiHeadAttention`` re-run from its projections and equations with a rule's changes."""
 
@@ -176,7 +167,7 @@ class _AttentionRule(Rule):
 class AttentionLRP(_AttentionRule):
     """AttnLRP on MultiHeadAttention: ε on the projections, uniform rule on QKᵀ and A·V, softmax gradient."""
 
-    Params = AttentionParams
+    Params = EpsilonParams
     summary = "MultiHeadAttention"
     mode = "attnlrp"
 
