@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 import numpy as np
-from PySide6.QtCore import QSize, Qt
+from PySide6.QtCore import QSize, Qt, QTimer
 from PySide6.QtGui import QPixmap
 from PySide6.QtWidgets import (
     QCheckBox,
@@ -33,6 +33,34 @@ class _Picture(QLabel):
 
     def minimumSizeHint(self) -> QSize:  # noqa: N802
         return QSize(96, 96)
+
+
+class PositionsPanel(QWidget):
+    """A captioned per-token / per-feature picture at its own size (1:1, so words stay readable): a long text
+    makes it taller, and the overlay pane scrolls."""
+
+    def __init__(self, parent: QWidget | None = None) -> None:
+        super().__init__(parent)
+        lay = QVBoxLayout(self)
+        lay.setContentsMargins(2, 2, 2, 2)
+        lay.setSpacing(2)
+        self.caption = QLabel()
+        self.caption.setWordWrap(True)
+        self.caption.setStyleSheet("color:#455a64; font-weight:600")
+        self.picture = _Picture()
+        self.picture.setAlignment(Qt.AlignmentFlag.AlignLeft | Qt.AlignmentFlag.AlignTop)
+        lay.addWidget(self.caption)
+        lay.addWidget(self.picture)
+        lay.addStretch(1)
+        self._pixmap: QPixmap | None = None
+
+    def set_array(self, array: np.ndarray) -> None:
+        self._pixmap = to_pixmap(array)
+        self.picture.setPixmap(self._pixmap)
+        self.picture.setMinimumHeight(self._pixmap.height())
+
+    def pixmap(self) -> QPixmap | None:
+        return self._pixmap
 
 
 class ImagePanel(QWidget):
@@ -207,7 +235,7 @@ class OverlayView(QWidget):
             panels.addWidget(p, 1)
         lay.addWidget(self.panels_box, 1)
         # text and tabular inputs: one wide picture of the scores per token / feature, in place of the three
-        self.positions_panel = ImagePanel("Scores")
+        self.positions_panel = PositionsPanel()
         self.positions_panel.hide()
         lay.addWidget(self.positions_panel, 1)
         self.note = QLabel()
@@ -364,7 +392,7 @@ class OverlayView(QWidget):
             self.note.setText(s.fed.note)
             return
         try:
-            images = s.overlay(which=which, width=max(320, self.width() - 24))
+            images = s.overlay(which=which, width=max(240, self.width() - 12))  # drawn 1:1 at the pane's width
         except GradscopeError as exc:
             self._show_positions(False)
             self.map_panel.set_array(None, str(exc))
@@ -376,7 +404,7 @@ class OverlayView(QWidget):
         if per_position:
             what = "token" if s.fed.fed.kind == "tokens" else "feature"
             self.positions_panel.caption.setText(f"Score per {what} at {where} (red: for the target, blue: against)")
-            self.positions_panel.set_array(images.heat, smooth=True)
+            self.positions_panel.set_array(images.heat)
         self.map_panel.caption.setText(f"Map at {where}")
         self.map_panel.set_array(images.heat, smooth=images.spatial)
         self.blend_panel.set_array(images.blend, "(no spatial map to blend)" if not images.spatial else "")
@@ -392,6 +420,11 @@ class OverlayView(QWidget):
         if s.fed.note:
             parts.append(s.fed.note)
         self.note.setText("  ".join(parts))
+
+    def resizeEvent(self, event) -> None:  # noqa: N802
+        super().resizeEvent(event)
+        if self.positions_panel.isVisible() and abs(event.size().width() - event.oldSize().width()) > 8:
+            QTimer.singleShot(0, self.refresh)  # the strip wraps to the new width
 
     def _show_positions(self, shown: bool) -> None:
         self.positions_panel.setVisible(shown)
