@@ -154,3 +154,35 @@ def test_the_session_shows_and_exports_the_same_token_scores_as_the_api(text_mod
     np.testing.assert_allclose([p["score"] for p in side["positions"]], lrp.saliency, rtol=1e-5, atol=1e-8)
     s.fed.set_typed("2 3 99")  # an id the embedding lacks: told, and a random input meanwhile
     assert "Token 2 of input 'tokens' is id 99" in s.fed.problem
+
+
+def test_a_session_file_keeps_typed_tokens_and_their_vocabulary(text_model, vocab_file, tmp_path):
+    from gradscope.app.session import Session
+    from gradscope.app.session_files import read_session_file
+    from gradscope.app.worker import InlineExecutor
+
+    s = Session(InlineExecutor())
+    s.open_model(text_model)
+    s.fed.set_vocabulary(vocab_file)
+    s.fed.set_typed("the movie was great")
+    saved = s.save(tmp_path / "words")
+    data = read_session_file(saved)
+    assert data["schema"] == 3 and data["tokens"] == "the movie was great" and data["vocabulary"] == str(vocab_file)
+    t = Session(InlineExecutor())
+    assert t.load(saved)
+    assert t.fed.typed == "the movie was great" and t.fed.labels[:4] == ("the", "movie", "was", "great")
+    np.testing.assert_allclose(t.overlay().saliency, s.overlay().saliency, rtol=1e-6)
+
+
+def test_a_schema_2_session_keeps_its_ids(tmp_path):
+    """Schema 3 only added tokens and the vocabulary: a schema-2 file's ids are today's (no schema-1 upgrade)."""
+    from gradscope.app.session import Session
+    from gradscope.app.worker import InlineExecutor
+    from tests.engine.fixtures import tiny_cnn
+
+    model = tmp_path / "tiny.keras"
+    tiny_cnn().save(model)
+    (tmp_path / "old.gradscope.json").write_text(json.dumps({"schema": 2, "model": str(model), "selected": "c1"}))
+    s = Session(InlineExecutor())
+    assert s.load(tmp_path / "old.gradscope.json")
+    assert s.selected == "c1"  # schema 1 would have made it "c1:pre"

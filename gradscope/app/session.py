@@ -154,9 +154,11 @@ class Session:
             + "".join(f". {note}" for note in graph.notes)
         )
         with self._runs_held():
-            vocab = find_vocabulary(doc.path) if doc.path else None
+            vocab = (restore.vocabulary if restore is not None else None) or (
+                find_vocabulary(doc.path) if doc.path else None
+            )
             if vocab is not None and self.fed.set_vocabulary(vocab):
-                self.feedback.say(f"Token ids are shown as words from {vocab.name}.")
+                self.feedback.say(f"Token ids are shown as words from {Path(vocab).name}.")
             if restore is not None and self.editor.fits(restore.plan):
                 self.editor.set_plan(restore.plan, record=False)
             else:
@@ -164,7 +166,9 @@ class Session:
             self.targeting.changed.emit(self.target)
             if restore is not None:
                 self.viewing.changed.emit(self.view)
-                if restore.image:
+                if restore.tokens:
+                    self.fed.set_typed(restore.tokens)
+                elif restore.image:
                     self.fed.open(restore.image)
                 if restore.selected:
                     self.selection.select(restore.selected)
@@ -358,6 +362,8 @@ class Session:
             plan=self.plan,
             view=self.view,
             selected=self.selected,
+            tokens=self.fed.typed,
+            vocabulary=self.fed.vocab.source if self.fed.vocab is not None else None,
         )
 
     def save(self, path: str | Path) -> Path:

@@ -32,6 +32,8 @@ class Restore:
     method: str | None
     preprocessing: str
     schema: int = SESSION_SCHEMA  # the node-id scheme of its ids (1: "<id>:act" for a split activation)
+    tokens: str | None = None
+    vocabulary: str | None = None
 
     @classmethod
     def from_data(cls, data: dict[str, Any]) -> Restore:
@@ -45,6 +47,8 @@ class Restore:
             data.get("method"),
             data.get("preprocessing") or "unit",
             data.get("schema", SESSION_SCHEMA),
+            data.get("tokens"),
+            data.get("vocabulary"),
         )
 
     def fitted(self, graph: LayerGraph) -> tuple[Restore, list[str]]:
@@ -64,7 +68,7 @@ class Restore:
 
     def upgraded(self, graph: LayerGraph) -> Restore:
         """The same settings with today's node ids (``LayerGraph.id_from_v1``) when the file is schema 1."""
-        if self.schema >= SESSION_SCHEMA:
+        if self.schema >= 2:  # ids of today's scheme (schema 3 only added tokens and the vocabulary)
             return self
 
         def new(node_id: str | None) -> str | None:
@@ -90,6 +94,8 @@ def session_data(
     plan: Plan,
     view: ViewSettings,
     selected: str | None,
+    tokens: str | None = None,
+    vocabulary: str | None = None,
 ) -> dict[str, Any]:
     """What a session file holds (``write_session_file``)."""
     return {
@@ -103,6 +109,8 @@ def session_data(
         "plan": plan.to_dict(),
         "view": view.to_dict(),
         "selected": selected,
+        "tokens": tokens,
+        "vocabulary": vocabulary,
     }
 
 

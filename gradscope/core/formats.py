@@ -22,7 +22,7 @@ import msgspec
 from gradscope.core.errors import GradscopeError
 
 PLAN_SCHEMA = 2  # 2: a fused layer's id is its output (the activation), "<id>:pre" its linear part (1: "<id>:act")
-SESSION_SCHEMA = 2  # 2: node ids as in plan schema 2
+SESSION_SCHEMA = 3  # 3: typed tokens and the vocabulary; 2: node ids as in plan schema 2
 SIDECAR_SCHEMA = 4  # 4: per-position scores (tokens, features); 3: node ids as in plan schema 2; 2: one schema
 # for every front end (view settings)
 
@@ -89,6 +89,8 @@ class SessionFile(msgspec.Struct, forbid_unknown_fields=True):
     plan: PlanFile = msgspec.field(default_factory=lambda: PlanFile(entries=[]))
     view: ViewFile = msgspec.field(default_factory=ViewFile)
     selected: str | None = None
+    tokens: str | None = None  # token ids or words the user typed (the input, instead of ``image``)
+    vocabulary: str | None = None  # the vocabulary file token ids were shown with (data, never code)
     editor_schema: str | None = _EDITOR_SCHEMA
 
 
