@@ -21,7 +21,6 @@ import csv
 import json
 import os
 import platform
-import statistics
 import sys
 import time
 from pathlib import Path
@@ -36,6 +35,9 @@ from gradscope.core.targets import Target  # noqa: E402
 from gradscope.engine.runner import Engine  # noqa: E402
 from gradscope.rules.methods import build_method  # noqa: E402
 from gradscope.rules.plan import Plan  # noqa: E402
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from bench_engine import median_time  # noqa: E402
 
 RESULTS = Path(__file__).resolve().parent / "results"
 
@@ -93,16 +95,6 @@ def plain_gradient(model: keras.Model, start: str | None):
         return tape.gradient(y, e)
 
     return grad_tokens
-
-
-def median_time(fn, repeats: int) -> float:
-    fn()
-    times = []
-    for _ in range(repeats):
-        t0 = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - t0)
-    return statistics.median(times)
 
 
 def rss_mb() -> float:
