@@ -11,7 +11,7 @@ sequence length 128 (token ids in, a 2-class head on the mean token), ViT-B/16 i
 statistics to the host). Ratios are to the compiled plain gradient of the logit with respect to the first float
 tensor (the embedding output for token ids, the image for ViT). Targets (reported, not asserted): first map
 <= 5x, a never-seen preset (attnlrp, gradient x input) <= 4x, a one-node edit <= 2x, memory flat over edits.
-Writes benchmarks/results/transformer.{json,csv}.
+Writes benchmarks/results/transformer.{json,csv} (other settings: transformer_<settings>.{json,csv}).
 """
 
 from __future__ import annotations
@@ -173,8 +173,13 @@ def main() -> None:
             model.save(Path(args.save) / f"{model.name}.keras")
     RESULTS.mkdir(exist_ok=True)
     meta = {"machine": platform.platform(), "cpus": os.cpu_count(), "layers": args.layers, "tf": tf.__version__}
-    (RESULTS / "transformer.json").write_text(json.dumps({"meta": meta, "rows": rows}, indent=2) + "\n")
-    with (RESULTS / "transformer.csv").open("w", newline="") as f:
+    # the default run (12 blocks, both models) is the headline; other runs get their own files
+    stem = (
+        "transformer" + (f"_{args.layers}blocks" if args.layers != 12 else "") + (f"_{args.only}" if args.only else "")
+    )
+    stem += f"_memory{args.memory}" if args.memory else ""
+    (RESULTS / f"{stem}.json").write_text(json.dumps({"meta": meta, "rows": rows}, indent=2) + "\n")
+    with (RESULTS / f"{stem}.csv").open("w", newline="") as f:
         writer = csv.DictWriter(f, fieldnames=list(rows[0]))
         writer.writeheader()
         writer.writerows(rows)
