@@ -280,6 +280,10 @@ class OverlayView(QWidget):
             self._updating = False
 
     def _on_model(self) -> None:
+        graph = self.session.graph
+        text = graph is not None and len(graph.input_ids) == 1 and graph.is_integer_input(graph.input_ids[0])
+        # no gradient reaches token ids: "the input" of a text model is read at its embedding (Session.readout)
+        self.readout.setItemText(0, "embedding (token ids)" if text else "model input")
         self._sync_controls()
         self._fill_targets()
         self.refresh()
