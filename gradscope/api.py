@@ -120,7 +120,8 @@ class Explanation:
 
     def images(self, **view_options: Any) -> Any:
         """The ``OverlayImages`` (heat map, blend) through the same pipeline as the GUI and its exports."""
-        from gradscope.app.view import OverlayImages, ViewError, overlay_images
+        from gradscope.app.positions import position_picture
+        from gradscope.app.view import ViewError, overlay_images
 
         unknown = sorted(set(view_options) - _VIEW_OPTIONS)
         if unknown:
@@ -128,12 +129,7 @@ class Explanation:
         view = self.view(**view_options)
         if not self.labels:
             return overlay_images(self.signal, self.image, view, self.node)
-        from gradscope.render.positions import feature_bars, token_strip
-
-        view.check()
-        draw = token_strip if self.fed.kind == "tokens" else feature_bars
-        picture = draw(self.labels, self.saliency, colormap=view.colormap, normalization=view.normalization)
-        return OverlayImages(None, picture, None, self.saliency, self.node, False)
+        return position_picture(self.fed, self.saliency, view, self.node)
 
     def render(self, **view_options: Any) -> np.ndarray:
         """The overlay as uint8 (H, W, 3). ``style="caffe"`` (default) lets weak evidence show the image
@@ -215,7 +211,7 @@ def model_input(
         return read_model_input(graph, source, vocab=vocab, row=row)  # anything else is an image to Pillow
     if not isinstance(source, (str, Path)):
         a = np.asarray(source)
-        if len(graph.input_ids) == 1 and graph.is_integer_input(first):
+        if graph.token_input is not None:
             return token_input(graph, a.reshape(-1) if a.ndim == 2 and len(a) == 1 else a, vocab=vocab)
         if len(graph.input_ids) == 1 and len(shape) == 2 and a.ndim == 1:
             return table_input(graph, TableRow(a.astype(np.float32), tuple(f"col{i}" for i in range(a.size))))

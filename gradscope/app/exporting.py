@@ -45,8 +45,8 @@ class Exporter:
     def _sidecar(self, readout_node: str | None, images: Any = None) -> dict[str, Any]:
         s = self._s
         fed = s.fed.fed
-        per_position = images is not None and images.saliency.ndim == 1 and fed is not None and fed.labels
-        positions = export.position_rows(fed.labels, images.saliency, fed.ids) if per_position else None
+        ids = fed.ids if fed is not None else None
+        positions = export.position_rows(images.labels, images.saliency, ids) if images and images.labels else None
         result, shown = s.results.current, s.results
         predicted = int(result.target_indices[0]) if result is not None and result.target_indices.size else None
         sidecar = export.overlay_sidecar(

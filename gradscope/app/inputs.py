@@ -155,10 +155,8 @@ class Inputs:
             except InputError as exc:
                 self.note = str(exc)
         rng = np.random.default_rng(0)
-        if len(shapes) == 1 and graph.is_integer_input(graph.input_ids[0]):  # random ids the embedding has
-            embedding = graph.embedding_of(graph.input_ids[0])
-            size = embedding.config.get("input_dim") if embedding is not None else None
-            ids = rng.integers(0, size if isinstance(size, int) else 2, shapes[0][1] or 8)
+        if graph.token_input is not None:  # random ids the embedding has
+            ids = rng.integers(0, graph.vocabulary_size(graph.token_input) or 2, shapes[0][1] or 8)
             self.fed = token_input(graph, ids, vocab=self.vocab, source="<random>")
             self.batch = self.fed.arrays[0]
             self.note = "Random token ids (seed 0): File ▸ Type tokens… to explain your own."

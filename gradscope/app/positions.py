@@ -43,14 +43,19 @@ def position_images(
     res: BackwardResult | None, node: str | None, fed: ModelInput | None, view: ViewSettings, *, width: int = 1024
 ) -> OverlayImages | None:
     """The token strip or feature bars of the map at ``node``, or None when it is not per position."""
-    from gradscope.render.positions import feature_bars, token_strip
-
     if res is None or fed is None:
         return None
     scores = position_scores(res, node, fed, view)
-    if scores is None:
-        return None
+    return None if scores is None else position_picture(fed, scores, view, node, width=width)
+
+
+def position_picture(
+    fed: ModelInput, scores: np.ndarray, view: ViewSettings, node: str | None, *, width: int = 1024
+) -> OverlayImages:
+    """``scores`` (one per position of ``fed``) drawn as a token strip or feature bars ``width`` pixels wide."""
+    from gradscope.render.positions import feature_bars, token_strip
+
     view.check()
     draw: Any = token_strip if fed.kind == "tokens" else feature_bars
     picture = draw(fed.labels, scores, colormap=view.colormap, normalization=view.normalization, width=width)
-    return OverlayImages(None, picture, None, scores, node, False)
+    return OverlayImages(None, picture, None, scores, node, False, labels=fed.labels)

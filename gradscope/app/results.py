@@ -132,8 +132,8 @@ def readout_node(view: ViewSettings, selected: str | None, graph: LayerGraph | N
     the model input (for token ids, which no gradient reaches: the embedding's output)."""
     node = view.readout_node or selected
     if node is None or node == INPUT_KEY or graph is None or node not in graph or graph.node(node).is_input:
-        if graph is not None and len(graph.input_ids) == 1 and graph.is_integer_input(graph.input_ids[0]):
-            embedding = graph.embedding_of(graph.input_ids[0])  # no gradient reaches token ids: read it here
+        if graph is not None and graph.token_input is not None:
+            embedding = graph.embedding_of(graph.token_input)  # no gradient reaches token ids: read it here
             return embedding.id if embedding is not None else None
         return None
     return node

@@ -141,7 +141,7 @@ class Session:
             self.editor.reset(restore.method or "custom", sampling_of(restore.method, graph))
         else:  # a node the previous model's preset pinned means nothing here: read at the input
             self.targeting.reset()
-            text = len(graph.input_ids) == 1 and graph.is_integer_input(graph.input_ids[0])
+            text = graph.token_input is not None
             self.viewing.take_readout("max_abs", False, text, None)  # token scores are signed: red for, blue against
             self.editor.reset()
 

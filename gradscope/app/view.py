@@ -94,6 +94,7 @@ class OverlayImages:
     node: str | None
     spatial: bool
     note: str = ""
+    labels: tuple[str, ...] = ()  # a per-position map (tokens, features): what each score is
 
     @property
     def picture(self) -> np.ndarray:

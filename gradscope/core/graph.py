@@ -96,6 +96,18 @@ class LayerGraph:
         node = self.node(node_id)
         return node.is_input and node.dtype.startswith(("int", "uint", "bool"))
 
+    @property
+    def token_input(self) -> str | None:
+        """The input of a model that takes one sequence of token ids (its only input is integer), else None."""
+        only = self.input_ids[0] if len(self.input_ids) == 1 else None
+        return only if only is not None and self.is_integer_input(only) else None
+
+    def vocabulary_size(self, input_id: str) -> int | None:
+        """How many ids the embedding of an integer input has (its ``input_dim``), when it says."""
+        embedding = self.embedding_of(input_id)
+        size = embedding.config.get("input_dim") if embedding is not None else None
+        return size if isinstance(size, int) else None
+
     def embedding_of(self, input_id: str) -> NodeSpec | None:
         """Where an integer input becomes real numbers (its ``Embedding``): the first node fed by it whose
         output is floating point, following integer-valued nodes (casts, slices) on the way; None if none."""

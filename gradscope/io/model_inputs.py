@@ -68,12 +68,11 @@ def token_input(graph: LayerGraph, ids: Any, *, vocab: Vocabulary | None = None,
             )
         note = f"Padded {length - len(ids)} position(s) at the end with id 0 ({vocab.tokens[0]!r})."
         ids = np.concatenate([ids, np.zeros(length - len(ids), np.int64)])
-    embedding = graph.embedding_of(input_id)
-    size = embedding.config.get("input_dim") if embedding is not None else None
-    bad = [(p, int(i)) for p, i in enumerate(ids) if i < 0 or (isinstance(size, int) and i >= size)]
+    size = graph.vocabulary_size(input_id)
+    bad = [(p, int(i)) for p, i in enumerate(ids) if i < 0 or (size is not None and i >= size)]
     if bad:
         pos, value = bad[0]
-        allowed = f"0..{size - 1}" if isinstance(size, int) else "0 or more"
+        allowed = f"0..{size - 1}" if size is not None else "0 or more"
         raise InputError(
             f"Token {pos} of input {input_id!r} is id {value}, outside the embedding's vocabulary ({allowed})"
             + (f"; {len(bad)} such ids." if len(bad) > 1 else ".")

@@ -15,9 +15,7 @@ _MIN_SIZE, _MAX_SIZE = 10, 20  # object extent in pixels (diameter / side) at si
 _MAX_TILT = np.deg2rad(30.0)  # polygons are rotated by up to this much either way
 
 
-def make_shapes_dataset(
-    n: int, seed: int, size: int = 64
-) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+def make_shapes_dataset(n: int, seed: int, size: int = 64) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
     """``n`` images of one shape each on a cluttered background.
 
     Returns ``(images, labels, boxes, masks)``: images float32 ``(n, size, size, 3)`` in [0, 1]; labels int64

@@ -281,7 +281,7 @@ class OverlayView(QWidget):
 
     def _on_model(self) -> None:
         graph = self.session.graph
-        text = graph is not None and len(graph.input_ids) == 1 and graph.is_integer_input(graph.input_ids[0])
+        text = graph is not None and graph.token_input is not None
         # no gradient reaches token ids: "the input" of a text model is read at its embedding (Session.readout)
         self.readout.setItemText(0, "embedding (token ids)" if text else "model input")
         self._sync_controls()
@@ -403,7 +403,7 @@ class OverlayView(QWidget):
             self.blend_panel.set_array(None, "")
             return
         where = images.node or "model input"
-        per_position = images.saliency.ndim == 1 and bool(s.fed.labels)
+        per_position = bool(images.labels)
         self._show_positions(per_position)
         if per_position:
             what = "token" if s.fed.fed.kind == "tokens" else "feature"

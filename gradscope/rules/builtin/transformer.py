@@ -37,12 +37,16 @@ def scaled_gradient(z, factor):
     return tf.stop_gradient(z) + (z - tf.stop_gradient(z)) * tf.stop_gradient(factor)
 
 
+def sign0(z):
+    """The sign with ``sign₀(0) = +1`` (RULES_SPEC §1: a stabiliser never divides by zero)."""
+    return tf.where(z >= 0, tf.ones_like(z), -tf.ones_like(z))
+
+
 def epsilon_factor(z, eps: float):
     """``z / (z + ε·sign₀ z)``: the ε rule's damping of a layer's output relevance, in gradient form."""
     if eps <= 0:
         return tf.ones_like(z)
-    sign = tf.where(z >= 0, tf.ones_like(z), -tf.ones_like(z))
-    return z / (z + eps * sign)
+    return z / (z + eps * sign0(z))
 
 
 def uniform_product(a, b, product):
@@ -95,8 +99,7 @@ class ActivationIdentity(Rule):
     def backward(self, ctx, grad_outputs):
         x, y = ctx.inputs[0], ctx.outputs[0]
         eps = max(self.params.epsilon, 1e-12)
-        sign = tf.where(x >= 0, tf.ones_like(x), -tf.ones_like(x))
-        return [grad_outputs[0] * y / (x + eps * sign)]
+        return [grad_outputs[0] * y / (x + eps * sign0(x))]
 
 
 @register_rule("norm_constant")
