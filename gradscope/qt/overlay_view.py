@@ -283,7 +283,12 @@ class OverlayView(QWidget):
         graph = self.session.graph
         text = graph is not None and graph.token_input is not None
         # no gradient reaches token ids: "the input" of a text model is read at its embedding (Session.readout)
-        self.readout.setItemText(0, "embedding (token ids)" if text else "model input")
+        self.readout.setItemText(0, "embedding" if text else "model input")  # as short: the combo stays narrow
+        self.readout.setItemData(
+            0,
+            "Token ids get no gradient: the map is read at the embedding" if text else "",
+            Qt.ItemDataRole.ToolTipRole,
+        )
         self._sync_controls()
         self._fill_targets()
         self.refresh()

@@ -150,7 +150,7 @@ def test_a_text_model_shows_its_token_scores_and_still_fits_1024x640(text_model_
     qtbot.waitUntil(lambda: view.positions_panel.isVisibleTo(window), timeout=60_000)
     assert not view.panels_box.isVisibleTo(window) and view.positions_panel.pixmap() is not None
     assert "Score per token at embed" in view.positions_panel.caption.text()
-    assert view.readout.itemText(0) == "embedding (token ids)"  # where "the input" of a text model is read
+    assert view.readout.itemText(0) == "embedding"  # where "the input" of a text model is read
     window.resize(1024, 640)
     qtbot.wait(50)
     assert (window.width(), window.height()) == (1024, 640), f"minimum {window.minimumSizeHint().toTuple()}"
