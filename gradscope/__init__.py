@@ -31,6 +31,12 @@ _LAZY = {
     "read_sidecar": "gradscope.app.export",
     "build_method": "gradscope.rules.methods",
     "available_methods": "gradscope.rules.methods",
+    "plan_model": "gradscope.engine.training",
+    "gradient_flow": "gradscope.engine.flow",
+    "GradientMonitor": "gradscope.engine.monitor",
+    "read_training_log": "gradscope.io.training_events",
+    "training_alerts": "gradscope.engine.training_report",
+    "step_flow": "gradscope.engine.training_report",
 }
 
 __all__ = [

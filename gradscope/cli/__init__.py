@@ -1,4 +1,4 @@
-"""The headless front end: ``gradscope graph | explain | methods | rules | flow | diagnose | gui``.
+"""The headless front end: ``gradscope graph | explain | methods | rules | flow | diagnose | train-report | gui``.
 
 Every error a user can cause is a ``GradscopeError`` and is printed as one clear line (exit code 2); anything
 else is a bug and says so (exit code 3; ``--debug`` shows the traceback).
@@ -510,6 +510,17 @@ def build_parser() -> argparse.ArgumentParser:
     _model_argument(p)
     _diagnostic_options(p)
     p.set_defaults(func=_delegate("gradscope.cli.diagnose", "cmd_diagnose"))
+
+    p = sub.add_parser(
+        "train-report",
+        help="alerts of a GradientMonitor log: first NaN/Inf, vanishing/exploding layers, dead ReLUs (exit 1 on NaN)",
+    )
+    p.add_argument("logdir", help="the log_dir given to gradscope.GradientMonitor")
+    p.add_argument("--step", type=int, help="also print the per-layer flow of this recorded step")
+    p.add_argument("--json", action="store_true", help="print the report as JSON")
+    p.add_argument("--csv", metavar="FILE", help="write the flow of --step (default: the last record) to FILE")
+    p.add_argument("--png", metavar="FILE", help="write a chart of the flow of --step (default: the last record)")
+    p.set_defaults(func=_delegate("gradscope.cli.training", "cmd_train_report"))
 
     # Listed for --help only: main() hands `gui ...` to the window's own parser (qt.app) before parsing.
     sub.add_parser(

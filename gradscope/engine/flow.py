@@ -12,11 +12,13 @@ import math
 import re
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
+from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
 
 from gradscope.core.errors import GraphError
+from gradscope.core.results import NodeStats
 from gradscope.core.targets import Target
 from gradscope.engine.paths import as_engine, variable_owners
 
@@ -347,6 +349,100 @@ def _ancestors(graph: Any, node_id: str) -> set[str]:
     return seen
 
 
+def flow_rows(
+    nodes: Sequence[Any],
+    stats: dict[str, NodeStats],
+    upstream: set[str],
+    dead: dict[str, float],
+    weights_by_node: dict[str, list[WeightFlow]],
+    thresholds: FlowThresholds,
+) -> tuple[list[FlowRow], str | None]:
+    """The flagged rows of one backward pass, and the output-end node relative values are measured against.
+
+    ``nodes``: in graph order, each with ``id``, ``layer_name``, ``op_type`` (a ``NodeSpec``, or a training log's
+    ``LogNode``); ``stats``: the signal at each node's output; ``upstream``: the nodes the target depends on (a
+    node above the target gets no gradient by design); ``dead``: dead-unit fractions of ReLU nodes.
+    Shared by ``gradient_flow`` (one batch) and the training report (one recorded step), so both flag alike.
+    """
+    reference_node, reference = None, math.nan
+    for n in reversed(nodes):
+        s = stats.get(n.id)
+        if s is not None and n.id in upstream and not s.is_none and s.mean_abs > 0 and math.isfinite(s.mean_abs):
+            reference_node, reference = n.id, s.mean_abs
+            break
+    rows = []
+    for n in nodes:
+        if n.id not in stats:
+            continue
+        s = stats[n.id]
+        rel = s.mean_abs / reference if not s.is_none and reference > 0 else math.nan
+        flags: list[str] = []
+        if s.is_none and n.id in upstream:
+            flags.append("no_gradient")
+        if s.nan_count or s.inf_count:
+            flags.append("nan")
+        if not s.is_none and s.max_abs == 0 and n.id in upstream:
+            flags.append("zero_gradient")
+        elif not math.isnan(rel) and rel < thresholds.vanishing_activation:
+            flags.append("vanishing")
+        if not math.isnan(rel) and rel > thresholds.exploding_activation:
+            flags.append("exploding")
+        fraction = dead.get(n.id)
+        if fraction is not None and math.isnan(fraction):
+            fraction = None
+        if fraction is not None and fraction >= thresholds.dead_relu:
+            flags.append("dead_relu")
+        extra: dict[str, Any] = {}
+        ws = weights_by_node.get(n.id, [])
+        if ws:
+            have = [w for w in ws if not w.is_none]
+            norm = math.sqrt(sum(w.norm**2 for w in ws))
+            gnorm = math.sqrt(sum(w.grad_norm**2 for w in have)) if have else math.nan
+            size = sum(math.prod(w.shape) for w in have)
+            mean_abs = sum(w.grad_mean_abs * math.prod(w.shape) for w in have) / size if size else math.nan
+            ratio = gnorm / norm if have and norm > 0 else math.nan
+            extra = dict(
+                weight_paths=tuple(w.path for w in ws),
+                weight_norm=norm,
+                weight_grad_norm=gnorm,
+                weight_grad_mean_abs=mean_abs,
+                weight_grad_max_abs=max((w.grad_max_abs for w in have), default=math.nan),
+                weight_ratio=ratio,
+                weight_nan=sum(w.nan_count for w in have),
+                weight_inf=sum(w.inf_count for w in have),
+                weights_without_gradient=tuple(w.path for w in ws if w.is_none),
+            )
+            if extra["weights_without_gradient"]:
+                flags.append("weights_no_gradient")
+            if (extra["weight_nan"] or extra["weight_inf"]) and "nan" not in flags:
+                flags.append("nan")
+            if have and gnorm == 0:
+                flags.append("weights_zero_gradient")
+            elif not math.isnan(ratio) and ratio < thresholds.vanishing_ratio and "vanishing" not in flags:
+                flags.append("vanishing")
+            if not math.isnan(ratio) and ratio > thresholds.exploding_ratio and "exploding" not in flags:
+                flags.append("exploding")
+        rows.append(
+            FlowRow(
+                node=n.id,
+                layer=n.layer_name,
+                op_type=n.op_type,
+                status=s.status,
+                grad_norm=s.norm,
+                grad_mean_abs=s.mean_abs,
+                grad_max_abs=s.max_abs,
+                grad_zero_fraction=s.zero_fraction,
+                grad_relative=rel,
+                grad_nan=s.nan_count,
+                grad_inf=s.inf_count,
+                dead_relu_fraction=fraction,
+                flags=tuple(flags),
+                **extra,
+            )
+        )
+    return rows, reference_node
+
+
 _NO_GRADIENT_TEXT = re.compile(r"gradient registry has no entry|No gradient defined for operation")
 
 
@@ -413,83 +509,11 @@ def gradient_flow(
         if engine.softmax_stripped and target.kind in ("class", "loss"):
             target_node = graph.node(target_node).inputs[0]
     upstream = _ancestors(graph, target_node)
-    reference_node, reference = None, math.nan
-    for n in reversed(graph.nodes):
-        s = result.stats.get(n.id)
-        if s is not None and n.id in upstream and not s.is_none and s.mean_abs > 0 and math.isfinite(s.mean_abs):
-            reference_node, reference = n.id, s.mean_abs
-            break
-
-    rows = []
-    for n in graph.nodes:
-        if n.is_input or n.id not in result.stats:
-            continue
-        s = result.stats[n.id]
-        rel = s.mean_abs / reference if not s.is_none and reference > 0 else math.nan
-        flags: list[str] = []
-        if s.is_none and n.id in upstream:
-            flags.append("no_gradient")
-        if s.nan_count or s.inf_count:
-            flags.append("nan")
-        if not s.is_none and s.max_abs == 0 and n.id in upstream:
-            flags.append("zero_gradient")
-        elif not math.isnan(rel) and rel < thresholds.vanishing_activation:
-            flags.append("vanishing")
-        if not math.isnan(rel) and rel > thresholds.exploding_activation:
-            flags.append("exploding")
-        dead = None
-        if n.id in result.node_values:
-            dead = dead_unit_fraction(result.node_values[n.id])
-            if not math.isnan(dead) and dead >= thresholds.dead_relu:
-                flags.append("dead_relu")
-        extra: dict[str, Any] = {}
-        ws = by_node.get(n.id, [])
-        if ws:
-            have = [w for w in ws if not w.is_none]
-            norm = math.sqrt(sum(w.norm**2 for w in ws))
-            gnorm = math.sqrt(sum(w.grad_norm**2 for w in have)) if have else math.nan
-            size = sum(math.prod(w.shape) for w in have)
-            mean_abs = sum(w.grad_mean_abs * math.prod(w.shape) for w in have) / size if size else math.nan
-            ratio = gnorm / norm if have and norm > 0 else math.nan
-            extra = dict(
-                weight_paths=tuple(w.path for w in ws),
-                weight_norm=norm,
-                weight_grad_norm=gnorm,
-                weight_grad_mean_abs=mean_abs,
-                weight_grad_max_abs=max((w.grad_max_abs for w in have), default=math.nan),
-                weight_ratio=ratio,
-                weight_nan=sum(w.nan_count for w in have),
-                weight_inf=sum(w.inf_count for w in have),
-                weights_without_gradient=tuple(w.path for w in ws if w.is_none),
-            )
-            if extra["weights_without_gradient"]:
-                flags.append("weights_no_gradient")
-            if (extra["weight_nan"] or extra["weight_inf"]) and "nan" not in flags:
-                flags.append("nan")
-            if have and gnorm == 0:
-                flags.append("weights_zero_gradient")
-            elif not math.isnan(ratio) and ratio < thresholds.vanishing_ratio and "vanishing" not in flags:
-                flags.append("vanishing")
-            if not math.isnan(ratio) and ratio > thresholds.exploding_ratio and "exploding" not in flags:
-                flags.append("exploding")
-        rows.append(
-            FlowRow(
-                node=n.id,
-                layer=n.layer_name,
-                op_type=n.op_type,
-                status=s.status,
-                grad_norm=s.norm,
-                grad_mean_abs=s.mean_abs,
-                grad_max_abs=s.max_abs,
-                grad_zero_fraction=s.zero_fraction,
-                grad_relative=rel,
-                grad_nan=s.nan_count,
-                grad_inf=s.inf_count,
-                dead_relu_fraction=dead,
-                flags=tuple(flags),
-                **extra,
-            )
-        )
+    dead = {nid: dead_unit_fraction(v) for nid, v in result.node_values.items()}
+    stats = {n.id: result.stats[n.id] for n in graph.nodes if not n.is_input and n.id in result.stats}
+    rows, reference_node = flow_rows(
+        [n for n in graph.nodes if not n.is_input], stats, upstream, dead, by_node, thresholds
+    )
     return FlowReport(
         model_name=engine.model.name,
         target=result.meta.get("loss") or target.describe(),

@@ -1,0 +1,39 @@
+"""``gradscope train-report LOGDIR``: what a GradientMonitor log says went wrong (exit 1 on a NaN/Inf)."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+
+def cmd_train_report(args: Any) -> int:
+    """Print the alerts of a training log; ``--step N``: also that step's per-layer flow; ``--csv``/``--png``:
+    write that step's flow (the last record without ``--step``). Exit 1 when a NaN/Inf occurred."""
+    from gradscope.engine.training_report import report_text, step_flow, training_alerts
+    from gradscope.io.training_events import read_training_log
+
+    log = read_training_log(args.logdir)
+    alerts = training_alerts(log)
+    step = args.step if args.step is not None else (log.steps[-1] if log.records else None)
+    flow = step_flow(log, step) if step is not None and (args.step is not None or args.csv or args.png) else None
+    if args.json:
+        data: dict[str, Any] = {
+            "folder": log.folder,
+            "model_name": log.model_name,
+            "every": log.every,
+            "steps": log.steps,
+            "loss": [r.loss for r in log.records],
+            "alerts": [a.to_dict() for a in alerts],
+        }
+        if flow is not None:
+            data["flow"] = flow.to_dict()
+        print(json.dumps(data, indent=2, default=str))
+    else:
+        print(report_text(log, alerts))
+        if flow is not None and args.step is not None:
+            print(flow.to_text())
+    if flow is not None and args.csv:
+        print(f"wrote {flow.to_csv(args.csv)}")
+    if flow is not None and args.png:
+        print(f"wrote {flow.to_png(args.png)}")
+    return 1 if any(a.kind == "nonfinite" for a in alerts) else 0

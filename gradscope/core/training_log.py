@@ -1,0 +1,127 @@
+"""What a training log holds: the layout of the records ``GradientMonitor`` writes and the reader returns.
+
+Plain data, shared by the writer (``gradscope.engine.monitor``, in-graph) and the reader
+(``gradscope.io.training_events``): one row per node and one per trainable variable, per recorded step, in the
+column order below. TensorBoard shows the scalars and histograms written beside them; gradscope reads these.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+
+#: The TensorBoard plugin name the matrices and the meta data are written under (TensorBoard keeps, not shows, them).
+PLUGIN = "gradscope"
+META_TAG = "gradscope/meta"
+NODES_TAG = "gradscope/nodes"
+WEIGHTS_TAG = "gradscope/weights"
+LOSS_TAG = "gradscope/loss"
+ALERT_TAG = "gradscope/alert"
+LOG_VERSION = 1
+
+#: Per node: the statistics the flow view shows of the signal at its output (``grad_*``, as ``stats_rows``),
+#: whether no gradient reached it, how many forward values were NaN/Inf, and (ReLU-like nodes) the fraction of
+#: units that were 0 for the whole batch (NaN elsewhere).
+NODE_COLUMNS = (
+    "grad_norm",
+    "grad_mean_abs",
+    "grad_max_abs",
+    "grad_zero_fraction",
+    "grad_nan",
+    "grad_inf",
+    "grad_none",
+    "value_nonfinite",
+    "dead_fraction",
+)
+#: Per trainable variable: |W| and the statistics of its gradient; ``value_nonfinite``: NaN/Inf in W itself.
+WEIGHT_COLUMNS = (
+    "norm",
+    "grad_norm",
+    "grad_mean_abs",
+    "grad_max_abs",
+    "grad_zero_fraction",
+    "grad_nan",
+    "grad_inf",
+    "grad_none",
+    "value_nonfinite",
+)
+
+
+@dataclass(frozen=True)
+class LogNode:
+    id: str
+    layer: str | None
+    op_type: str
+    inputs: tuple[str, ...]
+    activation: str | None = None
+
+
+@dataclass(frozen=True)
+class LogWeight:
+    path: str
+    node: str | None
+    shape: tuple[int, ...]
+
+
+@dataclass
+class StepRecord:
+    """The statistics of one recorded training step (``nodes``: (n_nodes, len(NODE_COLUMNS)))."""
+
+    step: int
+    wall_time: float
+    nodes: np.ndarray
+    weights: np.ndarray
+    loss: float = float("nan")
+
+    def node_column(self, name: str) -> np.ndarray:
+        return self.nodes[:, NODE_COLUMNS.index(name)]
+
+    def weight_column(self, name: str) -> np.ndarray:
+        return self.weights[:, WEIGHT_COLUMNS.index(name)]
+
+    @property
+    def finite(self) -> bool:
+        bad = self.node_column("grad_nan") + self.node_column("grad_inf") + self.node_column("value_nonfinite")
+        wbad = self.weight_column("grad_nan") + self.weight_column("grad_inf") + self.weight_column("value_nonfinite")
+        return not (bad.any() or wbad.any()) and bool(np.isfinite(self.loss))
+
+
+@dataclass
+class TrainingLog:
+    """A log folder read back: the model's nodes and weights, the records in step order, the alerts the monitor
+    wrote (the op a NaN came from), and the checkpoints saved beside it."""
+
+    folder: str
+    model_name: str
+    nodes: list[LogNode]
+    weights: list[LogWeight]
+    output_nodes: list[str]
+    every: int
+    records: list[StepRecord] = field(default_factory=list)
+    alerts: list[dict] = field(default_factory=list)
+    plan: str | None = None
+    before_weights: list[str] = field(default_factory=list)  # nodes no gradient reaches in training, by design
+
+    @property
+    def steps(self) -> list[int]:
+        return [r.step for r in self.records]
+
+    def record(self, step: int) -> StepRecord:
+        for r in self.records:
+            if r.step == step:
+                return r
+        raise KeyError(f"No record of step {step} in {self.folder} (recorded: every {self.every} steps).")
+
+    def node_index(self, node_id: str) -> int:
+        for i, n in enumerate(self.nodes):
+            if n.id == node_id:
+                return i
+        raise KeyError(f"No node {node_id!r} in the training log.")
+
+    def matrix(self, column: str = "grad_mean_abs") -> np.ndarray:
+        """(n_nodes, n_records) of one node column: the heatmap's values."""
+        if not self.records:
+            return np.zeros((len(self.nodes), 0))
+        i = NODE_COLUMNS.index(column)
+        return np.stack([r.nodes[:, i] for r in self.records], axis=1)

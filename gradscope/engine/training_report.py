@@ -1,0 +1,235 @@
+"""What went wrong while a model trained: alerts from a ``GradientMonitor`` log (``gradscope train-report``).
+
+- **nonfinite**: the first recorded step with a NaN/Inf, and where it came from, at layer level first: the first
+  node (graph order) whose forward value is non-finite while its inputs are finite; else the loss; else the
+  node nearest the output whose signal is non-finite while the signals of the nodes it feeds are finite (the
+  backward pass of those nodes made it); else the first weight gradient. When that node's weights were already
+  non-finite, the update of the step before made them so (``weights_nonfinite``). The op, when the monitor's
+  eager replay found it, comes from the alert the monitor wrote.
+- **vanishing / exploding / dead_relu** (and the other flow flags): a recorded step is flagged exactly as
+  ``gradient_flow`` flags one batch (``flow.flow_rows``, same thresholds); a node is reported when it is flagged
+  in at least half of the finite records (a layer that vanishes once in a noisy step is not a finding).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import asdict, dataclass
+from typing import Any
+
+import numpy as np
+
+from gradscope.core.results import NodeStats
+from gradscope.core.training_log import NODE_COLUMNS, StepRecord, TrainingLog
+from gradscope.engine.flow import FlowReport, FlowThresholds, WeightFlow, flow_rows
+
+#: Flags reported from the flow of each step (``nan`` has its own alert; ``no_gradient`` is structural).
+_TREND_FLAGS = ("vanishing", "exploding", "dead_relu", "zero_gradient", "no_gradient", "weights_zero_gradient")
+
+
+@dataclass(frozen=True)
+class TrainingAlert:
+    kind: str  # nonfinite | vanishing | exploding | dead_relu | zero_gradient | no_gradient | weights_zero_gradient
+    node: str | None
+    first_step: int
+    detail: str
+    flagged: int = 1  # records flagged
+    of: int = 1  # finite records looked at
+    op: str | None = None
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+def _ancestors(log: TrainingLog, nodes: list[str]) -> set[str]:
+    inputs = {n.id: n.inputs for n in log.nodes}
+    seen, stack = set(nodes), list(nodes)
+    while stack:
+        for parent in inputs.get(stack.pop(), ()):
+            if parent not in seen:
+                seen.add(parent)
+                stack.append(parent)
+    return seen
+
+
+def step_flow(log: TrainingLog, record: StepRecord | int, thresholds: FlowThresholds | None = None) -> FlowReport:
+    """The gradient-flow report of one recorded step: what the flow view and ``gradscope flow`` show."""
+    thresholds = thresholds or FlowThresholds()
+    if not isinstance(record, StepRecord):
+        record = log.record(int(record))
+    col = {name: i for i, name in enumerate(NODE_COLUMNS)}
+    stats: dict[str, NodeStats] = {}
+    dead: dict[str, float] = {}
+    for n, row in zip(log.nodes, record.nodes):
+        if row[col["grad_none"]]:
+            stats[n.id] = NodeStats.none()
+        else:
+            stats[n.id] = NodeStats.from_row(row[:6])
+        dead[n.id] = float(row[col["dead_fraction"]])
+    weights, by_node = [], {}
+    for w, row in zip(log.weights, record.weights):
+        norm, gnorm, mean_abs, max_abs, _zero, nan, inf, none, _bad = (float(v) for v in row)
+        wf = WeightFlow(
+            path=w.path,
+            node=w.node,
+            shape=w.shape,
+            norm=norm,
+            grad_norm=math.nan if none else gnorm,
+            grad_mean_abs=math.nan if none else mean_abs,
+            grad_max_abs=math.nan if none else max_abs,
+            ratio=gnorm / norm if not none and norm > 0 else math.nan,
+            nan_count=int(nan),
+            inf_count=int(inf),
+            is_none=bool(none),
+        )
+        weights.append(wf)
+        if w.node is not None:
+            by_node.setdefault(w.node, []).append(wf)
+    upstream = _ancestors(log, log.output_nodes or [log.nodes[-1].id]) - set(log.before_weights)
+    rows, reference = flow_rows(_LogNodes.of(log), stats, upstream, dead, by_node, thresholds)
+    return FlowReport(
+        model_name=log.model_name,
+        target=f"training loss, step {record.step}",
+        rows=rows,
+        weights=weights,
+        thresholds=thresholds,
+        reference_node=reference,
+        loss_value=record.loss,
+        meta={"step": record.step, "wall_time": record.wall_time, "plan": log.plan},
+    )
+
+
+class _LogNodes:
+    """A training log's nodes as ``flow_rows`` reads graph nodes (``layer_name`` for the log's ``layer``)."""
+
+    def __init__(self, node: Any) -> None:
+        self.id, self.layer_name, self.op_type = node.id, node.layer, node.op_type
+
+    @classmethod
+    def of(cls, log: TrainingLog) -> list[_LogNodes]:
+        return [cls(n) for n in log.nodes]
+
+
+def _first_nonfinite(log: TrainingLog, record: StepRecord) -> TrainingAlert:
+    col = {name: i for i, name in enumerate(NODE_COLUMNS)}
+    index = {n.id: i for i, n in enumerate(log.nodes)}
+    value_bad = record.nodes[:, col["value_nonfinite"]] > 0
+    grad_bad = (record.nodes[:, col["grad_nan"]] + record.nodes[:, col["grad_inf"]]) > 0
+    weight_value_bad = record.weight_column("value_nonfinite") > 0
+    weight_grad_bad = (record.weight_column("grad_nan") + record.weight_column("grad_inf")) > 0
+    bad_weights_of = {}
+    for w, bad in zip(log.weights, weight_value_bad):
+        if bad and w.node is not None:
+            bad_weights_of.setdefault(w.node, []).append(w.path)
+    step = record.step
+    kind, node, detail = "nonfinite", None, ""
+    for i, n in enumerate(log.nodes):
+        if value_bad[i] and not any(value_bad[index[p]] for p in n.inputs if p in index):
+            node = n.id
+            if n.id in bad_weights_of:
+                detail = (
+                    f"forward value of {n.id} ({n.op_type}) is NaN/Inf because its weights "
+                    f"{', '.join(bad_weights_of[n.id])} already were: the optimizer update of the step before made "
+                    "them so (look at that layer's |grad W| / |W| in the records before)"
+                )
+            else:
+                detail = f"forward value of {n.id} ({n.op_type}) is NaN/Inf while its inputs are finite"
+            break
+    if node is None and not math.isfinite(record.loss) and not value_bad.any():
+        detail = "the loss is NaN/Inf while every layer's output is finite (look at the loss and the labels)"
+    elif node is None and grad_bad.any():
+        consumers: dict[str, list[str]] = {}
+        for n in log.nodes:
+            for p in n.inputs:
+                consumers.setdefault(p, []).append(n.id)
+        for i in reversed(range(len(log.nodes))):
+            n = log.nodes[i]
+            above = [c for c in consumers.get(n.id, []) if c in index]
+            if grad_bad[i] and not any(grad_bad[index[c]] for c in above):
+                node = n.id
+                made_by = f"the backward pass of {', '.join(above)}" if above else "the loss's gradient"
+                detail = f"the signal at {n.id} is NaN/Inf while the signals above it are finite: {made_by} made it"
+                break
+    elif node is None and weight_grad_bad.any():
+        w = log.weights[int(np.argmax(weight_grad_bad))]
+        node = w.node
+        detail = f"the gradient of {w.path} is NaN/Inf while every layer's signal is finite"
+    if not detail:
+        detail = "a NaN/Inf in the weights or their gradients"
+    op = None
+    for alert in log.alerts:
+        if int(alert.get("step", -1)) == step and alert.get("op"):
+            op = alert["op"]
+            where = alert.get("variable") or alert.get("node") or ""
+            detail += f"; replayed with check_numerics: op {op}" + (f" at {where}" if where else "")
+            detail += f" ({alert.get('phase')})" if alert.get("phase") else ""
+    every = log.every
+    exact = step % every != 0 or every == 1
+    detail += (
+        f" (step {step} is the first non-finite one: the monitor checks the loss and the weight gradients every step)"
+        if exact
+        else f" (recorded every {every} steps; the loss and gradients are checked every step)"
+    )
+    return TrainingAlert(kind, node, step, detail, op=op)
+
+
+def training_alerts(log: TrainingLog, thresholds: FlowThresholds | None = None) -> list[TrainingAlert]:
+    """NaN/Inf first, then the nodes the flow flags in at least half of the finite records."""
+    thresholds = thresholds or FlowThresholds()
+    alerts: list[TrainingAlert] = []
+    bad = [r for r in log.records if not r.finite]
+    if bad:
+        alerts.append(_first_nonfinite(log, bad[0]))
+    finite = [r for r in log.records if r.finite]
+    counts: dict[tuple[str, str], list[int]] = {}
+    for r in finite:
+        for row in step_flow(log, r, thresholds).rows:
+            for flag in row.flags:
+                if flag in _TREND_FLAGS:
+                    counts.setdefault((flag, row.node), []).append(r.step)
+    for (flag, node), steps in counts.items():
+        if len(steps) * 2 >= len(finite):
+            alerts.append(
+                TrainingAlert(
+                    flag,
+                    node,
+                    steps[0],
+                    f"{flag.replace('_', ' ')} in {len(steps)} of {len(finite)} finite records, from step {steps[0]}",
+                    flagged=len(steps),
+                    of=len(finite),
+                )
+            )
+    order = {name: i for i, name in enumerate(("nonfinite", *_TREND_FLAGS))}
+    position = {n.id: i for i, n in enumerate(log.nodes)}
+    alerts.sort(key=lambda a: (order.get(a.kind, 99), position.get(a.node or "", -1)))
+    return alerts
+
+
+def report_text(log: TrainingLog, alerts: list[TrainingAlert]) -> str:
+    records = log.records
+    head = f"Training log {log.folder}: model {log.model_name!r}, {len(log.nodes)} nodes"
+    if log.plan:
+        head += f", plan {log.plan}"
+    if not records:
+        return head + "\nNo step recorded yet."
+    losses = [r.loss for r in records if math.isfinite(r.loss)]
+    lines = [
+        head,
+        f"{len(records)} records (every {log.every} steps), steps {records[0].step}..{records[-1].step}"
+        + (f"; loss {losses[0]:.4g} -> {losses[-1]:.4g}" if losses else ""),
+    ]
+    if not alerts:
+        lines.append("No alerts: every record is finite and no layer vanishes, explodes or dies.")
+    groups: dict[tuple, list[TrainingAlert]] = {}
+    for a in alerts:  # one line for the nodes a flag holds for alike (a vanishing stack is one finding)
+        key = (a.kind, a.first_step, a.detail) if a.kind == "nonfinite" else (a.kind, a.first_step, a.flagged, a.of)
+        groups.setdefault(key, []).append(a)
+    for group in groups.values():
+        a = group[0]
+        nodes = [g.node for g in group if g.node]
+        where = ""
+        if nodes:
+            where = f" at {', '.join(nodes[:6])}" + (f" and {len(nodes) - 6} more" if len(nodes) > 6 else "")
+        detail = a.detail if a.kind == "nonfinite" else f"{a.flagged} of {a.of} finite records"
+        lines.append(f"[{a.kind}] from step {a.first_step}{where}: {detail}")
+    return "\n".join(lines)
