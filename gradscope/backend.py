@@ -170,6 +170,28 @@ def keras_saving_steps():
     return saving_lib if all(hasattr(saving_lib, name) for name in needed) else None
 
 
+def keras_train_step_internals(model) -> list[str]:
+    """What ``GradientMonitor`` needs of Keras' TensorFlow trainer to run its train step as Keras does (the loss
+    tracker, the loss wrapper, the step-function builder, the loss unscaling); the names this Keras lacks."""
+    try:
+        from keras.src.losses.loss import unscale_loss_for_distribution  # noqa: F401
+    except ImportError:
+        missing = ["keras.src.losses.loss.unscale_loss_for_distribution"]
+    else:
+        missing = []
+    for name in ("_loss_tracker", "_compute_loss", "_make_function"):
+        if not hasattr(model, name):
+            missing.append(f"Model.{name}")
+    return missing
+
+
+def unscale_loss_for_distribution(loss):
+    """The loss as Keras' train step gives it to the loss tracker (per-replica scaling undone)."""
+    from keras.src.losses.loss import unscale_loss_for_distribution as unscale
+
+    return unscale(loss)
+
+
 def tape_vjp(tape, targets: list, sources: list, output_gradients: list) -> list:
     """``tape.gradient(targets, sources, output_gradients)`` for flat lists of plain eager tensors, without
     the public method's structure handling (flattening, composite tensors, variables): ~0.6 ms a call, a

@@ -6,7 +6,8 @@
     gradscope gui --training logs/blowup        # the Training view; checkpoints saved per epoch open from it
 
 Both train on the synthetic shapes task of the bundled demo (``gradscope.io.synthetic``), seeded, on the CPU in
-seconds; each epoch's model is saved as ``LOGDIR/epoch-NN.keras`` (what a user's ModelCheckpoint would do).
+seconds; every 2 steps the model is saved as ``LOGDIR/epoch-EE-batch-BBB.keras`` by Keras' ModelCheckpoint (what
+a user would do), so the Training view can open the weights from before a step.
 """
 
 from __future__ import annotations
@@ -59,7 +60,9 @@ def run(case: str, logdir: str | Path, *, epochs: int = 3, images: int = 256, ev
     logdir = Path(logdir)
     x, y, _, _ = make_shapes_dataset(images, seed=1, size=32)
     model = build(case)
-    checkpoints = keras.callbacks.ModelCheckpoint(str(logdir / "epoch-{epoch:02d}.keras"))
+    checkpoints = keras.callbacks.ModelCheckpoint(
+        str(logdir / "epoch-{epoch:02d}-batch-{batch:03d}.keras"), save_freq=2
+    )
     monitor = GradientMonitor(logdir, every=every)
     return model.fit(
         x, y, epochs=epochs, batch_size=32, shuffle=False, verbose=verbose, callbacks=[monitor, checkpoints]

@@ -37,6 +37,7 @@ from gradscope.app.running import run_job, run_status, sampling_of
 from gradscope.app.selection import Selection
 from gradscope.app.session_files import Restore, find_vocabulary, read_session_file, session_data, write_session_file
 from gradscope.app.targeting import Targeting
+from gradscope.app.training import TrainingWatch
 from gradscope.app.view import OverlayImages, ViewSettings, overlay_images
 from gradscope.app.viewing import Viewing
 from gradscope.core.errors import GradscopeError
@@ -64,6 +65,7 @@ class Session:
         self.ab = PlanComparison(self.results, self.jobs.submit, self.feedback)
         self.reports = Reports(self.jobs, self.feedback)
         self.catalog = RuleCatalog(self.jobs, self.feedback)
+        self.training = TrainingWatch(self.jobs, self.feedback)  # a training log; independent of the model
         self.exports = Exporter(self)
         self._restore: Restore | None = None
         self._holding_runs = 0

@@ -7,6 +7,7 @@ column order below. TensorBoard shows the scalars and histograms written beside 
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -18,11 +19,22 @@ NODES_TAG = "gradscope/nodes"
 WEIGHTS_TAG = "gradscope/weights"
 LOSS_TAG = "gradscope/loss"
 ALERT_TAG = "gradscope/alert"
+CHECKPOINT_TAG = "gradscope/checkpoint"
 LOG_VERSION = 1
 
+_TAG_UNSAFE = re.compile(r"[^A-Za-z0-9_./-]")
+
+
+def tensorboard_tag(kind: str, name: str) -> str:
+    """The TensorBoard tag of a node's or variable's series: ``grad/conv1_pre`` for node ``conv1:pre``."""
+    return f"{kind}/{_TAG_UNSAFE.sub('_', name)}"
+
+
 #: Per node: the statistics the flow view shows of the signal at its output (``grad_*``, as ``stats_rows``),
-#: whether no gradient reached it, how many forward values were NaN/Inf, and (ReLU-like nodes) the fraction of
-#: units that were 0 for the whole batch (NaN elsewhere).
+#: whether no gradient reached it, how many forward values were NaN/Inf (counted on the first step whose loss or
+#: weight gradients were not finite, 0 on other records), and (ReLU-like nodes) the fraction of
+#: units that were 0 for the whole batch (NaN elsewhere), and the signal's size (elements, whole batch).
+#: With ``statistics="magnitude"`` the monitor leaves mean|g| and the zero fraction NaN.
 NODE_COLUMNS = (
     "grad_norm",
     "grad_mean_abs",
@@ -33,6 +45,7 @@ NODE_COLUMNS = (
     "grad_none",
     "value_nonfinite",
     "dead_fraction",
+    "size",
 )
 #: Per trainable variable: |W| and the statistics of its gradient; ``value_nonfinite``: NaN/Inf in W itself.
 WEIGHT_COLUMNS = (
@@ -100,8 +113,11 @@ class TrainingLog:
     every: int
     records: list[StepRecord] = field(default_factory=list)
     alerts: list[dict] = field(default_factory=list)
-    plan: str | None = None
+    plan: dict | None = None  # the plan trained with (plan_model), as Plan.to_dict
+    statistics: str = "all"  # "magnitude": mean|g| and zero fraction were not recorded (see GradientMonitor)
     before_weights: list[str] = field(default_factory=list)  # nodes no gradient reaches in training, by design
+    #: (file name in ``folder``, the last step whose update it holds), as the monitor saw them appear
+    checkpoints: list[tuple[str, int]] = field(default_factory=list)
 
     @property
     def steps(self) -> list[int]:
@@ -120,8 +136,12 @@ class TrainingLog:
         raise KeyError(f"No node {node_id!r} in the training log.")
 
     def matrix(self, column: str = "grad_mean_abs") -> np.ndarray:
-        """(n_nodes, n_records) of one node column: the heatmap's values."""
+        """(n_nodes, n_records) of one node column: the heatmap's values. A log of magnitude statistics gives
+        the RMS (norm / sqrt(size)) for mean|g|, as its report does."""
         if not self.records:
             return np.zeros((len(self.nodes), 0))
+        if column == "grad_mean_abs" and self.statistics == "magnitude":
+            with np.errstate(divide="ignore", invalid="ignore"):
+                return self.matrix("grad_norm") / np.sqrt(self.matrix("size"))
         i = NODE_COLUMNS.index(column)
         return np.stack([r.nodes[:, i] for r in self.records], axis=1)

@@ -10,9 +10,9 @@ from __future__ import annotations
 import csv
 import math
 import re
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from collections.abc import Sequence
 from typing import Any
 
 import numpy as np

@@ -14,7 +14,7 @@
 from __future__ import annotations
 
 import math
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from typing import Any
 
 import numpy as np
@@ -65,6 +65,9 @@ def step_flow(log: TrainingLog, record: StepRecord | int, thresholds: FlowThresh
             stats[n.id] = NodeStats.none()
         else:
             stats[n.id] = NodeStats.from_row(row[:6])
+            if log.statistics == "magnitude" and row[col["size"]] > 0:  # mean|g| not recorded: the RMS
+                rms = float(row[col["grad_norm"]]) / math.sqrt(float(row[col["size"]]))
+                stats[n.id] = replace(stats[n.id], mean_abs=rms)
         dead[n.id] = float(row[col["dead_fraction"]])
     weights, by_node = [], {}
     for w, row in zip(log.weights, record.weights):
@@ -208,8 +211,13 @@ def training_alerts(log: TrainingLog, thresholds: FlowThresholds | None = None) 
 def report_text(log: TrainingLog, alerts: list[TrainingAlert]) -> str:
     records = log.records
     head = f"Training log {log.folder}: model {log.model_name!r}, {len(log.nodes)} nodes"
+    if log.statistics == "magnitude":
+        head += " (magnitude statistics: RMS in place of mean |g|, no zero fraction)"
     if log.plan:
-        head += f", plan {log.plan}"
+        entries = log.plan.get("entries", [])
+        head += f", trained with a plan of {len(entries)} rule(s): " + "; ".join(
+            f"{e.get('select')} -> {e.get('rule')}" for e in entries
+        )
     if not records:
         return head + "\nNo step recorded yet."
     losses = [r.loss for r in records if math.isfinite(r.loss)]

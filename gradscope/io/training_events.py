@@ -19,6 +19,7 @@ import numpy as np
 from gradscope.core.errors import InputError
 from gradscope.core.training_log import (
     ALERT_TAG,
+    CHECKPOINT_TAG,
     LOSS_TAG,
     META_TAG,
     NODE_COLUMNS,
@@ -32,7 +33,7 @@ from gradscope.core.training_log import (
 )
 
 _EVENT_GLOB = "events.out.tfevents.*"
-_OWN_TAGS = (META_TAG, ALERT_TAG, NODES_TAG, WEIGHTS_TAG, LOSS_TAG)
+_OWN_TAGS = (META_TAG, ALERT_TAG, CHECKPOINT_TAG, NODES_TAG, WEIGHTS_TAG, LOSS_TAG)
 
 
 def _records(data: bytes, start: int) -> tuple[list[tuple[int, bytes]], int]:
@@ -66,6 +67,7 @@ class TrainingLogReader:
         self._meta: dict | None = None
         self._steps: dict[int, dict[str, Any]] = {}
         self._alerts: list[dict] = []
+        self._checkpoints: dict[str, int] = {}
         self._histogram_tags: set[str] = set()
         self._histograms: dict[tuple[str, int], tuple[Path, int]] = {}  # (tag, step) -> where its record is
 
@@ -111,6 +113,8 @@ class TrainingLogReader:
             self._meta = meta
         elif tag == ALERT_TAG:
             self._alerts.append(json.loads(_tensor(value).item().decode()))
+        elif tag == CHECKPOINT_TAG:
+            self._checkpoints[json.loads(_tensor(value).item().decode())["name"]] = step
         elif tag in (NODES_TAG, WEIGHTS_TAG, LOSS_TAG):
             entry = self._steps.setdefault(step, {"wall_time": event.wall_time})
             entry[tag] = _tensor(value)
@@ -150,6 +154,8 @@ class TrainingLogReader:
             alerts=list(self._alerts),
             plan=meta.get("plan"),
             before_weights=list(meta.get("before_weights", [])),
+            statistics=meta.get("statistics", "all"),
+            checkpoints=sorted(self._checkpoints.items(), key=lambda item: item[1]),
         )
 
     def histogram(self, tag: str, step: int) -> np.ndarray | None:

@@ -21,6 +21,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     )
     p.add_argument("--tokens", metavar="TEXT", help="token ids ('12 7 99'), or words with --vocab, as the input")
     p.add_argument("--vocab", metavar="FILE", help="a vocabulary (one token per line): token ids shown as words")
+    p.add_argument("--training", metavar="LOGDIR", help="open the Training view on a GradientMonitor log folder")
     p.add_argument("--screenshot", metavar="PNG", help="save a screenshot of the window once idle, then quit")
     p.add_argument("--select", metavar="NODE", help="select this node at start (e.g. for a screenshot)")
     p.add_argument("--method", metavar="NAME", help="apply this method preset at start")
@@ -79,6 +80,8 @@ def main(argv: list[str] | None = None) -> int:
         window.open_model(model, custom_objects_file=args.custom_objects)
     elif model:
         window.open_path(model)
+    if args.training:
+        window.open_training_log(args.training)
     if args.select or args.method or args.rule or args.diagnose:
         _after_load(window, args)
     if args.screenshot:

@@ -38,6 +38,7 @@ from gradscope.qt.graph_pane import GraphPane
 from gradscope.qt.inspector import InspectorWidget
 from gradscope.qt.overlay_view import OverlayView
 from gradscope.qt.reflow import VerticalScroll
+from gradscope.qt.training_panel import TrainingPanel
 from gradscope.qt.worker import QtExecutor
 
 MODEL_FILTER = "Keras models (*.keras *.h5 *.hdf5)"
@@ -99,6 +100,17 @@ class MainWindow(QMainWindow):
         )
         self.addDockWidget(Qt.DockWidgetArea.BottomDockWidgetArea, self.diagnostics_dock)
         self.diagnostics_dock.hide()
+        self.training = TrainingPanel(s)
+        self.training.open_log = self.open_training_log_dialog
+        self.training_dock = QDockWidget("Training: gradient flow over steps", self)
+        self.training_dock.setObjectName("training_dock")
+        self.training_dock.setWidget(self.training)
+        self.training_dock.setAllowedAreas(
+            Qt.DockWidgetArea.BottomDockWidgetArea | Qt.DockWidgetArea.RightDockWidgetArea
+        )
+        self.addDockWidget(Qt.DockWidgetArea.BottomDockWidgetArea, self.training_dock)
+        self.training_dock.hide()
+        s.training.changed.connect(lambda *_: self.training_dock.show())
 
         self.graph_pane = GraphPane(s, self.diagnose)
         self.graph_view = self.graph_pane.view
@@ -171,6 +183,13 @@ class MainWindow(QMainWindow):
             f, "&Type tokens…", self.type_tokens_dialog, "Ctrl+T", "Token ids, or words with a vocabulary, as the input"
         )
         act(f, "Open vocabulary…", self.open_vocabulary_dialog, None, "Show token ids as words (one token per line)")
+        act(
+            f,
+            "Open training &log…",
+            self.open_training_log_dialog,
+            "Ctrl+Shift+L",
+            "A GradientMonitor log folder: gradient flow over training steps, alerts, checkpoints",
+        )
         self.recent_menu = f.addMenu("Recent models")
         f.addSeparator()
         act(f, "Open session…", self.open_session_dialog, "Ctrl+Shift+O", "Open a .gradscope.json session")
@@ -220,6 +239,9 @@ class MainWindow(QMainWindow):
         v.addSeparator()
         toggle = self.diagnostics_dock.toggleViewAction()
         toggle.setText("Diagnostics panel")
+        v.addAction(toggle)
+        toggle = self.training_dock.toggleViewAction()
+        toggle.setText("Training view")
         v.addAction(toggle)
 
         r = bar.addMenu("&Run")
@@ -447,6 +469,16 @@ class MainWindow(QMainWindow):
             self._remember_dir(path)
             self.session.fed.set_vocabulary(path)
 
+    def open_training_log_dialog(self) -> None:
+        path = QFileDialog.getExistingDirectory(self, "Open training log (GradientMonitor's log_dir)", self._last_dir())
+        if path:
+            self._remember_dir(path)
+            self.open_training_log(path)
+
+    def open_training_log(self, folder: str) -> None:
+        self.training_dock.show()
+        self.session.training.open(folder)
+
     def open_session_dialog(self) -> None:
         path, _ = QFileDialog.getOpenFileName(self, "Open session", self._last_dir(), f"Sessions (*{SESSION_SUFFIX})")
         if path:
@@ -629,7 +661,8 @@ class MainWindow(QMainWindow):
         QMessageBox.information(
             self,
             "Keyboard shortcuts",
-            "Ctrl+O open model · Ctrl+I open input · Ctrl+T type tokens · Ctrl+S save session · Ctrl+E export overlay\n"
+            "Ctrl+O open model · Ctrl+I open input · Ctrl+T type tokens · Ctrl+Shift+L training log\n"
+            "Ctrl+S save session · Ctrl+E export overlay\n"
             "Ctrl+Z / Ctrl+Shift+Z undo / redo plan · F5 re-run · Esc cancel · Ctrl+D run diagnostics\n"
             "Graph: wheel or Ctrl+= / Ctrl+- zoom · drag to pan · F fit · Ctrl+F find · double-click a nested "
             "model's title to collapse it, a collapsed box to expand it",

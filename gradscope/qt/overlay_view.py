@@ -417,10 +417,13 @@ class OverlayView(QWidget):
         self.map_panel.caption.setText(f"Map at {where}")
         self.map_panel.set_array(images.heat, smooth=images.spatial)
         self.blend_panel.set_array(images.blend, "(no spatial map to blend)" if not images.spatial else "")
-        lo, hi = float(np.nanmin(images.saliency)), float(np.nanmax(images.saliency))
+        finite = images.saliency[np.isfinite(images.saliency)]
         method = "baseline (no rules)" if which == "baseline" else s.result_caption()
         shape = "×".join(map(str, images.saliency.shape))
-        parts = [f"{method}; map {shape}, range [{lo:.3g}, {hi:.3g}]"]
+        if finite.size:
+            parts = [f"{method}; map {shape}, range [{finite.min():.3g}, {finite.max():.3g}]"]
+        else:  # e.g. a checkpoint whose weights are already NaN
+            parts = [f"{method}; map {shape}, no finite value (NaN/Inf: see the flow plot and Diagnostics)"]
         if images.note:
             parts.append(images.note)
         empty = degenerate_note(images.saliency, s.results.method or s.editor.method_name)

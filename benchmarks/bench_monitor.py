@@ -1,0 +1,147 @@
+"""GradientMonitor's cost: ``fit`` with it against the same ``fit`` without it, measured side by side.
+
+    .venv/bin/python benchmarks/bench_monitor.py                # the demo CNN (64x64, batch 32) and ResNet50
+    .venv/bin/python benchmarks/bench_monitor.py --only demo    # one model
+    .venv/bin/python benchmarks/bench_monitor.py --steps 40     # more timed steps per configuration
+
+Per model: the time of each training step (on_train_batch_begin -> end, which includes the step's record and the
+sentinel) after a warm-up epoch that traces, for plain ``fit``, ``every=10``, ``every=1`` (all statistics,
+histograms every 10th record: the defaults) and ``every=1`` with ``statistics="magnitude"``; the fits interleave
+(plain, 10, 1, 1 magnitude, plain, ...) so that a machine getting slower hits all alike; each configuration keeps
+its model and monitor, so its step is traced once. Reported: per round the mean step time, the median
+over rounds, and its ratio to plain (goals: <= 1.10 at every=10, <= 1.30 at every=1).
+Writes benchmarks/results/monitor.{json,csv}.
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import json
+import os
+import platform
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+import numpy as np  # noqa: E402
+
+from gradscope.backend import keras, tf  # noqa: E402
+from gradscope.engine.monitor import GradientMonitor  # noqa: E402
+
+RESULTS = Path(__file__).resolve().parent / "results"
+
+
+class StepTimer(keras.callbacks.Callback):
+    def __init__(self) -> None:
+        super().__init__()
+        self.times: list[float] = []
+
+    def on_train_batch_begin(self, batch, logs=None):
+        self._t = time.perf_counter()
+
+    def on_train_batch_end(self, batch, logs=None):
+        self.times.append(time.perf_counter() - self._t)
+
+
+def demo_case():
+    from gradscope.io.demo import demo_model_path
+    from gradscope.io.synthetic import make_shapes_dataset
+
+    def build():
+        model = keras.saving.load_model(demo_model_path(), compile=False)
+        model.compile(optimizer=keras.optimizers.SGD(0.01), loss=keras.losses.SparseCategoricalCrossentropy())
+        return model
+
+    x, y, _, _ = make_shapes_dataset(320, seed=3, size=64)
+    return "demo CNN (64x64, batch 32)", build, x, y, 32
+
+
+def resnet_case():
+    def build():
+        keras.utils.set_random_seed(0)
+        model = keras.applications.ResNet50(weights=None, input_shape=(64, 64, 3), classes=10)
+        model.compile(optimizer=keras.optimizers.SGD(0.01), loss=keras.losses.SparseCategoricalCrossentropy())
+        return model
+
+    rng = np.random.default_rng(0)
+    x = rng.uniform(0, 1, size=(160, 64, 64, 3)).astype("float32")
+    y = rng.integers(0, 10, size=160)
+    return "ResNet50 (64x64, batch 16)", build, x, y, 16
+
+
+def make_monitor(folder: Path, every: int) -> GradientMonitor:
+    """``every`` < 0: every |every| steps, magnitude statistics only (defaults otherwise)."""
+    folder = folder.with_name(folder.name.replace("=", "").replace(" ", "_"))
+    return GradientMonitor(folder, every=abs(every), statistics="magnitude" if every < 0 else "all")
+
+
+def measure(name, build, x, y, batch, steps: int, rounds: int) -> dict:
+    configs = {"plain": None, "every=10": 10, "every=1": 1, "every=1 magnitude": -1}
+    models: dict = {}
+    fits: dict[str, list[float]] = {k: [] for k in configs}
+    steps_per_epoch = len(x) // batch
+    epochs = max(1, steps // steps_per_epoch)
+    with tempfile.TemporaryDirectory() as tmp:
+        for label, every in configs.items():  # warm-up: build + trace once per configuration
+            model = build()
+            monitor = make_monitor(Path(tmp) / label, every) if every else None
+            t = time.perf_counter()
+            model.fit(
+                x, y, batch_size=batch, epochs=1, verbose=0, shuffle=False, callbacks=[monitor] if monitor else []
+            )
+            print(f"  {name} {label}: first epoch (trace) {time.perf_counter() - t:.1f} s", flush=True)
+            models[label] = (model, monitor)
+        for _ in range(rounds):
+            for label, (model, monitor) in models.items():
+                timer = StepTimer()
+                callbacks = [monitor, timer] if monitor else [timer]  # the same monitor: its trace is reused
+                model.fit(x, y, batch_size=batch, epochs=epochs, verbose=0, shuffle=False, callbacks=callbacks)
+                fits[label].append(float(np.mean(timer.times[1:])))  # the first step re-enters the function
+    # Per round, the mean step time (record steps included); across rounds, the median (this machine is shared:
+    # one slow round would otherwise decide the ratio).
+    plain = float(np.median(fits["plain"]))
+    row = {"model": name, "rounds": rounds, "steps_per_round": epochs * steps_per_epoch - 1, "plain_s": plain}
+    for label in [k for k in configs if k != "plain"]:
+        per_step = float(np.median(fits[label]))
+        row[f"{label}_s"] = per_step
+        row[f"{label}_ratio"] = per_step / plain
+    return row
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--only", choices=("demo", "resnet"))
+    parser.add_argument("--steps", type=int, default=20, help="timed steps per configuration and round")
+    parser.add_argument("--rounds", type=int, default=5)
+    args = parser.parse_args()
+    cases = {"demo": demo_case, "resnet": resnet_case}
+    rows = []
+    for key, case in cases.items():
+        if args.only and key != args.only:
+            continue
+        name, build, x, y, batch = case()
+        rows.append(measure(name, build, x, y, batch, args.steps, args.rounds))
+        r = rows[-1]
+        print(
+            f"{r['model']}: plain {r['plain_s'] * 1e3:.1f} ms/step; every=10 {r['every=10_ratio']:.3f}x; "
+            f"every=1 {r['every=1_ratio']:.3f}x, magnitude statistics {r['every=1 magnitude_ratio']:.3f}x "
+            f"(median of {r['rounds']} rounds of {r['steps_per_round']} steps)",
+            flush=True,
+        )
+    RESULTS.mkdir(exist_ok=True)
+    meta = {"machine": platform.platform(), "cpus": os.cpu_count(), "tensorflow": tf.__version__}
+    (RESULTS / "monitor.json").write_text(json.dumps({"meta": meta, "rows": rows}, indent=2))
+    with (RESULTS / "monitor.csv").open("w", newline="") as f:
+        writer = csv.DictWriter(f, fieldnames=list(rows[0]))
+        writer.writeheader()
+        writer.writerows(rows)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

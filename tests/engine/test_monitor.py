@@ -1,0 +1,255 @@
+"""GradientMonitor: training is unchanged, the records are the true per-layer gradients (NumPy reference), the
+event files are TensorBoard's, NaNs are found where they start, and the log is readable while it grows."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from gradscope.backend import keras
+from gradscope.core.errors import GradscopeError, InputError
+from gradscope.core.training_log import NODE_COLUMNS
+from gradscope.engine.monitor import GradientMonitor
+from gradscope.engine.training import plan_model
+from gradscope.engine.training_report import report_text, step_flow, training_alerts
+from gradscope.io.training_events import TrainingLogReader, read_training_log
+from tests.engine.test_training import LR, SIGMOID_BACKWARD, batch, mlp, numpy_sgd_delta, relu_prime, sigmoid_prime
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def compiled(model: keras.Model) -> keras.Model:
+    model.compile(optimizer=keras.optimizers.SGD(LR), loss="mse")
+    return model
+
+
+def reference_signals(weights, x, y, derivative) -> dict[str, np.ndarray]:
+    """dL/d(node output) of ``mlp``'s MSE in float64: the signal at each node (cf. ``numpy_sgd_delta``)."""
+    w1, b1, w2, b2, w3, b3 = [np.asarray(w, np.float64) for w in weights]
+    x = x.astype(np.float64)
+    z1 = x @ w1 + b1
+    a1 = np.maximum(z1, 0)
+    z2 = a1 @ w2 + b2
+    a2 = np.maximum(z2, 0)
+    p = a2 @ w3 + b3
+    dp = 2 * (p - y) / p.size
+    da2 = dp @ w3.T
+    dz2 = da2 * derivative(z2)
+    da1 = dz2 @ w2.T
+    dz1 = da1 * derivative(z1)
+    return {"h1:pre": dz1, "h1": da1, "h2": dz2, "relu2": da2, "out": dp}
+
+
+def test_monitored_fit_trains_exactly_like_plain_fit(tmp_path):
+    rng = np.random.default_rng(0)
+    x, y = rng.normal(size=(64, 4)).astype("float32"), rng.normal(size=(64, 2)).astype("float32")
+    results = []
+    for monitor in (None, GradientMonitor(tmp_path / "log", every=3)):
+        model = compiled(mlp())
+        history = model.fit(
+            x, y, epochs=2, batch_size=16, shuffle=False, verbose=0, callbacks=[monitor] if monitor else []
+        )
+        results.append(([w.numpy() for w in model.weights], history.history["loss"]))
+    (w_plain, loss_plain), (w_mon, loss_mon) = results
+    for a, b in zip(w_plain, w_mon):
+        np.testing.assert_allclose(a, b, rtol=1e-6, atol=1e-7)
+    np.testing.assert_allclose(loss_plain, loss_mon, rtol=1e-6)
+    assert read_training_log(tmp_path / "log").steps == [0, 3, 6]  # 8 steps, every 3
+
+
+@pytest.mark.parametrize("planned", [False, True], ids=["plain", "plan"])
+def test_records_match_a_numpy_reference(tmp_path, planned):
+    x, y = batch()
+    model = compiled(mlp())
+    weights = [w.numpy() for w in model.trainable_weights]
+    derivative = sigmoid_prime if planned else relu_prime
+    trained = compiled(plan_model(model, SIGMOID_BACKWARD)) if planned else model
+    trained.fit(x, y, epochs=1, batch_size=8, verbose=0, callbacks=[GradientMonitor(tmp_path, every=1)])
+
+    log = read_training_log(tmp_path)
+    assert [n.id for n in log.nodes] == ["h1:pre", "h1", "h2", "relu2", "out"]
+    record = log.record(0)
+    signals = reference_signals(weights, x, y, derivative)
+    col = {c: i for i, c in enumerate(NODE_COLUMNS)}
+    for i, node in enumerate(log.nodes):
+        g = signals[node.id]
+        row = record.nodes[i]
+        np.testing.assert_allclose(row[col["grad_mean_abs"]], np.abs(g).mean(), rtol=1e-4)
+        np.testing.assert_allclose(row[col["grad_norm"]], np.linalg.norm(g), rtol=1e-4)
+        np.testing.assert_allclose(row[col["grad_max_abs"]], np.abs(g).max(), rtol=1e-4)
+        assert row[col["grad_none"]] == 0 and row[col["value_nonfinite"]] == 0
+    expected = [-d / LR for d in numpy_sgd_delta(weights, x, y, derivative)]
+    np.testing.assert_allclose(record.weight_column("grad_norm"), [np.linalg.norm(g) for g in expected], rtol=1e-4)
+    np.testing.assert_allclose(record.weight_column("norm"), [np.linalg.norm(w) for w in weights], rtol=1e-5)
+    z1 = x.astype(np.float64) @ weights[0] + weights[1]
+    dead = np.all(z1 <= 0, axis=0).mean()  # units of h1 that are 0 for the whole batch
+    np.testing.assert_allclose(record.nodes[1, col["dead_fraction"]], dead)
+    assert log.plan == (SIGMOID_BACKWARD.to_dict() if planned else None)
+    flow = step_flow(log, 0)
+    assert [r.node for r in flow.rows] == [n.id for n in log.nodes]
+    assert flow.loss_value == pytest.approx(float(np.mean((keras_predict(model, weights, x) - y) ** 2)), rel=1e-5)
+
+
+def keras_predict(model, weights, x):
+    w1, b1, w2, b2, w3, b3 = weights
+    return np.maximum(np.maximum(x @ w1 + b1, 0) @ w2 + b2, 0) @ w3 + b3
+
+
+def test_tensorboard_reads_the_scalars_and_histograms(tmp_path):
+    pea = pytest.importorskip("tensorboard.backend.event_processing.plugin_event_accumulator")
+    x, y = batch()
+    model = compiled(mlp())
+    model.fit(x, y, epochs=3, batch_size=4, verbose=0, callbacks=[GradientMonitor(tmp_path, every=2)])
+    acc = pea.EventAccumulator(str(tmp_path), size_guidance={pea.TENSORS: 0})
+    acc.Reload()
+    scalars, histograms = acc.PluginTagToContent("scalars"), acc.PluginTagToContent("histograms")
+    assert {"loss", "grad_mean_abs/h1_pre", "weight_ratio/h1/kernel"} <= set(scalars)
+    assert {"grad/h1_pre", "weight_grad/out/kernel"} <= set(histograms)
+    log = read_training_log(tmp_path)
+    loss_steps = [e.step for e in acc.Tensors("loss")]
+    assert loss_steps == log.steps == [0, 2, 4]
+    from gradscope.backend import tf
+
+    mean_abs = [float(tf.make_ndarray(e.tensor_proto)) for e in acc.Tensors("grad_mean_abs/h1_pre")]
+    np.testing.assert_allclose(mean_abs, log.matrix("grad_mean_abs")[0], rtol=1e-6)
+    hist = tf.make_ndarray(acc.Tensors("grad/h1_pre")[0].tensor_proto)
+    assert hist.shape[1] == 3 and hist[:, 2].sum() == 4 * 6  # every value of the (4, 6) signal, once
+    assert np.all(hist[1:, 0] >= hist[:-1, 0])
+    reader = TrainingLogReader(tmp_path)
+    reader.update()
+    assert np.array_equal(reader.histogram("grad/h1_pre", 0), hist)
+
+
+def test_the_reader_waits_for_a_record_cut_short(tmp_path):
+    x, y = batch()
+    model = compiled(mlp())
+    model.fit(x, y, epochs=2, batch_size=4, verbose=0, callbacks=[GradientMonitor(tmp_path / "full", every=1)])
+    (events,) = (tmp_path / "full").glob("events.out.tfevents.*")
+    data = events.read_bytes()
+    growing = tmp_path / "growing"
+    growing.mkdir()
+    target = growing / events.name
+    reader = TrainingLogReader(growing)
+    assert not reader.update()
+    with pytest.raises(InputError, match="no gradscope training log yet"):
+        reader.log()
+    cut = len(data) * 2 // 3 + 5  # somewhere inside a record
+    target.write_bytes(data[:cut])
+    assert reader.update()
+    partial = reader.log().steps
+    with target.open("ab") as f:
+        f.write(data[cut:])
+    assert reader.update()
+    assert len(partial) < len(reader.log().steps) == 4
+    assert reader.log().steps == read_training_log(tmp_path / "full").steps
+
+
+def test_train_function_is_restored_and_misuse_is_refused(tmp_path):
+    x, y = batch()
+    model = compiled(mlp())
+    model.fit(x, y, epochs=1, verbose=0, callbacks=[GradientMonitor(tmp_path, every=1)])
+    keras_function = model.train_function
+    model.fit(x, y, epochs=1, verbose=0)
+    assert model.train_function is keras_function
+    assert len(read_training_log(tmp_path).records) == 1  # the second fit was not monitored
+    with pytest.raises(GradscopeError, match="every must be 1 or more"):
+        GradientMonitor(tmp_path, every=0)
+    uncompiled = GradientMonitor(tmp_path / "uncompiled")
+    uncompiled.set_model(mlp())
+    with pytest.raises(GradscopeError, match="not compiled"):
+        uncompiled.on_train_begin()
+
+    class OwnStep(keras.Model):
+        def train_step(self, data):
+            return super().train_step(data)
+
+    inp = keras.Input((4,))
+    own = OwnStep(inp, keras.layers.Dense(2)(inp))
+    own.compile(optimizer="sgd", loss="mse")
+    with pytest.raises(GradscopeError, match="overrides train_step"):
+        own.fit(x, y, epochs=1, verbose=0, callbacks=[GradientMonitor(tmp_path / "own")])
+
+
+def _demo(case: str, logdir: Path, **kwargs):
+    sys.path.insert(0, str(ROOT / "scripts"))
+    try:
+        import training_demos
+    finally:
+        sys.path.pop(0)
+    return training_demos.run(case, logdir, **kwargs)
+
+
+def test_blowup_demo_first_nan_is_found_with_its_op(tmp_path):
+    _demo("blowup", tmp_path, epochs=1, images=256, every=4)
+    log = read_training_log(tmp_path)
+    alerts = training_alerts(log)
+    nan = [a for a in alerts if a.kind == "nonfinite"]
+    assert len(nan) == 1
+    first = nan[0]
+    earlier = [r for r in log.records if r.step < first.first_step]
+    assert earlier and all(r.finite for r in earlier)  # the records before the alert are finite
+    assert not log.record(first.first_step).finite  # the first bad step is recorded though every=4
+    assert first.node in {n.id for n in log.nodes} and first.op  # a layer, and the op the replay found
+    assert "exploding" in {a.kind for a in alerts}
+    done = subprocess.run(
+        [sys.executable, "-m", "gradscope", "train-report", str(tmp_path)], capture_output=True, text=True
+    )
+    assert done.returncode == 1, done.stderr
+    assert f"[nonfinite] from step {first.first_step} at {first.node}" in done.stdout
+    assert "epoch-01-batch-002.keras" in {p.name for p in tmp_path.glob("*.keras")}  # saved every 2 steps
+
+
+def test_vanishing_demo_is_reported_and_exits_0(tmp_path):
+    _demo("vanishing", tmp_path, epochs=1, images=64, every=1)
+    log = read_training_log(tmp_path)
+    alerts = training_alerts(log)
+    assert not [a for a in alerts if a.kind == "nonfinite"]
+    vanishing = {a.node for a in alerts if a.kind == "vanishing"}
+    assert {"dense1:pre", "dense1", "dense2:pre"} <= vanishing
+    assert not {"dense16", "logits"} & vanishing  # the top of the stack still gets its signal
+    assert "flatten" in log.before_weights and not [a for a in alerts if a.kind == "no_gradient"]
+    assert "[vanishing] from step 0 at dense1:pre" in report_text(log, alerts)
+    from gradscope.cli import main
+
+    assert main(["train-report", str(tmp_path), "--step", str(log.steps[-1])]) == 0
+
+
+def test_magnitude_statistics_are_exact_and_stand_in_for_mean_abs(tmp_path):
+    x, y = batch()
+    model = compiled(mlp())
+    weights = [w.numpy() for w in model.trainable_weights]
+    monitor = GradientMonitor(tmp_path, every=1, statistics="magnitude")
+    model.fit(x, y, epochs=1, batch_size=8, verbose=0, callbacks=[monitor])
+    log = read_training_log(tmp_path)
+    assert log.statistics == "magnitude"
+    record = log.record(0)
+    col = {c: i for i, c in enumerate(NODE_COLUMNS)}
+    signals = reference_signals(weights, x, y, relu_prime)
+    for i, node in enumerate(log.nodes):
+        g = signals[node.id]
+        np.testing.assert_allclose(record.nodes[i, col["grad_norm"]], np.linalg.norm(g), rtol=1e-4)
+        np.testing.assert_allclose(record.nodes[i, col["grad_max_abs"]], np.abs(g).max(), rtol=1e-4)
+        assert np.isnan(record.nodes[i, col["grad_mean_abs"]]) and record.nodes[i, col["size"]] == g.size
+        rms = np.sqrt(np.mean(g**2))
+        np.testing.assert_allclose(log.matrix("grad_mean_abs")[i, 0], rms, rtol=1e-4)
+        np.testing.assert_allclose(step_flow(log, 0).rows[i].grad_mean_abs, rms, rtol=1e-4)
+    with pytest.raises(GradscopeError, match="statistics must be"):
+        GradientMonitor(tmp_path, statistics="some")
+
+
+def test_histogram_counts_like_numpy_and_survives_odd_tensors():
+    from gradscope.engine.monitor import _histogram
+
+    values = np.random.default_rng(3).normal(size=(64, 9)).astype("float32")
+    hist = _histogram(values).numpy()
+    counts, edges = np.histogram(values, bins=30, range=(values.min(), values.max()))
+    np.testing.assert_allclose(hist[:, 0], edges[:-1], rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(hist[:, 1], edges[1:], rtol=1e-5, atol=1e-6)
+    assert abs(hist[:, 2] - counts).sum() <= 2 and hist[:, 2].sum() == values.size  # edge values may swap buckets
+    assert _histogram(np.full(7, 1e20, np.float32)).numpy()[:, 2].sum() == 7  # one value, far from 0
+    for odd in (np.array([np.nan, 1.0], np.float32), np.zeros(0, np.float32), np.array([np.inf], np.float32)):
+        assert _histogram(odd).numpy()[:, 2].sum() == 0  # NaN/Inf are counted by the records, not here

@@ -1,0 +1,61 @@
+"""The Training view in a real (offscreen) window: heatmap, alerts, a clicked cell, live updates, a checkpoint."""
+
+from __future__ import annotations
+
+import shutil
+
+import numpy as np
+import pytest
+
+from tests.engine.test_monitor import _demo
+
+
+@pytest.fixture(scope="module")
+def blowup_log(tmp_path_factory):
+    folder = tmp_path_factory.mktemp("blowup_gui")
+    _demo("blowup", folder, epochs=1, images=256, every=2)  # before any window: TF import on this thread
+    return folder
+
+
+def test_training_view_shows_the_log_and_follows_it(window, qtbot, blowup_log, tmp_path):
+    (events,) = blowup_log.glob("events.out.tfevents.*")
+    data = events.read_bytes()
+    growing = tmp_path / events.name
+    growing.write_bytes(data[: len(data) // 2])
+    for checkpoint in blowup_log.glob("*.keras"):
+        shutil.copy2(checkpoint, tmp_path / checkpoint.name)  # with its time: "saved before step N" reads it
+    watch, panel = window.session.training, window.training
+    window.open_training_log(str(tmp_path))
+    qtbot.waitUntil(lambda: watch.log is not None, timeout=60_000)
+    assert window.training_dock.isVisible()
+    first = len(watch.log.records)
+    image = panel.heat.image
+    assert image.shape == (first, len(watch.log.nodes))  # image[x = record, y = node]
+    with growing.open("ab") as f:  # the training goes on: the view's timer reads the rest
+        f.write(data[len(data) // 2 :])
+    qtbot.waitUntil(lambda: len(watch.log.records) > first, timeout=20_000)
+    assert panel.heat.image.shape[0] == len(watch.log.records)
+    alert = panel.alert_list.item(0).text()
+    assert alert.startswith("[nonfinite] step")
+    assert len(panel.nan_marks.data) > 0 and len(panel.alert_marks.data) > 0
+
+    log = watch.log
+    row = next(i for i, n in enumerate(log.nodes) if n.id == "conv1:pre")
+    panel._cell_clicked(0, row)  # what a click on the first column, that row, does
+    qtbot.waitUntil(lambda: watch.step == 0 and watch.node == "conv1:pre", timeout=20_000)
+    bars = [item for item in panel.flow_plot.getPlotItem().items if type(item).__name__ == "BarGraphItem"]
+    assert len(bars) == sum(1 for r in watch.flow.rows if r.grad_mean_abs > 0)
+    assert panel.hist_plot.getPlotItem().items  # step 0 has histograms
+    assert "Step 0" in panel.cell_label.text() and "conv1:pre" in panel.cell_label.text()
+
+    last = log.steps[-1]
+    panel._cell_clicked(len(log.steps) - 1, row)
+    qtbot.waitUntil(lambda: watch.step == last, timeout=20_000)
+    assert panel.checkpoint_button.isEnabled()
+    panel.checkpoint_button.click()
+    qtbot.waitUntil(
+        lambda: window.session.document.path is not None and window.session.jobs.busy is None, timeout=60_000
+    )
+    assert str(window.session.document.path).endswith(".keras")
+    assert str(window.session.document.path).startswith(str(tmp_path))
+    assert np.isfinite(panel.heat.image).all()
