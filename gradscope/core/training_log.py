@@ -17,7 +17,7 @@ PLUGIN = "gradscope"
 META_TAG = "gradscope/meta"
 NODES_TAG = "gradscope/nodes"
 WEIGHTS_TAG = "gradscope/weights"
-LOSS_TAG = "gradscope/loss"
+LOSS_TAG = "gradscope/loss"  # [loss, NaN/Inf count in the batch]
 ALERT_TAG = "gradscope/alert"
 CHECKPOINT_TAG = "gradscope/checkpoint"
 LOG_VERSION = 1
@@ -86,6 +86,7 @@ class StepRecord:
     nodes: np.ndarray
     weights: np.ndarray
     loss: float = float("nan")
+    data_nonfinite: float = 0.0  # NaN/Inf in the batch itself (counted on the first non-finite step)
 
     def node_column(self, name: str) -> np.ndarray:
         return self.nodes[:, NODE_COLUMNS.index(name)]
@@ -97,7 +98,7 @@ class StepRecord:
     def finite(self) -> bool:
         bad = self.node_column("grad_nan") + self.node_column("grad_inf") + self.node_column("value_nonfinite")
         wbad = self.weight_column("grad_nan") + self.weight_column("grad_inf") + self.weight_column("value_nonfinite")
-        return not (bad.any() or wbad.any()) and bool(np.isfinite(self.loss))
+        return not (bad.any() or wbad.any() or self.data_nonfinite) and bool(np.isfinite(self.loss))
 
 
 @dataclass

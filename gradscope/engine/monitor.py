@@ -208,7 +208,9 @@ class GradientMonitor(keras.callbacks.Callback):
         owners = variable_owners(engine)
         self._relu = [i for i, n in enumerate(self._nodes) if engine.graph.node(n).activation in _RELU_ACTIVATIONS]
         self.log_dir.mkdir(parents=True, exist_ok=True)
-        self._writer = tf.summary.create_file_writer(str(self.log_dir))
+        # TF's default (a queue of 10 events, then a flush that syncs the file) flushed ~4 times per record of the
+        # demo CNN; 2 s keeps the Training view current (it reads every 2 s) at a sync per 2 s.
+        self._writer = tf.summary.create_file_writer(str(self.log_dir), max_queue=100_000, flush_millis=2000)
         self._first_bad = tf.Variable(-1, dtype=tf.int64, trainable=False, name="gradscope_first_bad")
         self._backup = (
             [tf.Variable(v, trainable=False, name="gradscope_backup") for v in self._variables]
@@ -279,10 +281,12 @@ class GradientMonitor(keras.callbacks.Callback):
 
         return function
 
-    def _forward(self, x: Any) -> tuple[Any, dict]:
+    def _forward(self, x: Any, on_step: Any = None) -> tuple[Any, dict]:
+        from gradscope.engine.training import inputs_in_graph_order
+
         engine = self._engine
-        xs = [tf.convert_to_tensor(t) for t in keras.tree.flatten(x)]
-        values, node_values = engine._run(xs, self._rules, training=True)
+        xs = inputs_in_graph_order(engine.graph, x)
+        values, node_values = engine._run(xs, self._rules, training=True, on_step=on_step)
         outs = [values[k] for k in engine.exec.output_keys]
         struct = getattr(self.model, "_outputs_struct", None)
         if len(outs) == 1:
@@ -325,7 +329,7 @@ class GradientMonitor(keras.callbacks.Callback):
         with_histograms = tf.logical_or(tf.equal(step % (self.every * max(self.histograms, 1)), 0), first_bad)
 
         def write() -> Any:
-            self._write(step, loss, node_outs, node_grads, weight_grads, with_histograms, first_bad)
+            self._write(step, loss, node_outs, node_grads, weight_grads, with_histograms, first_bad, x)
             return tf.constant(True)
 
         tf.cond(record, write, lambda: tf.constant(False))
@@ -351,6 +355,7 @@ class GradientMonitor(keras.callbacks.Callback):
         weight_grads: list,
         histograms: Any,
         first_bad: Any,
+        x: Any,
     ) -> None:
         filled = [tf.zeros_like(o) if g is None else g for g, o in zip(node_grads, node_outs)]
         rows = (stats_rows if self.statistics == "all" else magnitude_rows)(filled)
@@ -359,6 +364,10 @@ class GradientMonitor(keras.callbacks.Callback):
         # NaN/Inf in forward values: read on the first non-finite step only (the one the report traces back; the
         # sentinel catches every NaN that reaches the loss), not on every record (one more read of every node).
         nonfinite = tf.cond(first_bad, lambda: _nonfinite_counts(node_outs), lambda: tf.zeros([len(node_outs)]))
+        floats = [t for t in keras.tree.flatten(x) if t is not None and t.dtype.is_floating]
+        data_bad = tf.cond(
+            first_bad, lambda: tf.reduce_sum(_nonfinite_counts(floats)), lambda: tf.constant(0.0)
+        )  # the batch itself
         nan = tf.constant(float("nan"))
         dead = [nan] * len(node_outs)
         for i in self._relu:
@@ -384,7 +393,7 @@ class GradientMonitor(keras.callbacks.Callback):
         meta = _metadata()
         scalar = _metadata("scalars", 1)
         with self._writer.as_default(step=step):
-            tf.summary.write(LOSS_TAG, tf.cast(loss, tf.float32), metadata=meta)
+            tf.summary.write(LOSS_TAG, tf.stack([tf.cast(loss, tf.float32), data_bad]), metadata=meta)
             if nodes is not None:
                 tf.summary.write(NODES_TAG, nodes, metadata=meta)
             tf.summary.write(WEIGHTS_TAG, weights, metadata=meta)
@@ -427,7 +436,10 @@ class GradientMonitor(keras.callbacks.Callback):
             "phase": None,
             "message": None,
         }
-        current = [tf.identity(v) for v in self._variables]
+        # every variable as the step left it: the replay runs layers in training mode, so BatchNorm's moving
+        # statistics would move a second time; they and the weights are put back afterwards
+        everything = list(self.model.variables)
+        current = [tf.identity(v) for v in everything]
         where: dict[str, str | None] = {"node": None}
 
         def on_step(node_id: str) -> None:
@@ -440,10 +452,7 @@ class GradientMonitor(keras.callbacks.Callback):
             tf.debugging.enable_check_numerics()
             try:
                 with tf.GradientTape() as tape:
-                    xs = [tf.convert_to_tensor(t) for t in keras.tree.flatten(x)]
-                    values, _ = self._engine._run(xs, self._rules, training=True, on_step=on_step)
-                    outs = [values[k] for k in self._engine.exec.output_keys]
-                    y_pred = outs[0] if len(outs) == 1 else outs
+                    y_pred, _ = self._forward(x, on_step=on_step)
                     where["node"] = None
                     alert["phase"] = "loss"
                     loss = self.model._compute_loss(x=x, y=y, y_pred=y_pred, sample_weight=sample_weight)
@@ -464,7 +473,7 @@ class GradientMonitor(keras.callbacks.Callback):
             alert["node"] = where["node"]
             alert["message"] = f"{found.group(1)} in the output of op {found.group(2)}" if found else text[:300]
         finally:
-            for v, c in zip(self._variables, current):
+            for v, c in zip(everything, current):
                 v.assign(c)
         if alert["phase"] is None and alert["node"] is None and alert["op"] is None:
             alert["phase"] = "unknown"

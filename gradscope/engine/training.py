@@ -74,22 +74,9 @@ class PlanModel(keras.Model):
     def warnings(self) -> list[str]:
         return list(self._gs.warnings)
 
-    def _inputs_list(self, inputs: Any) -> list[Any]:
-        graph = self._gs.engine.graph
-        if isinstance(inputs, dict):
-            names = [graph.node(i).name for i in graph.input_ids]
-            missing = [n for n in names if n not in inputs]
-            if missing:
-                raise PlanError(f"Inputs are missing {missing}; the model takes {names}.")
-            return [inputs[n] for n in names]
-        xs = list(inputs) if isinstance(inputs, (list, tuple)) else [inputs]
-        if len(xs) != len(graph.input_ids):
-            raise PlanError(f"The model takes {len(graph.input_ids)} input(s); got {len(xs)}.")
-        return [keras.ops.convert_to_tensor(x) for x in xs]
-
     def call(self, inputs: Any, training: bool = False) -> Any:
         engine = self._gs.engine
-        values, _ = engine._run(self._inputs_list(inputs), self._gs.rules, training=bool(training))
+        values, _ = engine._run(inputs_in_graph_order(engine.graph, inputs), self._gs.rules, training=bool(training))
         outs = [values[k] for k in engine.exec.output_keys]
         return outs[0] if len(outs) == 1 else outs
 
@@ -98,6 +85,20 @@ class PlanModel(keras.Model):
             "A PlanModel is a training wrapper: save the original model (its variables are the ones trained) "
             "and the plan (plan.save(path))."
         )
+
+
+def inputs_in_graph_order(graph: Any, inputs: Any) -> list[Any]:
+    """A model's inputs as the engine's node loop takes them: a dict by input name, else in the model's order."""
+    if isinstance(inputs, dict):
+        names = [graph.node(i).name for i in graph.input_ids]
+        missing = [n for n in names if n not in inputs]
+        if missing:
+            raise PlanError(f"Inputs are missing {missing}; the model takes {names}.")
+        return [keras.ops.convert_to_tensor(inputs[n]) for n in names]
+    xs = list(inputs) if isinstance(inputs, (list, tuple)) else [inputs]
+    if len(xs) != len(graph.input_ids):
+        raise PlanError(f"The model takes {len(graph.input_ids)} input(s); got {len(xs)}.")
+    return [keras.ops.convert_to_tensor(x) for x in xs]
 
 
 def plan_model(model: Any, plan: Plan | Any) -> PlanModel:

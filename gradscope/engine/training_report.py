@@ -113,52 +113,50 @@ class _LogNodes:
         return [cls(n) for n in log.nodes]
 
 
-def _first_nonfinite(log: TrainingLog, record: StepRecord) -> TrainingAlert:
+def _nonfinite_origin(log: TrainingLog, record: StepRecord) -> tuple[str | None, str]:
+    """(node, what happened) for the first NaN/Inf of a record, looked for in the order one can arise."""
     col = {name: i for i, name in enumerate(NODE_COLUMNS)}
     index = {n.id: i for i, n in enumerate(log.nodes)}
     value_bad = record.nodes[:, col["value_nonfinite"]] > 0
     grad_bad = (record.nodes[:, col["grad_nan"]] + record.nodes[:, col["grad_inf"]]) > 0
-    weight_value_bad = record.weight_column("value_nonfinite") > 0
-    weight_grad_bad = (record.weight_column("grad_nan") + record.weight_column("grad_inf")) > 0
-    bad_weights_of = {}
-    for w, bad in zip(log.weights, weight_value_bad):
+    if record.data_nonfinite:
+        first = next((n.id for n, bad in zip(log.nodes, value_bad) if bad), None)
+        return first, f"the batch itself has {int(record.data_nonfinite)} NaN/Inf value(s) (the model input)"
+    bad_weights_of: dict[str, list[str]] = {}
+    for w, bad in zip(log.weights, record.weight_column("value_nonfinite") > 0):
         if bad and w.node is not None:
             bad_weights_of.setdefault(w.node, []).append(w.path)
-    step = record.step
-    kind, node, detail = "nonfinite", None, ""
-    for i, n in enumerate(log.nodes):
+    for i, n in enumerate(log.nodes):  # forward: the first node whose value goes bad from good inputs
         if value_bad[i] and not any(value_bad[index[p]] for p in n.inputs if p in index):
-            node = n.id
             if n.id in bad_weights_of:
-                detail = (
+                return n.id, (
                     f"forward value of {n.id} ({n.op_type}) is NaN/Inf because its weights "
                     f"{', '.join(bad_weights_of[n.id])} already were: the optimizer update of the step before made "
                     "them so (look at that layer's |grad W| / |W| in the records before)"
                 )
-            else:
-                detail = f"forward value of {n.id} ({n.op_type}) is NaN/Inf while its inputs are finite"
-            break
-    if node is None and not math.isfinite(record.loss) and not value_bad.any():
-        detail = "the loss is NaN/Inf while every layer's output is finite (look at the loss and the labels)"
-    elif node is None and grad_bad.any():
-        consumers: dict[str, list[str]] = {}
-        for n in log.nodes:
-            for p in n.inputs:
-                consumers.setdefault(p, []).append(n.id)
-        for i in reversed(range(len(log.nodes))):
-            n = log.nodes[i]
-            above = [c for c in consumers.get(n.id, []) if c in index]
-            if grad_bad[i] and not any(grad_bad[index[c]] for c in above):
-                node = n.id
-                made_by = f"the backward pass of {', '.join(above)}" if above else "the loss's gradient"
-                detail = f"the signal at {n.id} is NaN/Inf while the signals above it are finite: {made_by} made it"
-                break
-    elif node is None and weight_grad_bad.any():
+            return n.id, f"forward value of {n.id} ({n.op_type}) is NaN/Inf while its inputs are finite"
+    if not math.isfinite(record.loss):
+        return None, "the loss is NaN/Inf while every layer's output is finite (look at the loss and the labels)"
+    consumers: dict[str, list[str]] = {}
+    for n in log.nodes:
+        for p in n.inputs:
+            consumers.setdefault(p, []).append(n.id)
+    for i in reversed(range(len(log.nodes))):  # backward: the signal nearest the output that goes bad
+        n = log.nodes[i]
+        above = [c for c in consumers.get(n.id, []) if c in index]
+        if grad_bad[i] and not any(grad_bad[index[c]] for c in above):
+            made_by = f"the backward pass of {', '.join(above)}" if above else "the loss's gradient"
+            return n.id, f"the signal at {n.id} is NaN/Inf while the signals above it are finite: {made_by} made it"
+    weight_grad_bad = (record.weight_column("grad_nan") + record.weight_column("grad_inf")) > 0
+    if weight_grad_bad.any():
         w = log.weights[int(np.argmax(weight_grad_bad))]
-        node = w.node
-        detail = f"the gradient of {w.path} is NaN/Inf while every layer's signal is finite"
-    if not detail:
-        detail = "a NaN/Inf in the weights or their gradients"
+        return w.node, f"the gradient of {w.path} is NaN/Inf while every layer's signal is finite"
+    return None, "a NaN/Inf in the weights or their gradients"
+
+
+def _first_nonfinite(log: TrainingLog, record: StepRecord) -> TrainingAlert:
+    step = record.step
+    node, detail = _nonfinite_origin(log, record)
     op = None
     for alert in log.alerts:
         if int(alert.get("step", -1)) == step and alert.get("op"):
@@ -166,14 +164,12 @@ def _first_nonfinite(log: TrainingLog, record: StepRecord) -> TrainingAlert:
             where = alert.get("variable") or alert.get("node") or ""
             detail += f"; replayed with check_numerics: op {op}" + (f" at {where}" if where else "")
             detail += f" ({alert.get('phase')})" if alert.get("phase") else ""
-    every = log.every
-    exact = step % every != 0 or every == 1
-    detail += (
-        f" (step {step} is the first non-finite one: the monitor checks the loss and the weight gradients every step)"
-        if exact
-        else f" (recorded every {every} steps; the loss and gradients are checked every step)"
-    )
-    return TrainingAlert(kind, node, step, detail, op=op)
+    weight_grads_bad = (record.weight_column("grad_nan") + record.weight_column("grad_inf")).any()
+    if not math.isfinite(record.loss) or weight_grads_bad:  # what the monitor checks every step
+        detail += f" (step {step} is the first whose loss or weight gradients were not finite: checked every step)"
+    else:
+        detail += f" (first seen in the records, every {log.every} steps: the NaN/Inf did not reach the loss)"
+    return TrainingAlert("nonfinite", node, step, detail, op=op)
 
 
 def training_alerts(log: TrainingLog, thresholds: FlowThresholds | None = None) -> list[TrainingAlert]:

@@ -141,8 +141,11 @@ class TrainingLogReader:
             weight_rows = entry.get(WEIGHTS_TAG, np.zeros((0, len(WEIGHT_COLUMNS))))
             if node_rows.shape != (len(nodes), len(NODE_COLUMNS)) or weight_rows.shape[0] != len(weights):
                 continue  # a step of an older run whose model differed, or one cut short
-            loss = float(entry[LOSS_TAG]) if LOSS_TAG in entry else float("nan")
-            records.append(StepRecord(step, float(entry["wall_time"]), node_rows, weight_rows, loss))
+            loss_row = np.atleast_1d(entry.get(LOSS_TAG, np.array([np.nan, 0.0])))
+            data_bad = float(loss_row[1]) if loss_row.size > 1 else 0.0
+            records.append(
+                StepRecord(step, float(entry["wall_time"]), node_rows, weight_rows, float(loss_row[0]), data_bad)
+            )
         return TrainingLog(
             folder=str(self.folder),
             model_name=meta.get("model_name", "model"),

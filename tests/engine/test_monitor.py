@@ -253,3 +253,34 @@ def test_histogram_counts_like_numpy_and_survives_odd_tensors():
     assert _histogram(np.full(7, 1e20, np.float32)).numpy()[:, 2].sum() == 7  # one value, far from 0
     for odd in (np.array([np.nan, 1.0], np.float32), np.zeros(0, np.float32), np.array([np.inf], np.float32)):
         assert _histogram(odd).numpy()[:, 2].sum() == 0  # NaN/Inf are counted by the records, not here
+
+
+def test_the_nan_replay_leaves_training_as_it_was(tmp_path):
+    """A NaN in the data at step 2: the replay runs layers in training mode (BatchNorm moves its statistics),
+    yet the model ends exactly as without the replay; the op is named."""
+
+    def build():
+        keras.utils.set_random_seed(5)
+        inp = keras.Input((4,))
+        h = keras.layers.Dense(8, name="d1")(inp)
+        h = keras.layers.BatchNormalization(name="bn")(h)
+        out = keras.layers.Dense(2, name="d2")(keras.layers.ReLU(name="r")(h))
+        return compiled(keras.Model(inp, out))
+
+    rng = np.random.default_rng(1)
+    x, y = rng.normal(size=(32, 4)).astype("float32"), rng.normal(size=(32, 2)).astype("float32")
+    x[9, 2] = np.nan  # batch size 4: step 2
+    finals = []
+    for locate in (False, True):
+        model = build()
+        monitor = GradientMonitor(tmp_path / str(locate), every=100, locate_ops=locate)
+        model.fit(x, y, batch_size=4, epochs=1, shuffle=False, verbose=0, callbacks=[monitor])
+        finals.append([v.numpy() for v in model.variables])
+    for a, b in zip(*finals):
+        np.testing.assert_array_equal(a, b)
+    assert len(monitor.alerts) == 1 and monitor.alerts[0]["step"] == 2
+    assert monitor.alerts[0]["op"] and monitor.alerts[0]["node"] == "d1"  # the first layer reads the NaN
+    log = read_training_log(tmp_path / "True")
+    assert log.steps == [0, 2]  # every=100, and the first non-finite step
+    (alert,) = [a for a in training_alerts(log) if a.kind == "nonfinite"]
+    assert alert.first_step == 2 and alert.op == monitor.alerts[0]["op"]
