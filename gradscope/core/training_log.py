@@ -35,30 +35,11 @@ def tensorboard_tag(kind: str, name: str) -> str:
 #: weight gradients were not finite, 0 on other records), and (ReLU-like nodes) the fraction of
 #: units that were 0 for the whole batch (NaN elsewhere), and the signal's size (elements, whole batch).
 #: With ``statistics="magnitude"`` the monitor leaves mean|g| and the zero fraction NaN.
-NODE_COLUMNS = (
-    "grad_norm",
-    "grad_mean_abs",
-    "grad_max_abs",
-    "grad_zero_fraction",
-    "grad_nan",
-    "grad_inf",
-    "grad_none",
-    "value_nonfinite",
-    "dead_fraction",
-    "size",
-)
+#: The statistics of a gradient, in ``stats_rows``' order, and whether there was none.
+_GRADIENT = ("grad_norm", "grad_mean_abs", "grad_max_abs", "grad_zero_fraction", "grad_nan", "grad_inf", "grad_none")
+NODE_COLUMNS = (*_GRADIENT, "value_nonfinite", "dead_fraction", "size")
 #: Per trainable variable: |W| and the statistics of its gradient; ``value_nonfinite``: NaN/Inf in W itself.
-WEIGHT_COLUMNS = (
-    "norm",
-    "grad_norm",
-    "grad_mean_abs",
-    "grad_max_abs",
-    "grad_zero_fraction",
-    "grad_nan",
-    "grad_inf",
-    "grad_none",
-    "value_nonfinite",
-)
+WEIGHT_COLUMNS = ("norm", *_GRADIENT, "value_nonfinite")
 
 
 @dataclass(frozen=True)

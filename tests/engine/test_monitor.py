@@ -17,7 +17,16 @@ from gradscope.engine.monitor import GradientMonitor
 from gradscope.engine.training import plan_model
 from gradscope.engine.training_report import report_text, step_flow, training_alerts
 from gradscope.io.training_events import TrainingLogReader, read_training_log
-from tests.engine.test_training import LR, SIGMOID_BACKWARD, batch, mlp, numpy_sgd_delta, relu_prime, sigmoid_prime
+from tests.engine.test_training import (
+    LR,
+    SIGMOID_BACKWARD,
+    batch,
+    mlp,
+    mlp_backward,
+    numpy_sgd_delta,
+    relu_prime,
+    sigmoid_prime,
+)
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -28,20 +37,8 @@ def compiled(model: keras.Model) -> keras.Model:
 
 
 def reference_signals(weights, x, y, derivative) -> dict[str, np.ndarray]:
-    """dL/d(node output) of ``mlp``'s MSE in float64: the signal at each node (cf. ``numpy_sgd_delta``)."""
-    w1, b1, w2, b2, w3, b3 = [np.asarray(w, np.float64) for w in weights]
-    x = x.astype(np.float64)
-    z1 = x @ w1 + b1
-    a1 = np.maximum(z1, 0)
-    z2 = a1 @ w2 + b2
-    a2 = np.maximum(z2, 0)
-    p = a2 @ w3 + b3
-    dp = 2 * (p - y) / p.size
-    da2 = dp @ w3.T
-    dz2 = da2 * derivative(z2)
-    da1 = dz2 @ w2.T
-    dz1 = da1 * derivative(z1)
-    return {"h1:pre": dz1, "h1": da1, "h2": dz2, "relu2": da2, "out": dp}
+    """dL/d(node output) of ``mlp``'s MSE in float64: the signal at each node."""
+    return {k: v for k, v in mlp_backward(weights, x, y, derivative).items() if k not in ("x", "a1", "a2")}
 
 
 def test_monitored_fit_trains_exactly_like_plain_fit(tmp_path):

@@ -32,8 +32,9 @@ def batch():
     return rng.normal(size=(8, 4)).astype("float32"), rng.normal(size=(8, 2)).astype("float32")
 
 
-def numpy_sgd_delta(weights, x, y, derivative):
-    """-LR * dL/dW of the MSE for ``mlp`` in float64, with ``derivative(z)`` in place of relu'(z)."""
+def mlp_backward(weights, x, y, derivative) -> dict[str, np.ndarray]:
+    """The MSE backward pass of ``mlp`` in float64, with ``derivative(z)`` in place of relu'(z): the input, the
+    activations, and the signal dL/d(output) at each node (``h1:pre``, ``h1``, ``h2``, ``relu2``, ``out``)."""
     w1, b1, w2, b2, w3, b3 = [np.asarray(w, np.float64) for w in weights]
     x = x.astype(np.float64)
     z1 = x @ w1 + b1
@@ -42,9 +43,18 @@ def numpy_sgd_delta(weights, x, y, derivative):
     a2 = np.maximum(z2, 0)
     p = a2 @ w3 + b3
     dp = 2 * (p - y) / p.size  # keras mse: mean over all elements (batch mean of the per-sample mean)
-    dz2 = (dp @ w3.T) * derivative(z2)
-    dz1 = (dz2 @ w2.T) * derivative(z1)
-    grads = [x.T @ dz1, dz1.sum(0), a1.T @ dz2, dz2.sum(0), a2.T @ dp, dp.sum(0)]
+    da2 = dp @ w3.T
+    dz2 = da2 * derivative(z2)
+    da1 = dz2 @ w2.T
+    dz1 = da1 * derivative(z1)
+    return {"x": x, "a1": a1, "a2": a2, "h1:pre": dz1, "h1": da1, "h2": dz2, "relu2": da2, "out": dp}
+
+
+def numpy_sgd_delta(weights, x, y, derivative):
+    """-LR * dL/dW of the MSE for ``mlp`` in float64, with ``derivative(z)`` in place of relu'(z)."""
+    b = mlp_backward(weights, x, y, derivative)
+    dz1, dz2, dp = b["h1:pre"], b["h2"], b["out"]
+    grads = [b["x"].T @ dz1, dz1.sum(0), b["a1"].T @ dz2, dz2.sum(0), b["a2"].T @ dp, dp.sum(0)]
     return [-LR * g for g in grads]
 
 
