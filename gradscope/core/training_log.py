@@ -45,7 +45,7 @@ WEIGHT_COLUMNS = ("norm", *_GRADIENT, "value_nonfinite")
 @dataclass(frozen=True)
 class LogNode:
     id: str
-    layer: str | None
+    layer_name: str | None
     op_type: str
     inputs: tuple[str, ...]
     activation: str | None = None

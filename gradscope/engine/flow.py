@@ -55,7 +55,7 @@ class FlowThresholds:
 
 
 #: ReLU-like activations whose "dead" units output exactly 0.
-_RELU_ACTIVATIONS = ("relu", "relu6")
+RELU_ACTIVATIONS = ("relu", "relu6")
 
 
 @dataclass(frozen=True)
@@ -338,11 +338,11 @@ def _weight_flow(path: str, node: str | None, value: np.ndarray, grad: np.ndarra
     )
 
 
-def _ancestors(graph: Any, node_id: str) -> set[str]:
-    seen = {node_id}
-    stack = [node_id]
+def ancestors(inputs_of: dict[str, Sequence[str]], nodes: Sequence[str]) -> set[str]:
+    """``nodes`` and every node they depend on (``inputs_of``: node id -> its input ids)."""
+    seen, stack = set(nodes), list(nodes)
     while stack:
-        for parent in graph.node(stack.pop()).inputs:
+        for parent in inputs_of.get(stack.pop(), ()):
             if parent not in seen:
                 seen.add(parent)
                 stack.append(parent)
@@ -476,7 +476,7 @@ def gradient_flow(
         raise TargetError(f"Loss {loss!r} needs labels: pass labels (one class index per sample, or targets).")
     target = target or Target()
     graph = engine.graph
-    relu_nodes = [n.id for n in graph.nodes if n.activation in _RELU_ACTIVATIONS and not n.is_input]
+    relu_nodes = [n.id for n in graph.nodes if n.activation in RELU_ACTIVATIONS and not n.is_input]
     try:
         result = engine.backward(inputs, target, plan, capture=relu_nodes, weight_grads=weight_grads, labels=labels)
     except Exception as exc:  # an op on a float path has no gradient at all: the tape cannot backprop
@@ -508,7 +508,7 @@ def gradient_flow(
         target_node = graph.output_ids[0]
         if engine.softmax_stripped and target.kind in ("class", "loss"):
             target_node = graph.node(target_node).inputs[0]
-    upstream = _ancestors(graph, target_node)
+    upstream = ancestors({n.id: n.inputs for n in graph.nodes}, [target_node])
     dead = {nid: dead_unit_fraction(v) for nid, v in result.node_values.items()}
     stats = {n.id: result.stats[n.id] for n in graph.nodes if not n.is_input and n.id in result.stats}
     rows, reference_node = flow_rows(

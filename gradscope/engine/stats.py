@@ -21,11 +21,12 @@ def magnitude_rows(grads: Sequence[Any]) -> Any:
     max_abs = tf.maximum(tf.maximum(sums[:, 1], -sums[:, 2]), 0.0)
     nan = tf.fill([len(grads)], float("nan"))
     rows = tf.stack([tf.sqrt(sums[:, 0]), nan, max_abs, nan], axis=1)
-    return tf.concat([rows, _bad_counts(grads, sums[:, 0])], axis=1)
+    return tf.concat([rows, nan_inf_counts(grads, sums[:, 0])], axis=1)
 
 
-def _bad_counts(grads: list, sums: Any) -> Any:
-    """(n, 2) NaN and Inf counts, counted (for all at once) only when a sum says some value is not finite."""
+def nan_inf_counts(grads: Sequence[Any], sums: Any) -> Any:
+    """(n, 2) NaN and Inf counts of ``grads``, counted (for all at once) only when ``sums`` (a reduction of each)
+    says some value is not finite."""
 
     def count() -> Any:
         counts = [[tf.math.is_nan(g), tf.math.is_inf(g)] for g in grads]
@@ -60,7 +61,7 @@ def stats_rows(grads: Sequence[Any]) -> Any:
     max_abs = tf.maximum(sums[:, 2], 0.0)  # the max of an empty tensor is -inf
     zero_fraction = tf.where(counts > 0, 1.0 - sums[:, 3] / sizes, 0.0)
     rows = tf.stack([tf.sqrt(sums[:, 0]), sums[:, 1] / sizes, max_abs, zero_fraction], axis=1)
-    return tf.concat([rows, _bad_counts(grads, sums[:, 0] + sums[:, 1])], axis=1)
+    return tf.concat([rows, nan_inf_counts(grads, sums[:, 0] + sums[:, 1])], axis=1)
 
 
 @tf.function(input_signature=[tf.TensorSpec(None, tf.float32)], autograph=False)

@@ -15,13 +15,12 @@ from __future__ import annotations
 
 import math
 from dataclasses import asdict, dataclass, replace
-from typing import Any
 
 import numpy as np
 
 from gradscope.core.results import NodeStats
 from gradscope.core.training_log import NODE_COLUMNS, StepRecord, TrainingLog
-from gradscope.engine.flow import FlowReport, FlowThresholds, WeightFlow, flow_rows
+from gradscope.engine.flow import FlowReport, FlowThresholds, WeightFlow, ancestors, flow_rows
 
 #: Flags reported from the flow of each step (``nan`` has its own alert; ``no_gradient`` is structural).
 _TREND_FLAGS = ("vanishing", "exploding", "dead_relu", "zero_gradient", "no_gradient", "weights_zero_gradient")
@@ -39,17 +38,6 @@ class TrainingAlert:
 
     def to_dict(self) -> dict:
         return asdict(self)
-
-
-def _ancestors(log: TrainingLog, nodes: list[str]) -> set[str]:
-    inputs = {n.id: n.inputs for n in log.nodes}
-    seen, stack = set(nodes), list(nodes)
-    while stack:
-        for parent in inputs.get(stack.pop(), ()):
-            if parent not in seen:
-                seen.add(parent)
-                stack.append(parent)
-    return seen
 
 
 def step_flow(log: TrainingLog, record: StepRecord | int, thresholds: FlowThresholds | None = None) -> FlowReport:
@@ -88,8 +76,9 @@ def step_flow(log: TrainingLog, record: StepRecord | int, thresholds: FlowThresh
         weights.append(wf)
         if w.node is not None:
             by_node.setdefault(w.node, []).append(wf)
-    upstream = _ancestors(log, log.output_nodes or [log.nodes[-1].id]) - set(log.before_weights)
-    rows, reference = flow_rows(_LogNodes.of(log), stats, upstream, dead, by_node, thresholds)
+    outputs = log.output_nodes or [log.nodes[-1].id]
+    upstream = ancestors({n.id: n.inputs for n in log.nodes}, outputs) - set(log.before_weights)
+    rows, reference = flow_rows(log.nodes, stats, upstream, dead, by_node, thresholds)
     return FlowReport(
         model_name=log.model_name,
         target=f"training loss, step {record.step}",
@@ -100,17 +89,6 @@ def step_flow(log: TrainingLog, record: StepRecord | int, thresholds: FlowThresh
         loss_value=record.loss,
         meta={"step": record.step, "wall_time": record.wall_time, "plan": log.plan},
     )
-
-
-class _LogNodes:
-    """A training log's nodes as ``flow_rows`` reads graph nodes (``layer_name`` for the log's ``layer``)."""
-
-    def __init__(self, node: Any) -> None:
-        self.id, self.layer_name, self.op_type = node.id, node.layer, node.op_type
-
-    @classmethod
-    def of(cls, log: TrainingLog) -> list[_LogNodes]:
-        return [cls(n) for n in log.nodes]
 
 
 def _nonfinite_origin(log: TrainingLog, record: StepRecord) -> tuple[str | None, str]:

@@ -246,7 +246,6 @@ class TrainingPanel(QWidget):
         if column is not None and node in index:
             self.cursor.setData(x=[column + 0.5], y=[index[node] + 0.5])
         self.flow_plot.clear()
-        floor = None
         values = [r.grad_mean_abs for r in flow.rows]
         finite = [math.log10(v) for v in values if v and math.isfinite(v) and v > 0]
         floor = math.floor(min(finite)) - 1 if finite else -1
