@@ -34,6 +34,7 @@ _LAZY = {
     "plan_model": "gradscope.engine.training",
     "gradient_flow": "gradscope.engine.flow",
     "GradientMonitor": "gradscope.engine.monitor",
+    "evaluate": "gradscope.api",
     "read_training_log": "gradscope.io.training_events",
     "training_alerts": "gradscope.engine.training_report",
     "step_flow": "gradscope.engine.training_report",

@@ -337,3 +337,99 @@ def sanity(
     _, x, target = _inputs(engine, image, preprocessing, target)
     m = resolve_method(engine, method, plan)
     return sanity_checks(engine, x, target, m.plan, method=m.name, checks=checks, tolerance=tolerance)
+
+
+def evaluate(
+    model: Any,
+    data: Any,
+    *,
+    methods: Any = ("gradient",),
+    plan: Plan | str | Path | None = None,
+    metrics: Any = ("pointing",),
+    out: str | Path | None = None,
+    masks: Any = None,
+    class_map: dict[int, int] | str | Path | None = None,
+    preprocessing: str = "unit",
+    batch: int = 16,
+    tolerance: float = 15.0,
+    steps: int = 20,
+    fidelity_samples: int = 200,
+    seed: int = 0,
+    restart: bool = False,
+    progress: Any = None,
+    should_stop: Any = None,
+    ray: Any = None,
+    safe_mode: bool = True,
+) -> Any:
+    """Score methods over a dataset (Pointing Game, deletion, insertion, MuFidelity); returns an ``EvalReport``.
+
+    ``data``: a folder of images (masks in ``masks/<stem>.png`` for the Pointing Game, see
+    ``gradscope.io.datasets``) or an array of model inputs (n, H, W, C) with ``masks`` (n, H, W) of class indices
+    (-1 background). ``methods``: presets, ``"preset@node"`` (read at a node), ``"center"``, ``"random"``;
+    ``plan``: the user's plan, evaluated too (named by its name or file). ``out``: the folder of batch records
+    and results (a run with the same ``out`` resumes; None: a temporary folder). ``ray``: a
+    ``gradscope.app.evaluation_ray.RayOptions`` to run the batches on a Ray cluster (``model`` must be a path).
+    ``progress(done, total, seconds_left)`` is called after every batch; ``should_stop()`` ends the run cleanly.
+    """
+    import tempfile
+
+    from gradscope.app.evaluation import EvalSettings, run_evaluation
+    from gradscope.io.datasets import ArraySamples, ImageFolder, load_class_map
+
+    engine = open_engine(model, safe_mode=safe_mode)
+    methods = [m.strip() for m in (methods.split(",") if isinstance(methods, str) else methods) if m.strip()]
+    metrics = [m.strip() for m in (metrics.split(",") if isinstance(metrics, str) else metrics) if m.strip()]
+    plan_doc, plan_name = None, None
+    if plan is not None:
+        if not isinstance(plan, Plan):
+            plan_name = Path(plan).stem
+            plan = Plan.load(plan)
+        plan_name = plan.name or plan_name or "plan"
+        plan_doc = plan.to_dict()
+        methods.append(plan_name)
+    settings = EvalSettings(
+        methods=methods,
+        metrics=metrics,
+        batch=batch,
+        tolerance=tolerance,
+        steps=steps,
+        fidelity_samples=fidelity_samples,
+        seed=seed,
+        plan=plan_doc,
+        plan_name=plan_name,
+    )
+    if isinstance(data, (str, Path)):
+        if isinstance(class_map, (str, Path)):
+            class_map = load_class_map(class_map)
+        source: Any = ImageFolder(
+            Path(data).expanduser(),
+            tuple(engine.graph.node(engine.graph.input_ids[0]).output_shape),
+            preprocessing,
+            with_masks="pointing" in metrics,
+            class_map=class_map,
+            classes=engine.graph.class_count(),
+        )
+    elif isinstance(data, np.ndarray):
+        source = ArraySamples(data, masks)
+    else:
+        source = data  # anything with keys() and load(key) -> Sample
+    model_name = str(model) if isinstance(model, (str, Path)) else ""
+    if ray is not None and not model_name:
+        from gradscope.app.evaluation import EvaluationError
+
+        raise EvaluationError("A Ray evaluation loads the model in every worker: pass the model's file, not an object.")
+    run = lambda folder: run_evaluation(  # noqa: E731
+        engine,
+        source,
+        settings,
+        Path(folder),
+        model=model_name,
+        restart=restart,
+        progress=progress,
+        should_stop=should_stop,
+        ray=ray,
+    )[1]
+    if out is None:
+        with tempfile.TemporaryDirectory(prefix="gradscope-eval-") as folder:
+            return run(folder)
+    return run(out)

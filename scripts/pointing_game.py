@@ -1,4 +1,5 @@
-"""Pointing Game (RULES_SPEC §6) on the synthetic shapes task with the bundled demo model.
+"""Pointing Game (RULES_SPEC §6) on the synthetic shapes task with the bundled demo model: a thin call of
+``gradscope.evaluate`` (the protocol lives in ``gradscope.engine.faithfulness``; the rows below are its methods).
 
 For every image and its ground-truth class (the prediction is not used), compute the method's map for that
 class, resize it to the image (bilinear, as TorchRay), take its maximum (first in raster order) and count a hit
@@ -19,7 +20,6 @@ from __future__ import annotations
 import argparse
 import csv
 import sys
-import time
 from pathlib import Path
 
 import numpy as np
@@ -27,13 +27,11 @@ import numpy as np
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from gradscope.core.targets import Target  # noqa: E402
-from gradscope.engine.attribution import grad_cam_weighting  # noqa: E402
+from gradscope.app.evaluation import SMOOTHED  # noqa: E402
+from gradscope.io.datasets import BACKGROUND  # noqa: E402
 from gradscope.io.demo import demo_meta, demo_model_path  # noqa: E402
 from gradscope.io.models import load_model  # noqa: E402
 from gradscope.io.synthetic import SHAPE_CLASSES, make_shapes_dataset  # noqa: E402
-from gradscope.render import reduce_channels  # noqa: E402
-from gradscope.render.normalize import gaussian_smooth, resize_map, smoothing_sigma  # noqa: E402
 from gradscope.rules.methods import available_methods, build_method  # noqa: E402
 
 #: (row label, method preset, options). Rows whose preset is not registered are skipped (and said so).
@@ -53,61 +51,7 @@ ROWS = [
     ("lrp_alpha_beta", "lrp_alpha_beta", {}),
     ("lrp_zplus", "lrp_zplus", {}),
 ]
-SMOOTHED = ("gradient", "guided_backprop", "deconvnet")  # TorchRay's benchmark blurs these (smooth=0.02)
 HELD_OUT_SEED = 4321  # not the demo model's train (1234), validation (1235) or demo-image (1236) seeds
-
-
-def near_mask(masks: np.ndarray, tol: float) -> np.ndarray:
-    """Per image, the pixels whose squared distance to some mask pixel is below ``tol²`` (the hit region)."""
-    n, h, w = masks.shape
-    r = int(np.ceil(tol))
-    offsets = [(dy, dx) for dy in range(-r, r + 1) for dx in range(-r, r + 1) if dy * dy + dx * dx < tol * tol]
-    padded = np.pad(masks, ((0, 0), (r, r), (r, r)))
-    region = np.zeros_like(masks)
-    for dy, dx in offsets:
-        region |= padded[:, r + dy : r + dy + h, r + dx : r + dx + w]
-    return region
-
-
-def points_of(maps: np.ndarray, size: tuple[int, int], smooth: bool) -> np.ndarray:
-    """(n, 2) row, column of each map's maximum after resizing to ``size`` (H, W) and optional blurring."""
-    h, w = size
-    pts = np.empty((len(maps), 2), np.int64)
-    for i, m in enumerate(maps):
-        full = resize_map(np.asarray(m, np.float32), (w, h), "bilinear")
-        if smooth:
-            full = gaussian_smooth(full, smoothing_sigma(full.shape))
-        full = np.nan_to_num(full, nan=-np.inf)
-        pts[i] = np.unravel_index(int(np.argmax(full)), full.shape)  # first maximum in raster order
-    return pts
-
-
-def method_maps(engine, method, images: np.ndarray, labels: np.ndarray, batch: int) -> np.ndarray:
-    """The 2-D map of every image for its own class, read at the method's node with its reduction."""
-    node = method.readout_node
-    out: list[np.ndarray | None] = [None] * len(images)
-    for c in np.unique(labels):  # a Target is one class for the whole batch
-        idx = np.flatnonzero(labels == c)
-        for start in range(0, len(idx), batch):
-            part = idx[start : start + batch]
-            r = engine.backward(
-                images[part], Target(index=int(c)), method.plan, capture=[node] if node else (), stats=False
-            )
-            signal = r.node_grads[node] if node else r.input_grad
-            if method.times_input:
-                signal = signal * (r.node_values[node] if node else r.inputs[0])
-            if method.grad_cam:  # per sample: the channel weights are that image's mean gradient
-                signal = np.stack([grad_cam_weighting(g, a) for g, a in zip(signal, r.node_values[node])])
-            maps = reduce_channels(signal, method.reduction)
-            for k, i in enumerate(part):
-                out[i] = maps[k]
-    return np.stack(out)
-
-
-def score(points: np.ndarray, region: np.ndarray, labels: np.ndarray) -> tuple[float, float, list[float]]:
-    hits = region[np.arange(len(points)), points[:, 0], points[:, 1]]
-    per_class = [float(hits[labels == c].mean()) for c in range(len(SHAPE_CLASSES))]
-    return float(np.mean(per_class)), float(hits.mean()), per_class
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -118,43 +62,36 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--csv", type=Path, default=ROOT / "docs" / "pointing_game.csv")
     args = ap.parse_args(argv)
 
+    import gradscope
     from gradscope.engine.runner import Engine
 
     meta = demo_meta()
     size = tuple(meta["input_size"][:2])
     images, labels, _, masks = make_shapes_dataset(args.n, args.seed, size=size[0])
     tol = 15.0 * size[0] / 224.0
-    region = near_mask(masks, tol)
     engine = Engine(load_model(demo_model_path()))
     accuracy = float((engine.predict(images).argmax(-1) == labels).mean())
     print(f"demo model {meta['name']}: {args.n} images (seed {args.seed}), top-1 accuracy {accuracy:.3f}")
     print(f"tolerance {tol:.2f} px (15 px scaled to {size[0]} px); classes {', '.join(SHAPE_CLASSES)}")
 
-    rows = []
-    centre = np.tile([[size[0] // 2, size[1] // 2]], (len(images), 1))
-    rows.append(("center", "-", "-", False, *score(centre, region, labels), 0.0))
-    chance = [float(region[labels == c].mean()) for c in range(len(SHAPE_CLASSES))]
-    rows.append(("random (expected)", "-", "-", False, float(np.mean(chance)), float(region.mean()), chance, 0.0))
     known = available_methods()
-    for label, preset, options in ROWS:
+    rows = [(label, preset, options) for label, preset, options in ROWS if preset in known]
+    for label, preset, _ in ROWS:
         if preset not in known:
             print(f"skipped {label}: method {preset!r} is not registered")
-            continue
+    report = gradscope.evaluate(
+        engine,
+        images,
+        masks=np.where(masks, labels[:, None, None], BACKGROUND),  # each image's object: its class
+        methods=["center", "random", *(label for label, _, _ in rows)],
+        metrics=["pointing"],
+        batch=args.batch,
+        tolerance=tol,
+    )
+    shown = [("center", "center", "-", "-"), ("random (expected)", "random", "-", "-")]
+    for label, preset, options in rows:
         method = build_method(preset, engine.graph, **options)
-        t0 = time.perf_counter()
-        maps = method_maps(engine, method, images, labels, args.batch)
-        smooth = preset in SMOOTHED
-        points = points_of(maps, size, smooth)
-        rows.append(
-            (
-                label,
-                method.readout_node or "input",
-                method.reduction,
-                smooth,
-                *score(points, region, labels),
-                time.perf_counter() - t0,
-            )
-        )
+        shown.append((label, label, method.readout_node or "input", method.reduction))
 
     header = ["method", "readout", "reduction", "smoothed", "mean_class_acc", "overall_acc"]
     header += [f"acc_{c}" for c in SHAPE_CLASSES] + ["seconds", "images", "seed", "tolerance_px", "model_top1"]
@@ -163,7 +100,14 @@ def main(argv: list[str] | None = None) -> int:
         f"{'method':20s} {'readout':10s} {'reduction':12s} {'smooth':6s} {'mean/cls':>8s} {'overall':>8s}  "
         + " ".join(f"{c:>8s}" for c in SHAPE_CLASSES)
     )
-    for name, node, red, smooth, mean_acc, overall, per_class, _ in rows:
+    table = []
+    for name, label, node, red in shown:
+        got = report.classes["pointing"][label]
+        per_class = [got["per_class"].get(str(c), float("nan")) for c in range(len(SHAPE_CLASSES))]
+        smooth = label.partition("@")[0] in SMOOTHED
+        secs = report.seconds.get(label, 0.0)
+        table.append((name, node, red, smooth, report.value(label, "pointing"), got["overall"], per_class, secs))
+    for name, node, red, smooth, mean_acc, overall, per_class, _ in table:
         print(
             f"{name:20s} {node:10s} {red:12s} {'yes' if smooth else 'no':6s} {mean_acc:8.3f} {overall:8.3f}  "
             + " ".join(f"{a:8.3f}" for a in per_class)
@@ -172,8 +116,9 @@ def main(argv: list[str] | None = None) -> int:
     with args.csv.open("w", newline="") as f:
         w = csv.writer(f)
         w.writerow(header)
-        for name, node, red, smooth, mean_acc, overall, per_class, secs in rows:
+        for name, node, red, smooth, mean_acc, overall, per_class, secs in table:
             cells = [name, node, red, smooth, f"{mean_acc:.4f}", f"{overall:.4f}", *(f"{a:.4f}" for a in per_class)]
+            secs = 0.0 if node == "-" else secs
             w.writerow([*cells, f"{secs:.1f}", args.n, args.seed, f"{tol:.2f}", f"{accuracy:.4f}"])
     print(f"\nwrote {args.csv}")
     return 0

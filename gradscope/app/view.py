@@ -8,7 +8,6 @@ The GUI's overlay view, ``Session.export_overlay``, ``gradscope explain`` and ``
 from __future__ import annotations
 
 import dataclasses
-import math
 from dataclasses import dataclass
 from typing import Any
 
@@ -17,6 +16,7 @@ import numpy as np
 from gradscope import render
 from gradscope.core.errors import GradscopeError
 from gradscope.core.formats import ViewFile, decode
+from gradscope.render import token_grid
 
 INPUT_KEY = "<input>"  # flow-table / stats key of the model input (it is not an engine node)
 NORMALIZATIONS = tuple(n for n in render.NORMALIZATIONS if n != "abs_max")  # abs_max: an alias of abs
@@ -100,19 +100,6 @@ class OverlayImages:
     def picture(self) -> np.ndarray:
         """What an export writes: the blend over the image, or the heat map where there is no blend."""
         return self.blend if self.blend is not None else self.heat
-
-
-def token_grid(signal: np.ndarray) -> np.ndarray | None:
-    """The (T, C) tokens of an image transformer as the (h, w, C) grid of patches they stand for: T a square,
-    or T - 1 a square (a class token first, left out of the map); None when they are no grid."""
-    s = np.asarray(signal)
-    if s.ndim != 2:
-        return None
-    for skip in (0, 1):
-        side = math.isqrt(s.shape[0] - skip)
-        if side > 1 and side * side == s.shape[0] - skip:
-            return s[skip:].reshape(side, side, s.shape[1])
-    return None
 
 
 def to_map(signal: np.ndarray, reduction: str) -> tuple[np.ndarray, bool]:

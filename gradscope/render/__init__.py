@@ -15,7 +15,7 @@ from gradscope.render.normalize import (
 )
 from gradscope.render.overlay import BLEND_STYLES, RenderedMap, as_rgb_float, blend, render_overlay
 from gradscope.render.quality import degeneracy
-from gradscope.render.reduce import DEFAULT_REDUCTION_FOR_METHOD, REDUCTIONS, reduce_channels
+from gradscope.render.reduce import DEFAULT_REDUCTION_FOR_METHOD, REDUCTIONS, reduce_channels, token_grid
 
 __all__ = [
     "BLEND_STYLES",
@@ -36,6 +36,7 @@ __all__ = [
     "lut",
     "normalize",
     "reduce_channels",
+    "token_grid",
     "render_overlay",
     "resize_map",
     "save_png",

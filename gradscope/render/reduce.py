@@ -7,6 +7,8 @@ back, so ``max_c |g|`` is read out; MWP/LRP signals are relevances that add up o
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 
 REDUCTIONS: tuple[str, ...] = ("max_abs", "sum", "sum_clamped", "l2", "abs_sum", "mean", "pos_sum")
@@ -65,3 +67,16 @@ def reduce_channels(g: np.ndarray, mode: str = "max_abs", channel_axis: int | No
     else:  # mean
         out = np.mean(s, axis=axis)
     return out.astype(np.float32)
+
+
+def token_grid(signal: np.ndarray) -> np.ndarray | None:
+    """The (T, C) tokens of an image transformer as the (h, w, C) grid of patches they stand for: T a square,
+    or T - 1 a square (a class token first, left out of the map); None when they are no grid."""
+    s = np.asarray(signal)
+    if s.ndim != 2:
+        return None
+    for skip in (0, 1):
+        side = math.isqrt(s.shape[0] - skip)
+        if side > 1 and side * side == s.shape[0] - skip:
+            return s[skip:].reshape(side, side, s.shape[1])
+    return None

@@ -228,7 +228,7 @@ def test_an_image_transformer_gets_a_map_per_patch_and_grad_cam_on_its_token_gri
 
 
 def test_tokens_form_a_grid_only_when_they_are_one():
-    from gradscope.app.view import token_grid
+    from gradscope.render import token_grid
 
     tokens = np.arange(17 * 2, dtype=np.float32).reshape(17, 2)  # a class token, then 16 patches
     grid = token_grid(tokens)

@@ -1,0 +1,166 @@
+"""Evaluation data: a folder of images with VOC-style class masks, or arrays already in the model's input space.
+
+A folder holds the images (any format ``load_image`` reads) and, for the Pointing Game, ``masks/<image
+stem>.png``: an indexed (or grayscale) PNG of the image's size whose pixel value is the class index + 1, 0 the
+background and 255 "ignore" (the VOC convention); a class map (``{mask value: model class}``) replaces the +1
+rule. Every problem with one image (it does not decode, its mask is missing, unreadable, of another size or
+holds a value outside the class map) is a ``DataProblem`` naming it: the evaluation lists it and goes on.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from gradscope.core.errors import GradscopeError, ImageLoadError
+from gradscope.io.images import list_images, load_image, prepare_input
+
+BACKGROUND, IGNORE = -1, -2  # what mask pixels that name no class hold in ``Sample.mask``
+MASK_FOLDER = "masks"
+
+
+class DataProblem(GradscopeError):
+    """One image of a dataset cannot be evaluated; the message says why (the run lists it and goes on)."""
+
+
+@dataclass
+class Sample:
+    key: str  # the image's file name (or its name in an array dataset)
+    x: np.ndarray  # (H, W, C) float32: the model's input
+    mask: np.ndarray | None = None  # (h, w) int32 at the image's own size: class index, BACKGROUND or IGNORE
+
+    def classes(self) -> list[int]:
+        """The classes the mask shows (for the Pointing Game: one map per image and class)."""
+        if self.mask is None:
+            return []
+        return [int(c) for c in np.unique(self.mask) if c >= 0]
+
+
+def load_class_map(path: str | Path) -> dict[int, int]:
+    """``{mask value: model class index}`` from a JSON object (``{"1": 0, "15": 14}``)."""
+    p = Path(path).expanduser()
+    try:
+        doc = json.loads(p.read_text(encoding="utf-8"))
+    except OSError as exc:
+        raise GradscopeError(f"Cannot read the class map {p}: {exc.strerror or exc}.") from exc
+    except ValueError as exc:
+        raise GradscopeError(f"The class map {p} is not valid JSON: {exc}.") from exc
+    if not isinstance(doc, dict) or not doc:
+        raise GradscopeError(f"The class map {p} must be a JSON object {{mask value: class index}}.")
+    out: dict[int, int] = {}
+    for k, v in doc.items():
+        try:
+            value, cls = int(k), v
+        except ValueError:
+            raise GradscopeError(f"Class map {p}: key {k!r} is not a mask value (0-255).") from None
+        if not 0 < value < 255 or isinstance(cls, bool) or not isinstance(cls, int) or cls < 0:
+            raise GradscopeError(
+                f"Class map {p}: {k!r}: {v!r} must map a mask value 1-254 to a class index >= 0 "
+                "(0 is the background, 255 'ignore')."
+            )
+        out[value] = cls
+    return out
+
+
+def classes_of_mask(values: np.ndarray, class_map: dict[int, int] | None, classes: int | None) -> np.ndarray:
+    """A mask's pixel values as class indices (BACKGROUND for 0, IGNORE for 255); a ``DataProblem`` for a value
+    outside the class map or a class the model does not have."""
+    out = np.full(values.shape, BACKGROUND, np.int32)
+    out[values == 255] = IGNORE
+    for v in np.unique(values):
+        v = int(v)
+        if v in (0, 255):
+            continue
+        if class_map is not None:
+            if v not in class_map:
+                raise DataProblem(f"mask value {v} is not in the class map")
+            cls = class_map[v]
+        else:
+            cls = v - 1
+        if classes is not None and cls >= classes:
+            raise DataProblem(f"mask value {v} names class {cls}; the model has {classes} classes")
+        out[values == v] = cls
+    return out
+
+
+def read_mask(path: Path, size: tuple[int, int]) -> np.ndarray:
+    """A mask PNG's pixel values (h, w); ``size`` = the image's (h, w), which it must have."""
+    from PIL import Image, UnidentifiedImageError
+
+    if not path.is_file():
+        raise DataProblem(f"no mask ({path.parent.name}/{path.name} is missing)")
+    try:
+        with Image.open(path) as img:
+            if img.mode not in ("P", "L", "I", "I;16"):
+                raise DataProblem(f"mask {path.name} is a {img.mode} image; it must be indexed or grayscale")
+            values = np.asarray(img)
+    except (UnidentifiedImageError, OSError, ValueError, SyntaxError) as exc:
+        raise DataProblem(f"mask {path.name} cannot be read ({type(exc).__name__}: {exc})") from exc
+    if values.shape != tuple(size):
+        raise DataProblem(f"mask {path.name} is {values.shape[1]}x{values.shape[0]}, the image {size[1]}x{size[0]}")
+    return values
+
+
+@dataclass
+class ImageFolder:
+    """Images in ``root`` (sorted by name) with their masks in ``root/masks`` when ``with_masks``."""
+
+    root: Path
+    input_shape: tuple
+    preprocessing: str = "unit"
+    with_masks: bool = True
+    class_map: dict[int, int] | None = None
+    classes: int | None = None  # the model's class count (a mask naming another class is a problem)
+
+    def keys(self) -> list[str]:
+        return [p.name for p in list_images(self.root)]
+
+    def load(self, key: str) -> Sample:
+        path = self.root / key
+        try:
+            image = load_image(path)
+            x = prepare_input(image, self.input_shape, self.preprocessing)[0]
+        except ImageLoadError as exc:
+            raise DataProblem(f"image does not decode: {exc}") from exc
+        mask = None
+        if self.with_masks:
+            values = read_mask(self.root / MASK_FOLDER / f"{Path(key).stem}.png", image.shape[:2])
+            mask = classes_of_mask(values, self.class_map, self.classes)
+        return Sample(key, x, mask)
+
+    def describe(self) -> dict:
+        return {
+            "folder": str(self.root),
+            "preprocessing": self.preprocessing,
+            "class_map": {str(k): v for k, v in (self.class_map or {}).items()} or None,
+        }
+
+
+@dataclass
+class ArraySamples:
+    """Inputs already in the model's input space (n, H, W, C), with class masks (n, H, W) of class indices and
+    BACKGROUND / IGNORE, or None; ``names`` default to ``"0"``, ``"1"``, ..."""
+
+    inputs: np.ndarray
+    masks: np.ndarray | None = None
+    names: Sequence[str] | None = None
+
+    def keys(self) -> list[str]:
+        return list(self.names) if self.names is not None else [str(i) for i in range(len(self.inputs))]
+
+    def load(self, key: str) -> Sample:
+        if self.names is None:
+            i = int(key)
+        else:
+            if getattr(self, "_index", None) is None:
+                self._index = {name: i for i, name in enumerate(self.names)}
+            i = self._index[key]
+        mask = None if self.masks is None else np.asarray(self.masks[i], np.int32)
+        return Sample(key, np.asarray(self.inputs[i], np.float32), mask)
+
+    def describe(self) -> dict:
+        return {"arrays": list(np.shape(self.inputs))}
