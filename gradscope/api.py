@@ -413,11 +413,13 @@ def evaluate(
         source = ArraySamples(data, masks)
     else:
         source = data  # anything with keys() and load(key) -> Sample
-    model_name = str(model) if isinstance(model, (str, Path)) else ""
-    if ray is not None and not model_name:
-        from gradscope.app.evaluation import EvaluationError
+    model_name = str(model) if isinstance(model, (str, Path)) else getattr(ray, "model", "")
+    if ray is not None and not getattr(ray, "model", ""):
+        if not isinstance(model, (str, Path)):
+            from gradscope.app.evaluation import EvaluationError
 
-        raise EvaluationError("A Ray evaluation loads the model in every worker: pass the model's file, not an object.")
+            raise EvaluationError("A Ray evaluation loads the model in every worker: pass the model's file.")
+        ray = dataclasses.replace(ray, model=str(model), safe_mode=safe_mode)
     run = lambda folder: run_evaluation(  # noqa: E731
         engine,
         source,

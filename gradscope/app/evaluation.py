@@ -359,7 +359,7 @@ def run_evaluation(
     else:
         from gradscope.app.evaluation_ray import run_batches_ray
 
-        state = run_batches_ray(ray, source, settings, out, keys, progress=progress)
+        state = run_batches_ray(ray, source, settings, out, keys, progress=progress, should_stop=should_stop)
     report = build_report(out)
     report.write(out)
     return state, report

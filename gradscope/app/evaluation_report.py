@@ -50,20 +50,23 @@ class EvalReport:
         return next(r["value"] for r in self.table if r["method"] == method and r["metric"] == metric)
 
     def to_dict(self) -> dict:
-        return {
-            "settings": self.settings,
-            **self.header,
-            "images": self.images,
-            "total": self.total,
-            "complete": self.complete,
-            "confidence": CONFIDENCE,
-            "results": self.table,
-            "differences": self.differences,
-            "pointing_classes": self.classes,
-            "seconds": self.seconds,
-            "curves": self.curves,
-            "bad_data": self.bad,
-        }
+        """JSON-ready (NaN, where a score has no data, becomes null)."""
+        return _no_nan(
+            {
+                "settings": self.settings,
+                **self.header,
+                "images": self.images,
+                "total": self.total,
+                "complete": self.complete,
+                "confidence": CONFIDENCE,
+                "results": self.table,
+                "differences": self.differences,
+                "pointing_classes": self.classes,
+                "seconds": self.seconds,
+                "curves": self.curves,
+                "bad_data": self.bad,
+            }
+        )
 
     def to_text(self) -> str:
         lines = [
@@ -85,12 +88,14 @@ class EvalReport:
         lines += ["", f"value [{CONFIDENCE:.0%} bootstrap interval over images]; {arrows}"]
         clear = [d for d in self.differences if d["ci_low"] > 0 or d["ci_high"] < 0]
         if clear:
-            lines.append("differences whose interval excludes 0:")
-            for d in clear:
+            lines.append(f"differences whose interval excludes 0 ({len(clear)} of {len(self.differences)}):")
+            for d in clear[:12]:
                 lines.append(
                     f"  {d['metric']}: {d['a']} - {d['b']} = {d['difference']:+.4f} "
                     f"[{d['ci_low']:+.4f}, {d['ci_high']:+.4f}]"
                 )
+            if len(clear) > 12:
+                lines.append(f"  ... {len(clear) - 12} more in differences.csv")
         return "\n".join(lines)
 
     def write(self, out: Path) -> list[Path]:
@@ -111,6 +116,16 @@ class EvalReport:
             png = curves_png(self.curves, x_label="fraction of pixels changed", y_label="class probability")
             written.append(write_atomic(out / "curves.png", lambda fh: fh.write(png)))
         return written
+
+
+def _no_nan(v: object) -> object:
+    if isinstance(v, float) and not math.isfinite(v):
+        return None
+    if isinstance(v, dict):
+        return {k: _no_nan(x) for k, x in v.items()}
+    if isinstance(v, list):
+        return [_no_nan(x) for x in v]
+    return v
 
 
 def _cell(row: dict | None) -> str:

@@ -1,4 +1,5 @@
-"""The headless front end: ``gradscope graph | explain | methods | rules | flow | diagnose | train-report | gui``.
+"""The headless front end: ``gradscope graph | explain | methods | rules | flow | diagnose | train-report |
+evaluate | gui``.
 
 Every error a user can cause is a ``GradscopeError`` and is printed as one clear line (exit code 2); anything
 else is a bug and says so (exit code 3; ``--debug`` shows the traceback).
@@ -521,6 +522,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--csv", metavar="FILE", help="write the flow of --step (default: the last record) to FILE")
     p.add_argument("--png", metavar="FILE", help="write a chart of the flow of --step (default: the last record)")
     p.set_defaults(func=_delegate("gradscope.cli.training", "cmd_train_report"))
+
+    from gradscope.cli.evaluate import add_parser as add_evaluate
+
+    add_evaluate(sub, _model_argument, _model_options)
 
     # Listed for --help only: main() hands `gui ...` to the window's own parser (qt.app) before parsing.
     sub.add_parser(

@@ -1,0 +1,156 @@
+"""The evaluation's batches on a Ray cluster: Ray Data ``map_batches`` over the batch list with an actor pool, each
+actor holding one engine (the model loaded once per actor; a GPU each when the cluster has them).
+
+The batches are the ones ``run_batches`` computes, cut the same way and scored by the same function, so a Ray
+run writes the same records (and resumes the same way): only where they are computed changes. Ray is an optional
+extra (``pip install 'gradscope[ray]'``); nothing else imports this module.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from gradscope.app.evaluation import (
+    EvalSettings,
+    EvaluationError,
+    Progress,
+    RunState,
+    batch_path,
+    eval_methods,
+    evaluate_batch,
+    load_samples,
+)
+from gradscope.core.files import write_text_atomic
+
+MAX_LOCAL_ACTORS = 8
+
+
+@dataclass(frozen=True)
+class RayOptions:
+    """Where and how: ``address`` None starts a local Ray instance (``ray://HOST:10001`` or ``"auto"`` joins a
+    cluster); ``model`` the model file every actor loads (with ``safe_mode``, ``custom_objects`` and ``rules``
+    files, which run in each worker as they do here); ``actors``: the pool's size (default: one per CPU of the
+    cluster, at most 8, or one per GPU)."""
+
+    address: str | None = None
+    model: str = ""
+    safe_mode: bool = True
+    custom_objects: list[str] = field(default_factory=list)
+    rules: list[str] = field(default_factory=list)
+    actors: int | None = None
+    num_cpus: int | None = None  # of a local instance (None: Ray's choice, all of them)
+
+
+class BatchWorker:
+    """A Ray Data actor: one engine, one batch record per row (rows: ``index`` and the batch's ``keys``)."""
+
+    def __init__(self, options: RayOptions, settings: dict, source: Any) -> None:
+        from gradscope.api import open_engine
+        from gradscope.io.models import load_custom_objects_file
+        from gradscope.rules.base import load_rule_file
+
+        for path in options.rules:
+            load_rule_file(path)
+        objects: dict = {}
+        for path in options.custom_objects:
+            objects.update(load_custom_objects_file(path))
+        self.engine = open_engine(options.model, safe_mode=options.safe_mode, custom_objects=objects or None)
+        self.settings = EvalSettings(**settings)
+        self.methods = eval_methods(self.engine, self.settings)
+        self.engine.trace_cache_size = max(self.engine.trace_cache_size, len(self.methods) + 1)
+        self.source = source
+
+    def __call__(self, rows: dict) -> dict:
+        import numpy as np
+
+        docs = []
+        for index, keys_json in zip(rows["index"], rows["keys"]):
+            keys = json.loads(str(keys_json))
+            samples, bad = load_samples(self.source, keys)
+            records, seconds = evaluate_batch(self.engine, self.methods, self.settings, samples)
+            docs.append(
+                json.dumps({"batch": int(index), "keys": keys, "images": records, "bad": bad, "seconds": seconds})
+            )
+        return {"index": np.asarray(rows["index"]), "doc": np.asarray(docs, dtype=object)}
+
+
+def _ray() -> Any:
+    try:
+        import ray
+    except ImportError:
+        raise EvaluationError("Ray is not installed: pip install 'gradscope[ray]' (or run without --ray).") from None
+    return ray
+
+
+def run_batches_ray(
+    options: RayOptions,
+    source: Any,
+    settings: EvalSettings,
+    out: Path,
+    keys: list[str],
+    *,
+    progress: Progress | None = None,
+    should_stop: Callable[[], bool] | None = None,
+) -> RunState:
+    """``run_batches`` on Ray: the batches not on disk yet, written by this process as they arrive."""
+    ray = _ray()
+    chunks = [keys[i : i + settings.batch] for i in range(0, len(keys), settings.batch)]
+    state = RunState(out, len(chunks))
+    todo = [i for i in range(len(chunks)) if not batch_path(out, i).exists()]
+    state.resumed = len(chunks) - len(todo)
+    done_images = len(keys) - sum(len(chunks[i]) for i in todo)
+    if not todo:
+        return state
+    started = not ray.is_initialized()
+    if started:
+        try:
+            ray.init(
+                address=options.address,
+                num_cpus=options.num_cpus if options.address is None else None,
+                include_dashboard=False,
+                log_to_driver=False,
+                configure_logging=False,
+            )
+        except Exception as exc:  # an unreachable cluster, a local instance that cannot start
+            raise EvaluationError(f"Cannot start or reach Ray ({options.address or 'local'}): {exc}") from exc
+    start = time.perf_counter()
+    images_now = 0
+    try:
+        resources = ray.cluster_resources()
+        gpus = int(resources.get("GPU", 0))
+        actors = options.actors or (gpus or min(MAX_LOCAL_ACTORS, max(1, int(resources.get("CPU", 1)))))
+        actors = max(1, min(actors, len(todo)))
+        rows = [{"index": i, "keys": json.dumps(chunks[i])} for i in todo]
+        ds = ray.data.from_items(rows, override_num_blocks=len(rows)).map_batches(
+            BatchWorker,
+            fn_constructor_kwargs={"options": options, "settings": settings.to_dict(), "source": source},
+            batch_size=1,
+            compute=ray.data.ActorPoolStrategy(size=actors),
+            num_gpus=1 if gpus else 0,
+            num_cpus=0 if gpus else 1,
+        )
+        if progress is not None:
+            progress(done_images, len(keys), float("nan"))
+        for row in ds.iter_rows():
+            if should_stop is not None and should_stop():
+                raise KeyboardInterrupt
+            index = int(row["index"])
+            write_text_atomic(batch_path(out, index), str(row["doc"]))
+            state.computed += 1
+            done_images += len(chunks[index])
+            images_now += len(chunks[index])
+            if progress is not None:
+                rate = (time.perf_counter() - start) / images_now
+                progress(done_images, len(keys), rate * (len(keys) - done_images))
+    except KeyboardInterrupt:
+        state.stopped = True
+    finally:
+        if started:
+            ray.shutdown()
+    state.seconds = time.perf_counter() - start
+    return state

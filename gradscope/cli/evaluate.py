@@ -1,0 +1,134 @@
+"""``gradscope evaluate MODEL DATA``: score methods over a dataset (exit 2 when some images could not be used)."""
+
+from __future__ import annotations
+
+import math
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from gradscope.core.errors import EXIT_USER_ERROR
+
+
+def _progress_printer(enabled: bool) -> Any:
+    if not enabled:
+        return None
+    start = time.perf_counter()
+
+    def show(done: int, total: int, left: float) -> None:
+        bar = int(30 * done / max(total, 1))
+        eta = "" if not math.isfinite(left) else f" ETA {_duration(left)}"
+        elapsed = _duration(time.perf_counter() - start)
+        sys.stderr.write(f"\r[{'#' * bar}{'.' * (30 - bar)}] {done}/{total} images, {elapsed}{eta}    ")
+        sys.stderr.flush()
+        if done >= total:
+            sys.stderr.write("\n")
+
+    return show
+
+
+def _duration(seconds: float) -> str:
+    s = int(round(seconds))
+    return f"{s // 3600}h{s % 3600 // 60:02d}m" if s >= 3600 else f"{s // 60}m{s % 60:02d}s"
+
+
+def cmd_evaluate(args: Any) -> int:
+    """Run (or resume) an evaluation into ``--out``; print the table; list the images that could not be used."""
+    from gradscope.api import evaluate
+    from gradscope.cli import _engine, _info, _warn
+    from gradscope.core.errors import GradscopeError
+
+    ray = None
+    if args.ray is not None:
+        from gradscope.app.evaluation_ray import RayOptions
+
+        if not args.model:
+            raise GradscopeError("--ray needs the model's file: each Ray worker loads it.")
+        ray = RayOptions(
+            address=args.ray or None,
+            model=str(args.model),
+            safe_mode=not args.unsafe,
+            custom_objects=list(args.custom_objects or []),
+            rules=list(args.rules or []),
+            actors=args.ray_actors,
+        )
+    engine = _engine(args)  # also here: the settings are checked and the report is built in this process
+    out = Path(args.out)
+    _info(args, f"evaluating {args.method or ''}{' + plan ' + args.plan if args.plan else ''} on {args.data} -> {out}")
+    report = evaluate(
+        engine,
+        args.data,
+        methods=args.method or ([] if args.plan else ["gradient"]),
+        plan=args.plan,
+        metrics=args.metric,
+        out=out,
+        class_map=args.class_map,
+        preprocessing=args.preprocessing,
+        batch=args.batch,
+        tolerance=args.tolerance,
+        steps=args.steps,
+        fidelity_samples=args.fidelity_samples,
+        seed=args.seed,
+        restart=args.restart,
+        progress=_progress_printer(not args.quiet),
+        ray=ray,
+        safe_mode=not args.unsafe,
+    )
+    print(report.to_text())
+    print(
+        f"\nresults in {out}: results.csv, results.json, differences.csv, per_image.csv"
+        + (", curves.png" if report.curves else "")
+    )
+    if report.bad:
+        _warn(args, f"\n{len(report.bad)} image(s) could not be used:")
+        for item in report.bad:
+            _warn(args, f"  {item['key']}: {item['reason']}")
+    if not report.complete:
+        _warn(
+            args,
+            f"stopped after {report.images + len(report.bad)} of {report.total} images; run the same "
+            "command again to resume",
+        )
+        return 130
+    return EXIT_USER_ERROR if report.bad else 0
+
+
+def add_parser(sub: Any, model_argument: Any, model_options: Any) -> None:
+    p = sub.add_parser(
+        "evaluate",
+        help="score methods over a dataset: Pointing Game, deletion, insertion, MuFidelity (resumable; exit 2 on "
+        "bad data)",
+        description="Score methods over a folder of images. For the Pointing Game, masks/<image stem>.png holds "
+        "each image's class mask (pixel = class index + 1, 0 background, 255 ignore). A second run with the same "
+        "--out resumes where the first stopped.",
+    )
+    model_argument(p)
+    p.add_argument("data", help="folder of images (with masks/ for the Pointing Game)")
+    p.add_argument("--method", help="comma-separated presets, PRESET@NODE, center, random (default: gradient)")
+    p.add_argument("--plan", help="plan JSON file: evaluated as one more method, named by the plan")
+    p.add_argument("--metric", default="pointing", help="comma-separated: pointing, deletion, insertion, mufidelity")
+    p.add_argument("--out", default="evaluation", help="results folder (default: ./evaluation); resumed if it exists")
+    p.add_argument("--restart", action="store_true", help="discard the run in --out and start again")
+    p.add_argument("--class-map", metavar="FILE", help="JSON {mask value: model class index} (default: value - 1)")
+    p.add_argument(
+        "--preprocessing",
+        default="unit",
+        choices=["unit", "raw", "caffe", "minus_one_one"],
+        help="how pixels are scaled for the model (default unit: /255)",
+    )
+    p.add_argument("--batch", type=int, default=16, help="images per batch (default 16)")
+    p.add_argument("--tolerance", type=float, default=15.0, help="Pointing Game hit distance in pixels (default 15)")
+    p.add_argument("--steps", type=int, default=20, help="deletion/insertion steps (default 20)")
+    p.add_argument("--fidelity-samples", type=int, default=200, help="MuFidelity subsets per image (default 200)")
+    p.add_argument("--seed", type=int, default=0, help="seed of random maps, subsets and the bootstrap (default 0)")
+    p.add_argument(
+        "--ray",
+        nargs="?",
+        const="",
+        metavar="ADDRESS",
+        help="run the batches on a Ray cluster (ray://HOST:10001 or auto); without ADDRESS a local Ray instance",
+    )
+    p.add_argument("--ray-actors", type=int, help="Ray workers, each holding one model (default: one per CPU, max 8)")
+    model_options(p)
+    p.set_defaults(func=cmd_evaluate)
