@@ -348,7 +348,7 @@ def run_evaluation(
     header = {
         "model": model or getattr(engine.model, "name", "model"),
         "data": source.describe(),
-        "images": len(keys),
+        "total": len(keys),
         "keys_sha256": fingerprint(keys),
         "gradscope": __version__,
     }

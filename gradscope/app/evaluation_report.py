@@ -86,7 +86,7 @@ class EvalReport:
             lines.append(f"{method:<{width}}" + "".join(cells))
         arrows = ", ".join(f"{m} {'higher' if HIGHER_IS_BETTER[m] else 'lower'} is better" for m in self.metrics)
         lines += ["", f"value [{CONFIDENCE:.0%} bootstrap interval over images]; {arrows}"]
-        clear = [d for d in self.differences if d["ci_low"] > 0 or d["ci_high"] < 0]
+        clear = [d for d in self.differences if d["ci_low"] is not None and (d["ci_low"] > 0 or d["ci_high"] < 0)]
         if clear:
             lines.append(f"differences whose interval excludes 0 ({len(clear)} of {len(self.differences)}):")
             for d in clear[:12]:
@@ -129,10 +129,10 @@ def _no_nan(v: object) -> object:
 
 
 def _cell(row: dict | None) -> str:
-    if row is None or row["value"] is None or not math.isfinite(row["value"]):
+    if row is None or row["value"] is None:
         return "-"
     lo, hi = row["ci_low"], row["ci_high"]
-    ci = f" [{lo:.3f}, {hi:.3f}]" if lo is not None and math.isfinite(lo) else ""
+    ci = f" [{lo:.3f}, {hi:.3f}]" if lo is not None else ""
     return f"{row['value']:.4f}{ci}"
 
 
@@ -199,6 +199,11 @@ def _bootstrap(scores: list[_Scores], n: int, resamples: int, seed: int) -> tupl
     return point, (np.concatenate(draws) if draws else np.zeros((0, len(scores))))
 
 
+def _finite(v: float) -> float | None:
+    """A score as reported: None where there is no data (no difficult pair, too few images for an interval)."""
+    return float(v) if np.isfinite(v) else None
+
+
 def _interval(samples: np.ndarray) -> tuple[float, float]:
     finite = samples[np.isfinite(samples)]
     if finite.size < 2:
@@ -226,7 +231,7 @@ def build_report(out: Path, resamples: int = 2000) -> EvalReport:
         for m in ("pointing", "pointing_difficult", "deletion", "insertion", "mufidelity")
         if m in metrics_in or (m == "pointing_difficult" and "pointing" in metrics_in)
     ]
-    total = int(header.get("images", len(records) + len(bad)))
+    total = int(header.get("total", len(records) + len(bad)))
     report = EvalReport(settings, header, methods, metrics, bad=bad, images=len(records), total=total, seconds=seconds)
     report.complete = len(records) + len(bad) >= total
     if not records:
@@ -246,7 +251,14 @@ def build_report(out: Path, resamples: int = 2000) -> EvalReport:
         lo, hi = _interval(draws[:, k])
         n = int(scores[k].totals.sum()) if scores[k].totals is not None else len(records)
         report.table.append(
-            {"method": method, "metric": metric, "value": float(point[k]), "ci_low": lo, "ci_high": hi, "n": n}
+            {
+                "method": method,
+                "metric": metric,
+                "value": _finite(point[k]),
+                "ci_low": _finite(lo),
+                "ci_high": _finite(hi),
+                "n": n,
+            }
         )
     for k, (metric, method) in enumerate(where):
         s = scores[k]
@@ -271,8 +283,8 @@ def build_report(out: Path, resamples: int = 2000) -> EvalReport:
                         "a": where[a][1],
                         "b": where[b][1],
                         "difference": float(diff),
-                        "ci_low": lo,
-                        "ci_high": hi,
+                        "ci_low": _finite(lo),
+                        "ci_high": _finite(hi),
                     }
                 )
     for metric in ("deletion", "insertion"):

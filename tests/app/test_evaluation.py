@@ -1,0 +1,249 @@
+"""``gradscope evaluate``: scores equal independent computations, runs resume, bad data is listed, Ray agrees."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+from PIL import Image
+
+from gradscope.api import evaluate, open_engine
+from gradscope.app.evaluation import EvalSettings, EvaluationError, run_evaluation
+from gradscope.core.targets import Target
+from gradscope.io.datasets import BACKGROUND, ArraySamples
+from gradscope.io.demo import demo_model_path
+from gradscope.io.synthetic import make_shapes_dataset
+from gradscope.render import reduce_channels
+from gradscope.render.normalize import gaussian_smooth, resize_map, smoothing_sigma
+
+SIZE = 64
+TOL = 15.0 * SIZE / 224.0
+
+
+@pytest.fixture(scope="module")
+def engine():
+    return open_engine(demo_model_path())
+
+
+@pytest.fixture(scope="module")
+def shapes():
+    images, labels, _, masks = make_shapes_dataset(24, 4321, size=SIZE)
+    return images, labels, np.where(masks, labels[:, None, None], BACKGROUND)
+
+
+def write_folder(folder: Path, images: np.ndarray, class_masks: np.ndarray) -> Path:
+    (folder / "masks").mkdir(parents=True)
+    for i, (x, m) in enumerate(zip(images, class_masks)):
+        Image.fromarray((x * 255).round().astype(np.uint8)).save(folder / f"img{i:02d}.png")
+        Image.fromarray(np.where(m >= 0, m + 1, 0).astype(np.uint8), mode="L").save(
+            folder / "masks" / f"img{i:02d}.png"
+        )
+    return folder
+
+
+def test_per_sample_classes_are_one_pass_per_class_in_one_trace(engine, shapes):
+    x = shapes[0][:6]
+    classes = np.array([0, 3, 1, 2, 3, 0])
+    got = engine.backward(x, Target(), classes=classes, stats=False, mode="compiled")
+    traces = engine.trace_count
+    engine.backward(x, Target(), classes=np.array([1, 1, 1, 2, -1, 2]), stats=False, mode="compiled")
+    assert engine.trace_count == traces  # another mix of classes (and a top-1): the same trace
+    for c in range(4):
+        rows = classes == c
+        want = engine.backward(x[rows], Target(index=c), stats=False, mode="compiled").input_grad
+        np.testing.assert_allclose(got.input_grad[rows], want, rtol=1e-5, atol=1e-7)
+    with pytest.raises(Exception, match="out of range"):
+        engine.backward(x, Target(), classes=np.array([9, 0, 0, 0, 0, 0]), stats=False)
+
+
+def test_logits_are_the_output_before_softmax(engine, shapes):
+    x = shapes[0][:5]
+    logits = engine.logits(x)
+    probs = np.exp(logits - logits.max(-1, keepdims=True))
+    np.testing.assert_allclose(probs / probs.sum(-1, keepdims=True), engine.predict(x), rtol=1e-4, atol=1e-6)
+
+
+def _reference_pointing(engine, images, labels, masks, preset, smooth):
+    """The Pointing Game as the old script computed it: one backward per class, read at the input."""
+    from gradscope.rules.methods import build_method
+
+    method = build_method(preset, engine.graph)
+    hits = []
+    for x, c, m in zip(images, labels, masks):
+        r = engine.backward(x[None], Target(index=int(c)), method.plan, stats=False, mode="compiled")
+        saliency = resize_map(reduce_channels(r.input_grad[0], method.reduction), (SIZE, SIZE))
+        if smooth:
+            saliency = gaussian_smooth(saliency, smoothing_sigma(saliency.shape))
+        row, col = np.unravel_index(int(np.argmax(saliency)), saliency.shape)
+        rr, cc = np.nonzero(m == c)
+        hits.append(bool(np.any((rr - row) ** 2 + (cc - col) ** 2 < TOL**2)))
+    hits = np.array(hits)
+    return float(np.mean([hits[labels == c].mean() for c in np.unique(labels)]))
+
+
+def test_pointing_game_equals_the_per_class_reference(engine, shapes):
+    images, labels, masks = shapes
+    report = evaluate(
+        engine, images, masks=masks, methods="gradient,guided_backprop,center,random", batch=8, tolerance=TOL
+    )
+    assert report.value("gradient", "pointing") == pytest.approx(
+        _reference_pointing(engine, images, labels, masks, "gradient", smooth=True)
+    )
+    assert report.value("guided_backprop", "pointing") == pytest.approx(
+        _reference_pointing(engine, images, labels, masks, "guided_backprop", smooth=True)
+    )
+    centre = [np.any((np.argwhere(m == c) - SIZE // 2) ** 2 @ [1, 1] < TOL**2) for m, c in zip(masks, labels)]
+    centre = np.array(centre)
+    assert report.value("center", "pointing") == pytest.approx(
+        np.mean([centre[labels == c].mean() for c in np.unique(labels)])
+    )
+    assert 0 < report.value("random", "pointing") < report.value("gradient", "pointing")
+    table = {(r["method"], r["metric"]): r for r in report.table}
+    row = table["gradient", "pointing"]
+    assert row["ci_low"] <= row["value"] <= row["ci_high"] and row["n"] == len(images)
+
+
+def test_a_stopped_run_resumes_to_the_results_of_an_uninterrupted_one(engine, shapes, tmp_path):
+    images, _, masks = shapes
+    source = ArraySamples(images[:12], masks[:12])
+    settings = dict(
+        methods=["gradient", "random"],
+        metrics=["pointing", "deletion", "mufidelity"],
+        batch=4,
+        tolerance=TOL,
+        steps=5,
+        fidelity_samples=12,
+    )
+    whole = run_evaluation(engine, source, EvalSettings(**settings), tmp_path / "whole")[1]
+    calls = []
+    state, part = run_evaluation(
+        engine,
+        source,
+        EvalSettings(**settings),
+        tmp_path / "part",
+        should_stop=lambda: len(calls) > 1,  # the first call reports 0 done
+        progress=lambda done, total, left: calls.append(done),
+    )
+    assert state.stopped and state.computed == 1 and not part.complete and part.images == 4
+    state, resumed = run_evaluation(engine, source, EvalSettings(**settings), tmp_path / "part")
+    assert (state.resumed, state.computed, state.stopped) == (1, 2, False) and resumed.complete
+    assert resumed.table == whole.table and resumed.differences == whole.differences
+    with pytest.raises(EvaluationError, match="other settings"):
+        run_evaluation(engine, source, EvalSettings(**{**settings, "steps": 6}), tmp_path / "part")
+    state, _ = run_evaluation(engine, source, EvalSettings(**{**settings, "steps": 6}), tmp_path / "part", restart=True)
+    assert state.resumed == 0 and state.computed == 3
+
+
+def test_a_plan_scores_as_the_preset_whose_rules_it_holds(engine, shapes, tmp_path):
+    from gradscope.rules.methods import build_method
+
+    images, _, masks = shapes
+    plan = dataclasses.replace(build_method("guided_backprop", engine.graph).plan, name="my_guided")
+    report = evaluate(
+        engine,
+        images[:8],
+        masks=masks[:8],
+        methods=["guided_backprop"],
+        plan=plan,
+        metrics="deletion,insertion",
+        steps=6,
+        batch=4,
+    )
+    assert report.methods == ["guided_backprop", "my_guided"]
+    for metric in ("deletion", "insertion"):
+        assert report.value("my_guided", metric) == pytest.approx(report.value("guided_backprop", metric), abs=1e-9)
+
+
+def test_cli_writes_the_results_and_lists_bad_data_with_exit_2(shapes, tmp_path, capsys):
+    from gradscope.cli import main
+
+    images, _, masks = shapes
+    folder = write_folder(tmp_path / "data", images[:6], masks[:6])
+    (folder / "broken.png").write_bytes(b"not an image")
+    Image.fromarray(np.zeros((SIZE, SIZE, 3), np.uint8)).save(folder / "nomask.png")
+    Image.fromarray(np.zeros((SIZE, SIZE, 3), np.uint8)).save(folder / "small.png")
+    Image.fromarray(np.zeros((10, 10), np.uint8), mode="L").save(folder / "masks" / "small.png")
+    Image.fromarray(np.full((SIZE, SIZE), 9, np.uint8), mode="L").save(folder / "masks" / "img05.png")  # class 8
+    out = tmp_path / "out"
+    code = main(
+        [
+            "-q",
+            "evaluate",
+            str(demo_model_path()),
+            str(folder),
+            "--method",
+            "gradient,cmwp",
+            "--metric",
+            "pointing,deletion",
+            "--steps",
+            "4",
+            "--tolerance",
+            str(TOL),
+            "--out",
+            str(out),
+        ]
+    )
+    captured = capsys.readouterr()
+    assert code == 2
+    bad = {row["key"]: row["reason"] for row in json.loads((out / "results.json").read_text())["bad_data"]}
+    assert set(bad) == {"broken.png", "nomask.png", "small.png", "img05.png"}
+    assert "does not decode" in bad["broken.png"] and "missing" in bad["nomask.png"]
+    assert "10x10" in bad["small.png"] and "4 classes" in bad["img05.png"]
+    assert "broken.png" in captured.err and "gradient" in captured.out
+    doc = json.loads((out / "results.json").read_text())  # strict JSON: no NaN
+    assert (
+        doc["settings"]["methods"] == ["gradient", "cmwp"]
+        and (doc["images"], doc["total"]) == (5, 9)
+        and doc["complete"]
+    )
+    assert Image.open(out / "curves.png").size[0] > 400
+    header = (out / "results.csv").read_text().splitlines()[0]
+    assert header == "method,metric,value,ci_low,ci_high,n"
+    assert len((out / "per_image.csv").read_text().splitlines()) == 1 + 5 * 2
+
+
+def test_class_map_maps_mask_values_to_model_classes(shapes, tmp_path):
+    images, labels, masks = shapes
+    folder = tmp_path / "data"
+    (folder / "masks").mkdir(parents=True)
+    for i in range(4):  # VOC-like values 10..13 for the four classes
+        Image.fromarray((images[i] * 255).round().astype(np.uint8)).save(folder / f"{i}.png")
+        Image.fromarray(np.where(masks[i] >= 0, masks[i] + 10, 0).astype(np.uint8), mode="L").save(
+            folder / "masks" / f"{i}.png"
+        )
+    class_map = tmp_path / "map.json"
+    class_map.write_text(json.dumps({"10": 0, "11": 1, "12": 2, "13": 3}))
+    mapped = evaluate(demo_model_path(), folder, class_map=class_map, tolerance=TOL)
+    assert not mapped.bad and mapped.images == 4
+    class_map.write_text(json.dumps({"10": 0}))
+    partly = evaluate(demo_model_path(), folder, class_map=class_map, tolerance=TOL)
+    assert {b["key"] for b in partly.bad} == {f"{i}.png" for i in range(4) if labels[i] != 0}
+    assert all("not in the class map" in b["reason"] for b in partly.bad)
+
+
+def test_ray_gives_the_scores_of_the_local_run(shapes, tmp_path):
+    pytest.importorskip("ray.data")
+    from gradscope.app.evaluation_ray import RayOptions
+
+    images, _, masks = shapes
+    folder = write_folder(tmp_path / "data", images[:8], masks[:8])
+    how = dict(
+        methods="gradient,cmwp,random",
+        metrics="pointing,deletion,mufidelity",
+        batch=4,
+        steps=4,
+        fidelity_samples=10,
+        tolerance=TOL,
+    )
+    local = evaluate(demo_model_path(), folder, out=tmp_path / "local", **how)
+    remote = evaluate(demo_model_path(), folder, out=tmp_path / "ray", ray=RayOptions(num_cpus=2, actors=2), **how)
+    assert remote.images == local.images == 8
+    assert remote.table == local.table and remote.differences == local.differences
+    for a, b in zip(
+        sorted((tmp_path / "local" / "batches").iterdir()), sorted((tmp_path / "ray" / "batches").iterdir())
+    ):
+        da, db = json.loads(a.read_text()), json.loads(b.read_text())
+        assert da["images"] == db["images"]
