@@ -191,19 +191,27 @@ def _pointing(engine, methods, settings, samples, x, records, seconds) -> None:
             hits = [float(fm.hit_region(samples[i].mask == c, settings.tolerance).mean()) for i, c in pairs]
         else:
             maps = None if m.method is None else method_maps(engine, m.method, x[idx], cls, settings.batch)
-            for k, (i, c) in enumerate(pairs):
-                mask = samples[i].mask
+            points = np.zeros((len(pairs), 2), np.int64)
+            for shape, ks in _by_shape([samples[i].mask.shape for i, _ in pairs]).items():
                 if maps is None:  # the centre of the image
-                    point = (mask.shape[0] // 2, mask.shape[1] // 2)
-                else:
-                    point = fm.pointing_point(maps[k], mask.shape, m.smoothed)
-                hits.append(float(fm.pointing_hit(point, mask == c, settings.tolerance)))
+                    points[ks] = (shape[0] // 2, shape[1] // 2)
+                else:  # maps of one image size: resized, blurred and maximised as one stack
+                    points[ks] = fm.pointing_points(maps[ks], shape, m.smoothed)
+            for k, (i, c) in enumerate(pairs):
+                hits.append(float(fm.pointing_hit(tuple(points[k]), samples[i].mask == c, settings.tolerance)))
         seconds[m.label] += time.perf_counter() - t0
         at = 0
         for rec in records:
             n = len(rec["pairs"])
             rec["scores"][m.label]["pointing"] = hits[at : at + n]
             at += n
+
+
+def _by_shape(shapes: list[tuple]) -> dict[tuple, list[int]]:
+    groups: dict[tuple, list[int]] = {}
+    for k, shape in enumerate(shapes):
+        groups.setdefault(tuple(shape), []).append(k)
+    return groups
 
 
 def _maps_at(engine, m: EvalMethod, settings, samples, x, top, size) -> np.ndarray:

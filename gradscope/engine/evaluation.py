@@ -58,19 +58,23 @@ def method_maps(engine: Any, method: Method, inputs: np.ndarray, classes: np.nda
                     for i in range(n)
                 ]
             )
-        maps.extend(_as_map(s, v, method) for s, v in zip(signal, value))
-    return np.stack(maps)
+        maps.append(_as_maps(signal, value, method))
+    return np.concatenate(maps)
 
 
-def _as_map(signal: np.ndarray, value: np.ndarray, method: Method) -> np.ndarray:
+def _as_maps(signal: np.ndarray, value: np.ndarray, method: Method) -> np.ndarray:
+    """(n, h, w) maps from a batch of read-out signals, as ``gradscope.explain`` makes one (times the value,
+    Grad-CAM's weighting, an image transformer's tokens as their grid of patches, the channel reduction)."""
     if method.times_input:
         signal = signal * value
     if method.grad_cam:
-        signal = grad_cam_weighting(signal, value)
-    grid = token_grid(signal)  # an image transformer's tokens: a map per patch
-    signal = signal if grid is None else grid
-    if signal.ndim != 3:
-        raise GraphError(f"A map needs a spatial (H, W, C) signal; {method.name} gives shape {signal.shape}.")
+        signal = np.stack([grad_cam_weighting(s, v) for s, v in zip(signal, value)])
+    if signal.ndim == 3:  # (n, T, C) tokens of an image transformer: a map per patch
+        grids = [token_grid(s) for s in signal]
+        if all(g is not None for g in grids):
+            signal = np.stack(grids)
+    if signal.ndim != 4:
+        raise GraphError(f"A map needs a spatial (H, W, C) signal; {method.name} gives shape {signal.shape[1:]}.")
     return reduce_channels(signal, method.reduction)
 
 

@@ -28,15 +28,21 @@ INSERTION_BLUR_SIGMA = 5.0  # RISE's insertion substrate: Gaussian blur, sigma 5
 
 
 # ------------------------------------------------------------------------------------------------- pointing
-def pointing_point(saliency: np.ndarray, size: tuple[int, int], smooth: bool) -> tuple[int, int]:
-    """(row, column) of the map's maximum after resizing it to ``size`` = (H, W) and, when ``smooth``, blurring it
-    with TorchRay's sigma (0.02 * max(H, W)); NaN never wins."""
+def pointing_points(maps: np.ndarray, size: tuple[int, int], smooth: bool) -> np.ndarray:
+    """(k, 2) row and column of each map's maximum after resizing it to ``size`` = (H, W) (bilinear) and, when
+    ``smooth``, blurring it with TorchRay's sigma (0.02 * max(H, W)); first in raster order, NaN never wins.
+    The k maps are resized one by one and blurred as one (H, W, k) stack."""
     h, w = size
-    full = resize_map(np.asarray(saliency, np.float32), (w, h), "bilinear")
+    full = np.stack([resize_map(np.asarray(m, np.float32), (w, h), "bilinear") for m in maps], axis=-1)
     if smooth:
         full = gaussian_smooth(full, smoothing_sigma(full.shape))
-    full = np.nan_to_num(full, nan=-np.inf)
-    row, col = np.unravel_index(int(np.argmax(full)), full.shape)
+    flat = np.argmax(np.nan_to_num(full, nan=-np.inf).reshape(h * w, len(maps)), axis=0)
+    return np.stack(np.unravel_index(flat, (h, w)), axis=1)
+
+
+def pointing_point(saliency: np.ndarray, size: tuple[int, int], smooth: bool) -> tuple[int, int]:
+    """``pointing_points`` of one map."""
+    row, col = pointing_points(np.asarray(saliency)[None], size, smooth)[0]
     return int(row), int(col)
 
 

@@ -34,10 +34,13 @@ class Sample:
     mask: np.ndarray | None = None  # (h, w) int32 at the image's own size: class index, BACKGROUND or IGNORE
 
     def classes(self) -> list[int]:
-        """The classes the mask shows (for the Pointing Game: one map per image and class)."""
+        """The classes the mask shows (for the Pointing Game: one map per image and class), ascending."""
         if self.mask is None:
             return []
-        return [int(c) for c in np.unique(self.mask) if c >= 0]
+        if getattr(self, "_classes", None) is None:
+            counts = np.bincount(self.mask.ravel() - IGNORE)  # IGNORE -> 0, BACKGROUND -> 1, class c -> c + 2
+            self._classes = [int(c) - 2 for c in np.flatnonzero(counts[2:]) + 2]
+        return self._classes
 
 
 def load_class_map(path: str | Path) -> dict[int, int]:
