@@ -50,8 +50,8 @@ class BatchWorker:
     """A Ray Data actor: one engine, one batch record per row (rows: ``index`` and the batch's ``keys``)."""
 
     def __init__(self, options: RayOptions, settings: dict, source: Any) -> None:
-        from gradscope.api import open_engine
-        from gradscope.io.models import load_custom_objects_file
+        from gradscope.engine.runner import Engine
+        from gradscope.io.models import load_custom_objects_file, load_model
         from gradscope.rules.base import load_rule_file
 
         for path in options.rules:
@@ -59,7 +59,8 @@ class BatchWorker:
         objects: dict = {}
         for path in options.custom_objects:
             objects.update(load_custom_objects_file(path))
-        self.engine = open_engine(options.model, safe_mode=options.safe_mode, custom_objects=objects or None)
+        model = load_model(options.model, safe_mode=options.safe_mode, custom_objects=objects or None)
+        self.engine = Engine(model)
         self.settings = EvalSettings(**settings)
         self.methods = eval_methods(self.engine, self.settings)
         self.engine.trace_cache_size = max(self.engine.trace_cache_size, len(self.methods) + 1)

@@ -538,12 +538,17 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def _exit_on_interrupt_in_native_code(grace: float = 1.0) -> None:
+INTERRUPT_GRACE = {"seconds": 1.0}  # how long Python gets after Ctrl-C; a second Ctrl-C ends at once
+
+
+def _exit_on_interrupt_in_native_code() -> None:
     """Make Ctrl-C work while TensorFlow runs native code (an endless ``tf.while_loop`` in a rule never returns
     to Python, so KeyboardInterrupt is never raised). The C signal handler still writes to the wakeup fd: a
-    watcher thread gives Python ``grace`` seconds to raise KeyboardInterrupt, then ends the process (status
-    130). Writes are atomic, so nothing half-written is left. Main thread of a real process only."""
+    watcher thread gives Python ``INTERRUPT_GRACE`` seconds to raise KeyboardInterrupt and finish (an
+    evaluation writes its report), then ends the process (status 130); a second Ctrl-C ends it at once. Writes
+    are atomic, so nothing half-written is left. Main thread of a real process only."""
     import os
+    import select
     import signal
     import threading
 
@@ -562,7 +567,11 @@ def _exit_on_interrupt_in_native_code(grace: float = 1.0) -> None:
         while True:
             data = os.read(read_fd, 64)
             if signal.SIGINT in data:
-                time.sleep(grace)
+                deadline = time.monotonic() + INTERRUPT_GRACE["seconds"]
+                while (left := deadline - time.monotonic()) > 0:
+                    ready, _, _ = select.select([read_fd], [], [], left)
+                    if ready and signal.SIGINT in os.read(read_fd, 64):
+                        break  # a second Ctrl-C: the user does not want to wait
                 print("\ngradscope: interrupted (native code did not return)", file=sys.stderr, flush=True)
                 os._exit(130)
 

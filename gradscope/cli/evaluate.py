@@ -53,6 +53,9 @@ def cmd_evaluate(args: Any) -> int:
             rules=list(args.rules or []),
             actors=args.ray_actors,
         )
+    from gradscope.cli import INTERRUPT_GRACE
+
+    INTERRUPT_GRACE["seconds"] = 120.0  # Ctrl-C: the batch in flight ends, the report of what is done is written
     engine = _engine(args)  # also here: the settings are checked and the report is built in this process
     out = Path(args.out)
     _info(args, f"evaluating {args.method or ''}{' + plan ' + args.plan if args.plan else ''} on {args.data} -> {out}")

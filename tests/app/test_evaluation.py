@@ -247,3 +247,47 @@ def test_ray_gives_the_scores_of_the_local_run(shapes, tmp_path):
     ):
         da, db = json.loads(a.read_text()), json.loads(b.read_text())
         assert da["images"] == db["images"]
+
+
+def test_ctrl_c_stops_after_a_batch_and_the_same_command_resumes(shapes, tmp_path):
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    images, _, masks = shapes
+    folder = write_folder(tmp_path / "data", images[:16], masks[:16])
+    out = tmp_path / "out"
+    cmd = [
+        sys.executable,
+        "-m",
+        "gradscope",
+        "evaluate",
+        str(demo_model_path()),
+        str(folder),
+        "--out",
+        str(out),
+        "--batch",
+        "2",
+        "--metric",
+        "pointing,deletion",
+        "--steps",
+        "30",
+        "--tolerance",
+        str(TOL),
+    ]
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    deadline = time.monotonic() + 120
+    while not list((out / "batches").glob("*.json")) and time.monotonic() < deadline and proc.poll() is None:
+        time.sleep(0.05)
+    proc.send_signal(signal.SIGINT)
+    _, err = proc.communicate(timeout=120)
+    assert proc.returncode == 130, err[-2000:]
+    assert "resume" in err
+    doc = json.loads((out / "results.json").read_text())
+    assert not doc["complete"] and 0 < doc["images"] < 16
+    done = len(list((out / "batches").glob("*.json")))
+    again = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
+    assert again.returncode == 0, again.stderr[-2000:]
+    doc = json.loads((out / "results.json").read_text())
+    assert doc["complete"] and doc["images"] == 16 and len(list((out / "batches").glob("*.json"))) == 8 > done
