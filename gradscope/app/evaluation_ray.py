@@ -9,21 +9,22 @@ extra (``pip install 'gradscope[ray]'``); nothing else imports this module.
 from __future__ import annotations
 
 import json
-import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from gradscope.app.evaluation import (
+    BatchClock,
     EvalSettings,
     EvaluationError,
     Progress,
     RunState,
     batch_path,
+    batch_record,
     eval_methods,
-    evaluate_batch,
     load_samples,
+    pending_batches,
 )
 from gradscope.core.files import write_text_atomic
 
@@ -72,11 +73,8 @@ class BatchWorker:
         docs = []
         for index, keys_json in zip(rows["index"], rows["keys"]):
             keys = json.loads(str(keys_json))
-            samples, bad = load_samples(self.source, keys)
-            records, seconds = evaluate_batch(self.engine, self.methods, self.settings, samples)
-            docs.append(
-                json.dumps({"batch": int(index), "keys": keys, "images": records, "bad": bad, "seconds": seconds})
-            )
+            loaded = load_samples(self.source, keys)
+            docs.append(json.dumps(batch_record(self.engine, self.methods, self.settings, int(index), keys, loaded)))
         return {"index": np.asarray(rows["index"]), "doc": np.asarray(docs, dtype=object)}
 
 
@@ -100,11 +98,7 @@ def run_batches_ray(
 ) -> RunState:
     """``run_batches`` on Ray: the batches not on disk yet, written by this process as they arrive."""
     ray = _ray()
-    chunks = [keys[i : i + settings.batch] for i in range(0, len(keys), settings.batch)]
-    state = RunState(out, len(chunks))
-    todo = [i for i in range(len(chunks)) if not batch_path(out, i).exists()]
-    state.resumed = len(chunks) - len(todo)
-    done_images = len(keys) - sum(len(chunks[i]) for i in todo)
+    chunks, todo, state = pending_batches(keys, settings, out)
     if not todo:
         return state
     started = not ray.is_initialized()
@@ -119,8 +113,7 @@ def run_batches_ray(
             )
         except Exception as exc:  # an unreachable cluster, a local instance that cannot start
             raise EvaluationError(f"Cannot start or reach Ray ({options.address or 'local'}): {exc}") from exc
-    start = time.perf_counter()
-    images_now = 0
+    clock = None
     try:
         resources = ray.cluster_resources()
         gpus = int(resources.get("GPU", 0))
@@ -135,23 +128,18 @@ def run_batches_ray(
             num_gpus=1 if gpus else 0,
             num_cpus=0 if gpus else 1,
         )
-        if progress is not None:
-            progress(done_images, len(keys), float("nan"))
+        clock = BatchClock(len(keys) - sum(len(chunks[i]) for i in todo), len(keys), progress)
         for row in ds.iter_rows():
             if should_stop is not None and should_stop():
                 raise KeyboardInterrupt
             index = int(row["index"])
             write_text_atomic(batch_path(out, index), str(row["doc"]))
             state.computed += 1
-            done_images += len(chunks[index])
-            images_now += len(chunks[index])
-            if progress is not None:
-                rate = (time.perf_counter() - start) / images_now
-                progress(done_images, len(keys), rate * (len(keys) - done_images))
+            clock.add(len(chunks[index]))
     except KeyboardInterrupt:
         state.stopped = True
     finally:
         if started:
             ray.shutdown()
-    state.seconds = time.perf_counter() - start
+    state.seconds = clock.seconds if clock is not None else 0.0
     return state
