@@ -70,7 +70,7 @@ def hit_region(class_mask: np.ndarray, tolerance: float) -> np.ndarray:
 def is_difficult(class_mask: np.ndarray, labelled: np.ndarray, classes_in_image: int) -> bool:
     """The Pointing Game's difficult pair (Zhang et al. 2016): the class covers less than a quarter of the image
     and another class is present (a distractor). ``labelled``: the pixels that are not "ignore"."""
-    return classes_in_image > 1 and class_mask.sum() < 0.25 * max(int(labelled.sum()), 1)
+    return bool(classes_in_image > 1 and class_mask.sum() < 0.25 * max(int(labelled.sum()), 1))
 
 
 # ------------------------------------------------------------------------------------------------- deletion / insertion

@@ -291,3 +291,51 @@ def test_ctrl_c_stops_after_a_batch_and_the_same_command_resumes(shapes, tmp_pat
     assert again.returncode == 0, again.stderr[-2000:]
     doc = json.loads((out / "results.json").read_text())
     assert doc["complete"] and doc["images"] == 16 and len(list((out / "batches").glob("*.json"))) == 8 > done
+
+
+@pytest.mark.parametrize("name", ["gradient", "cmwp", "grad_cam", "integrated_gradients"])
+def test_evaluation_maps_are_the_maps_explain_shows(engine, shapes, name):
+    """Batched, per-sample classes, a read-out node, Grad-CAM's weighting, a sampling method: each map equals
+    ``gradscope.explain``'s saliency for that image and class."""
+    import gradscope as gs
+    from gradscope.engine.evaluation import method_maps
+    from gradscope.rules.methods import build_method
+
+    pixels = (shapes[0][:3] * 255).round().astype(np.uint8)
+    classes = shapes[1][:3].astype(np.int32)
+    maps = method_maps(engine, build_method(name, engine.graph), pixels.astype(np.float32) / 255, classes, batch=2)
+    for i in range(3):
+        shown = gs.explain(engine, pixels[i], method=name, target=int(classes[i])).saliency
+        np.testing.assert_allclose(maps[i], shown, rtol=1e-5, atol=1e-7)
+
+
+def test_one_trace_per_method_for_a_whole_run(shapes, tmp_path):
+    images, _, masks = shapes
+    engine = open_engine(demo_model_path())
+    before = engine.trace_count
+    evaluate(
+        engine,
+        images[:20],
+        masks=masks[:20],
+        methods="gradient,cmwp,center",
+        metrics="pointing,deletion",
+        batch=8,
+        steps=3,
+        tolerance=TOL,
+    )
+    assert engine.trace_count - before == 2  # 3 batches (the last padded), pairs and top-1 maps: one trace each
+
+
+def test_difficult_pairs_are_scored_on_their_own(engine):
+    """Images with a large class 0 and a small class 1 (a distractor present): only the class-1 pairs are
+    difficult, so pointing_difficult is the hit rate of class 1 alone."""
+    rng = np.random.default_rng(0)
+    x = rng.uniform(size=(6, SIZE, SIZE, 3)).astype(np.float32)
+    masks = np.full((6, SIZE, SIZE), BACKGROUND)
+    masks[:, 32:, :] = 0  # half the image
+    masks[:, 4:12, 4:12] = 1  # 1.6 % of it
+    report = evaluate(engine, x, masks=masks, methods="gradient", tolerance=TOL)
+    per_class = report.classes["pointing"]["gradient"]["per_class"]
+    assert report.value("gradient", "pointing_difficult") == pytest.approx(per_class["1"])
+    assert report.value("gradient", "pointing") == pytest.approx((per_class["0"] + per_class["1"]) / 2)
+    assert report.classes["pointing_difficult"]["gradient"]["pairs"] == {"1": 6}
