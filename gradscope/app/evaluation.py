@@ -171,6 +171,22 @@ def load_samples(source: Any, keys: list[str]) -> tuple[list[Sample], list[dict]
     return samples, bad
 
 
+def check_model(engine: Any) -> None:
+    """The metrics are defined for image classifiers: one (H, W, 1 or 3) input, a (batch, classes) output."""
+    graph = engine.graph
+    shapes = [graph.node(i).output_shape for i in graph.input_ids]
+    if len(shapes) != 1 or len(shapes[0]) != 4 or shapes[0][-1] not in (1, 3):
+        raise EvaluationError(
+            f"gradscope evaluate scores image classifiers (one (height, width, 1 or 3) input); this model takes "
+            f"{', '.join(str(tuple(s)) for s in shapes)}. Explain its inputs with `gradscope explain` instead."
+        )
+    if not graph.class_count():
+        raise EvaluationError(
+            f"gradscope evaluate needs a (batch, classes) output to pick a class; this model outputs "
+            f"{graph.node(graph.output_ids[0]).output_shape}."
+        )
+
+
 def run_evaluation(
     engine: Any,
     source: Any,
@@ -190,6 +206,7 @@ def run_evaluation(
     from gradscope.app.evaluation_report import build_report
 
     settings.check()
+    check_model(engine)
     eval_methods(engine, settings)  # an unknown method or node fails before the folder is touched
     keys = source.keys()
     if not keys:

@@ -339,3 +339,16 @@ def test_difficult_pairs_are_scored_on_their_own(engine):
     assert report.value("gradient", "pointing_difficult") == pytest.approx(per_class["1"])
     assert report.value("gradient", "pointing") == pytest.approx((per_class["0"] + per_class["1"]) / 2)
     assert report.classes["pointing_difficult"]["gradient"]["pairs"] == {"1": 6}
+
+
+def test_a_model_that_is_no_image_classifier_is_refused_in_one_line(tmp_path):
+    from gradscope.backend import keras
+
+    inp = keras.Input((12,))
+    table = keras.Model(inp, keras.layers.Dense(3)(inp))
+    with pytest.raises(EvaluationError, match="image classifiers"):
+        evaluate(table, np.zeros((4, 12), np.float32), metrics="deletion")
+    img = keras.Input((8, 8, 3))
+    dense = keras.Model(img, keras.layers.Conv2D(2, 3, padding="same")(img))  # a map out, no classes
+    with pytest.raises(EvaluationError, match="classes"):
+        evaluate(dense, np.zeros((4, 8, 8, 3), np.float32), metrics="deletion")
