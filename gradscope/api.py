@@ -373,46 +373,20 @@ def evaluate(
     """
     import tempfile
 
-    from gradscope.app.evaluation import EvalSettings, run_evaluation
-    from gradscope.io.datasets import ArraySamples, ImageFolder, load_class_map
+    from gradscope.app.evaluation import evaluation_settings, run_evaluation, source_of
 
     engine = open_engine(model, safe_mode=safe_mode)
-    methods = [m.strip() for m in (methods.split(",") if isinstance(methods, str) else methods) if m.strip()]
-    metrics = [m.strip() for m in (metrics.split(",") if isinstance(metrics, str) else metrics) if m.strip()]
-    plan_doc, plan_name = None, None
-    if plan is not None:
-        if not isinstance(plan, Plan):
-            plan_name = Path(plan).stem
-            plan = Plan.load(plan)
-        plan_name = plan.name or plan_name or "plan"
-        plan_doc = plan.to_dict()
-        methods.append(plan_name)
-    settings = EvalSettings(
-        methods=methods,
-        metrics=metrics,
+    settings = evaluation_settings(
+        methods,
+        metrics,
+        plan,
         batch=batch,
         tolerance=tolerance,
         steps=steps,
         fidelity_samples=fidelity_samples,
         seed=seed,
-        plan=plan_doc,
-        plan_name=plan_name,
     )
-    if isinstance(data, (str, Path)):
-        if isinstance(class_map, (str, Path)):
-            class_map = load_class_map(class_map)
-        source: Any = ImageFolder(
-            Path(data).expanduser(),
-            tuple(engine.graph.node(engine.graph.input_ids[0]).output_shape),
-            preprocessing,
-            with_masks="pointing" in metrics,
-            class_map=class_map,
-            classes=engine.graph.class_count(),
-        )
-    elif isinstance(data, np.ndarray):
-        source = ArraySamples(data, masks)
-    else:
-        source = data  # anything with keys() and load(key) -> Sample
+    source = source_of(engine, data, settings, masks=masks, class_map=class_map, preprocessing=preprocessing)
     model_name = str(model) if isinstance(model, (str, Path)) else getattr(ray, "model", "")
     if ray is not None and not getattr(ray, "model", ""):
         if not isinstance(model, (str, Path)):

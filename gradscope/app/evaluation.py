@@ -171,6 +171,55 @@ def load_samples(source: Any, keys: list[str]) -> tuple[list[Sample], list[dict]
     return samples, bad
 
 
+def evaluation_settings(methods: Any, metrics: Any, plan: Any = None, **options: Any) -> EvalSettings:
+    """Settings from comma-separated text or lists; ``plan`` (a ``Plan`` or its file) is one more method, named
+    by its name (else its file's stem, else "plan")."""
+    from gradscope.rules.plan import Plan
+
+    listed = lambda v: [m.strip() for m in (v.split(",") if isinstance(v, str) else v) if m.strip()]  # noqa: E731
+    methods, plan_doc, plan_name = listed(methods), None, None
+    if plan is not None:
+        if not isinstance(plan, Plan):
+            plan_name = Path(plan).stem
+            plan = Plan.load(plan)
+        plan_name = plan.name or plan_name or "plan"
+        plan_doc = plan.to_dict()
+        methods.append(plan_name)
+    return EvalSettings(methods=methods, metrics=listed(metrics), plan=plan_doc, plan_name=plan_name, **options)
+
+
+def source_of(
+    engine: Any,
+    data: Any,
+    settings: EvalSettings,
+    *,
+    masks: Any = None,
+    class_map: Any = None,
+    preprocessing: str = "unit",
+) -> Any:
+    """The samples of ``data``: a folder (``ImageFolder``: masks read for the Pointing Game only), an array of
+    model inputs with ``masks``, or anything with ``keys()`` and ``load(key)``."""
+    import numpy as np
+
+    from gradscope.io.datasets import ArraySamples, ImageFolder, load_class_map
+
+    if isinstance(data, (str, Path)):
+        if isinstance(class_map, (str, Path)):
+            class_map = load_class_map(class_map)
+        graph = engine.graph
+        return ImageFolder(
+            Path(data).expanduser(),
+            tuple(graph.node(graph.input_ids[0]).output_shape),
+            preprocessing,
+            with_masks="pointing" in settings.metrics,
+            class_map=class_map,
+            classes=graph.class_count(),
+        )
+    if isinstance(data, np.ndarray):
+        return ArraySamples(data, masks)
+    return data
+
+
 def check_model(engine: Any) -> None:
     """The metrics are defined for image classifiers: one (H, W, 1 or 3) input, a (batch, classes) output."""
     graph = engine.graph

@@ -26,6 +26,7 @@ FAILURE_TITLES = {
     "layout": "Layout failed",
     "diagnose": "Diagnostics failed",
     "sanity": "Sanity checks failed",
+    "evaluate": "The evaluation failed",
 }
 
 

@@ -24,6 +24,7 @@ from gradscope.app.compare import Comparison
 from gradscope.app.comparing import PlanComparison
 from gradscope.app.document import ModelDocument
 from gradscope.app.editing import PlanEditor
+from gradscope.app.evaluating import Evaluations
 from gradscope.app.exporting import Exporter
 from gradscope.app.feedback import Feedback
 from gradscope.app.history import READOUT_FIELDS
@@ -66,6 +67,7 @@ class Session:
         self.reports = Reports(self.jobs, self.feedback)
         self.catalog = RuleCatalog(self.jobs, self.feedback)
         self.training = TrainingWatch(self.jobs, self.feedback)  # a training log; independent of the model
+        self.evaluations = Evaluations(self.document, self.editor, self.fed, self.jobs, self.feedback)
         self.exports = Exporter(self)
         self._restore: Restore | None = None
         self._holding_runs = 0

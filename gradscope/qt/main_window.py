@@ -33,6 +33,7 @@ from gradscope.app.session_files import SESSION_SUFFIX, session_code_files
 from gradscope.core.errors import CustomObjectError, UnsafeModelError
 from gradscope.qt import gui_gc
 from gradscope.qt.diagnostics_panel import DiagnosticsPanel
+from gradscope.qt.evaluation_panel import EvaluationPanel
 from gradscope.qt.flow_plot import FlowPlot
 from gradscope.qt.graph_pane import GraphPane
 from gradscope.qt.inspector import InspectorWidget
@@ -111,6 +112,15 @@ class MainWindow(QMainWindow):
         self.addDockWidget(Qt.DockWidgetArea.BottomDockWidgetArea, self.training_dock)
         self.training_dock.hide()
         s.training.changed.connect(lambda *_: self.training_dock.show())
+        self.evaluation = EvaluationPanel(s)
+        self.evaluation_dock = QDockWidget("Evaluation: methods scored over a folder of images", self)
+        self.evaluation_dock.setObjectName("evaluation_dock")
+        self.evaluation_dock.setWidget(self.evaluation)
+        self.evaluation_dock.setAllowedAreas(
+            Qt.DockWidgetArea.BottomDockWidgetArea | Qt.DockWidgetArea.RightDockWidgetArea
+        )
+        self.addDockWidget(Qt.DockWidgetArea.BottomDockWidgetArea, self.evaluation_dock)
+        self.evaluation_dock.hide()
 
         self.graph_pane = GraphPane(s, self.diagnose)
         self.graph_view = self.graph_pane.view
@@ -243,6 +253,9 @@ class MainWindow(QMainWindow):
         toggle = self.training_dock.toggleViewAction()
         toggle.setText("Training view")
         v.addAction(toggle)
+        toggle = self.evaluation_dock.toggleViewAction()
+        toggle.setText("Evaluation view")
+        v.addAction(toggle)
 
         r = bar.addMenu("&Run")
         act(r, "Re-run", s.run, "F5", "Run the backward pass again")
@@ -255,6 +268,13 @@ class MainWindow(QMainWindow):
             s.sanity_checks,
             "Ctrl+K",
             "Conservation, model randomisation (Adebayo et al. 2018) and finite differences",
+        )
+        act(
+            r,
+            "Evaluate on a folder…",
+            self.evaluation_dock.show,
+            "Ctrl+Shift+E",
+            "Pointing Game, deletion/insertion, MuFidelity of the methods and this plan over a folder of images",
         )
 
         h = bar.addMenu("&Help")
@@ -662,7 +682,7 @@ class MainWindow(QMainWindow):
             self,
             "Keyboard shortcuts",
             "Ctrl+O open model · Ctrl+I open input · Ctrl+T type tokens · Ctrl+Shift+L training log\n"
-            "Ctrl+S save session · Ctrl+E export overlay\n"
+            "Ctrl+S save session · Ctrl+E export overlay · Ctrl+Shift+E evaluate on a folder\n"
             "Ctrl+Z / Ctrl+Shift+Z undo / redo plan · F5 re-run · Esc cancel · Ctrl+D run diagnostics\n"
             "Graph: wheel or Ctrl+= / Ctrl+- zoom · drag to pan · F fit · Ctrl+F find · double-click a nested "
             "model's title to collapse it, a collapsed box to expand it",

@@ -1,0 +1,82 @@
+"""Evaluating the open model's methods (and the plan being edited) over a folder of images, from the window.
+
+Owns: the last ``EvalReport`` and the folder it was written to.
+Emits: ``finished(EvalReport)`` when a run ends (also when it was stopped: the report covers what is done, and
+the same run started again resumes).
+
+The run is a job on the worker (the one TensorFlow thread): while it runs, other work waits; the busy label
+shows the images done and the time left, and cancelling stops it after the batch in flight.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from gradscope.app.feedback import Feedback
+from gradscope.app.jobs import Jobs
+from gradscope.core.errors import GradscopeError
+from gradscope.core.events import Signal
+
+PLAN_METHOD = "current plan"  # the name the plan being edited is evaluated under
+
+
+class Evaluations:
+    def __init__(self, document: Any, editor: Any, inputs: Any, jobs: Jobs, feedback: Feedback) -> None:
+        self._document, self._editor, self._inputs = document, editor, inputs
+        self._jobs, self._feedback = jobs, feedback
+        self.report: Any = None
+        self.out: Path | None = None
+        self.finished = Signal("finished")  # (EvalReport)
+
+    def start(
+        self,
+        data: str | Path,
+        out: str | Path,
+        *,
+        methods: list[str],
+        metrics: list[str],
+        with_plan: bool = True,
+        restart: bool = False,
+        **options: Any,
+    ) -> None:
+        """Evaluate ``methods`` (and the current plan when ``with_plan``) on the images in ``data`` into ``out``."""
+        from gradscope.app.evaluation import evaluation_settings, run_evaluation, source_of
+
+        engine = self._document.engine
+        if engine is None:
+            raise GradscopeError("Open a model first: the evaluation scores its maps.")
+        plan = None
+        if with_plan:
+            import dataclasses
+
+            plan = dataclasses.replace(self._editor.plan, name=PLAN_METHOD)
+        settings = evaluation_settings(methods, metrics, plan, **options)
+        source = source_of(engine, data, settings, preprocessing=self._inputs.preprocessing)
+        out = Path(out)
+        model = self._document.path or ""
+
+        def job(token: Any) -> Any:
+            def progress(done: int, total: int, left: float) -> None:
+                eta = f", about {left:.0f} s left" if left == left else ""  # NaN before the first batch
+                token.step(f"Evaluating: {done} of {total} images{eta}...")
+
+            return run_evaluation(
+                engine,
+                source,
+                settings,
+                out,
+                model=model,
+                restart=restart,
+                progress=progress,
+                should_stop=lambda: token.cancelled,
+            )[1]
+
+        def done(report: Any) -> None:
+            self.report, self.out = report, out
+            self.finished.emit(report)
+            stopped = "" if report.complete else " (stopped: start it again to resume)"
+            bad = f"; {len(report.bad)} image(s) could not be used" if report.bad else ""
+            self._feedback.say(f"Evaluation: {report.images} of {report.total} images scored{stopped}{bad}; {out}")
+
+        self._jobs.submit("evaluate", f"Evaluating on {Path(data).name}...", job, done)

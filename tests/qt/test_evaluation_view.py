@@ -1,0 +1,49 @@
+"""The Evaluation view in a real (offscreen) window: it scores the methods and the plan being edited, and shows
+what results.csv says."""
+
+from __future__ import annotations
+
+import csv
+
+from gradscope.io.demo import demo_model_path
+from tests.app.test_evaluation import SIZE, write_folder
+
+
+def test_evaluation_view_scores_the_current_plan_and_shows_what_is_exported(window, qtbot, wait_idle, tmp_path):
+    import numpy as np
+
+    from gradscope.io.datasets import BACKGROUND
+    from gradscope.io.synthetic import make_shapes_dataset
+
+    images, labels, _, masks = make_shapes_dataset(6, 4321, size=SIZE)
+    folder = write_folder(tmp_path / "shapes", images, np.where(masks, labels[:, None, None], BACKGROUND))
+    window.open_model(str(demo_model_path()))
+    wait_idle(window)
+    window.session.editor.add_rule("type:ReLU", "guided_backprop")  # the plan being edited
+    action = next(a for a in window.findChildren(type(window.undo_action)) if a.text() == "Evaluate on a folder…")
+    action.trigger()
+    assert window.evaluation_dock.isVisible() and action.shortcut().toString() == "Ctrl+Shift+E"
+    panel = window.evaluation
+    panel.data.setText(str(folder))
+    panel.methods.setText("gradient,center")
+    panel.metrics["insertion"].setChecked(True)
+    panel.run_button.click()
+    qtbot.waitUntil(lambda: window.session.evaluations.report is not None, timeout=180_000)
+    report = window.session.evaluations.report
+    assert report.methods == ["gradient", "center", "current plan"] and report.images == 6
+    assert report.settings["plan"]["entries"] == window.session.editor.plan.to_dict()["entries"]
+    out = tmp_path / "shapes-evaluation"
+    assert window.session.evaluations.out == out
+    table = panel.table
+    assert table.rowCount() == 3 and table.columnCount() == len(report.metrics)
+    with (out / "results.csv").open() as fh:
+        rows = list(csv.DictReader(fh))
+    methods = [table.verticalHeaderItem(i).text() for i in range(table.rowCount())]
+    metrics = [table.horizontalHeaderItem(j).text().replace(" ", "_") for j in range(table.columnCount())]
+    for row in rows:
+        shown = table.item(methods.index(row["method"]), metrics.index(row["metric"])).text()
+        if row["value"]:
+            assert shown.startswith(f"{float(row['value']):.3f}")
+        else:
+            assert shown == "-"
+    assert "6 of 6 images" in panel.summary.text() and panel.open_button.isEnabled()
