@@ -46,8 +46,12 @@ class EvalReport:
     total: int = 0  # images in the dataset
     complete: bool = True
 
-    def value(self, method: str, metric: str) -> float:
-        return next(r["value"] for r in self.table if r["method"] == method and r["metric"] == metric)
+    def value(self, method: str, metric: str) -> float | None:
+        """The score of ``method`` on ``metric`` (None where there was no data, e.g. no difficult pair)."""
+        for r in self.table:
+            if r["method"] == method and r["metric"] == metric:
+                return r["value"]
+        raise KeyError(f"No {metric!r} score for {method!r}; the report has {self.methods} x {self.metrics}.")
 
     def to_dict(self) -> dict:
         """JSON-ready (NaN, where a score has no data, becomes null)."""

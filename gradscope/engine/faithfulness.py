@@ -54,16 +54,27 @@ def pointing_hit(point: tuple[int, int], class_mask: np.ndarray, tolerance: floa
 
 
 def hit_region(class_mask: np.ndarray, tolerance: float) -> np.ndarray:
-    """The points that would score a hit for ``class_mask``: its pixels dilated by a disc of radius ``tolerance``
-    (its mean is the expected score of a uniformly random point)."""
+    """The points that would score a hit for ``class_mask``: its pixels dilated by the open disc of radius
+    ``tolerance`` (its mean is the expected score of a uniformly random point). Row by row of the disc: a running
+    sum finds the mask within the disc's half-width on each row, 2r + 1 passes instead of (2r + 1)²."""
     h, w = class_mask.shape
     r = int(np.ceil(tolerance))
-    padded = np.pad(class_mask.astype(bool), r)
+    sums = np.pad(np.cumsum(class_mask.astype(np.int32), axis=1), ((0, 0), (1, 0)))  # (h, w + 1)
+    cols = np.arange(w)
     region = np.zeros((h, w), bool)
     for dy in range(-r, r + 1):
-        for dx in range(-r, r + 1):
-            if dy * dy + dx * dx < tolerance * tolerance:
-                region |= padded[r + dy : r + dy + h, r + dx : r + dx + w]
+        room = tolerance * tolerance - dy * dy
+        if room <= 0:
+            continue
+        half = int(np.floor(np.sqrt(room)))
+        while half * half >= room:  # the largest dx with dx² < room
+            half -= 1
+        lo, hi = np.clip(cols - half, 0, w), np.clip(cols + half + 1, 0, w)
+        near = (sums[:, hi] - sums[:, lo]) > 0  # near[y, x]: mask on row y within x ± half
+        if dy >= 0:
+            region[: h - dy] |= near[dy:]
+        else:
+            region[-dy:] |= near[: h + dy]
     return region
 
 
