@@ -32,6 +32,7 @@ from gradscope.app.session import Session
 from gradscope.app.session_files import SESSION_SUFFIX, session_code_files
 from gradscope.core.errors import CustomObjectError, UnsafeModelError
 from gradscope.qt import gui_gc
+from gradscope.qt.consent_dialogs import ask_custom_objects, ask_unsafe
 from gradscope.qt.diagnostics_panel import DiagnosticsPanel
 from gradscope.qt.evaluation_panel import EvaluationPanel
 from gradscope.qt.flow_plot import FlowPlot
@@ -73,10 +74,12 @@ class MainWindow(QMainWindow):
         self.settings = settings or QSettings("gradscope", "gradscope")
         self.modal_errors = modal_errors
         #: Called with (path, message) for a model that needs unsafe loading; returns True to open anyway.
-        self.confirm_unsafe = self._ask_unsafe
+        self.confirm_unsafe = lambda path, message: self.modal_errors and ask_unsafe(self, message)
         #: Called with (model path, message) when a model needs custom objects; returns the .py file that
         #: defines them (the load is retried with it), or None to give up.
-        self.choose_custom_objects = self._ask_custom_objects
+        self.choose_custom_objects = lambda path, message: (
+            ask_custom_objects(self, path, message, CUSTOM_OBJECTS_FILTER) if self.modal_errors else None
+        )
         self.setWindowTitle("gradscope")
         self.setAcceptDrops(True)
         self.resize(1560, 960)
@@ -87,40 +90,33 @@ class MainWindow(QMainWindow):
         self.session.catalog.start()
 
     # ------------------------------------------------------------------------------------------- layout
+    def _bottom_dock(self, title: str, name: str, widget: Any) -> QDockWidget:
+        """A hidden dock at the bottom (movable to the right) holding ``widget``; its View menu entry shows it."""
+        dock = QDockWidget(title, self)
+        dock.setObjectName(name)  # saveState() finds it by name
+        dock.setWidget(widget)
+        dock.setAllowedAreas(Qt.DockWidgetArea.BottomDockWidgetArea | Qt.DockWidgetArea.RightDockWidgetArea)
+        self.addDockWidget(Qt.DockWidgetArea.BottomDockWidgetArea, dock)
+        dock.hide()
+        return dock
+
     def _build_widgets(self) -> None:
         s = self.session
         self.inspector = InspectorWidget(s)
         self.overlay = OverlayView(s)
         self.flow = FlowPlot(s)
         self.diagnostics = DiagnosticsPanel(s)
-        self.diagnostics_dock = QDockWidget("Diagnostics: where gradients stop", self)
-        self.diagnostics_dock.setObjectName("diagnostics_dock")
-        self.diagnostics_dock.setWidget(self.diagnostics)
-        self.diagnostics_dock.setAllowedAreas(
-            Qt.DockWidgetArea.BottomDockWidgetArea | Qt.DockWidgetArea.RightDockWidgetArea
+        self.diagnostics_dock = self._bottom_dock(
+            "Diagnostics: where gradients stop", "diagnostics_dock", self.diagnostics
         )
-        self.addDockWidget(Qt.DockWidgetArea.BottomDockWidgetArea, self.diagnostics_dock)
-        self.diagnostics_dock.hide()
         self.training = TrainingPanel(s)
         self.training.open_log = self.open_training_log_dialog
-        self.training_dock = QDockWidget("Training: gradient flow over steps", self)
-        self.training_dock.setObjectName("training_dock")
-        self.training_dock.setWidget(self.training)
-        self.training_dock.setAllowedAreas(
-            Qt.DockWidgetArea.BottomDockWidgetArea | Qt.DockWidgetArea.RightDockWidgetArea
-        )
-        self.addDockWidget(Qt.DockWidgetArea.BottomDockWidgetArea, self.training_dock)
-        self.training_dock.hide()
+        self.training_dock = self._bottom_dock("Training: gradient flow over steps", "training_dock", self.training)
         s.training.changed.connect(lambda *_: self.training_dock.show())
         self.evaluation = EvaluationPanel(s)
-        self.evaluation_dock = QDockWidget("Evaluation: methods scored over a folder of images", self)
-        self.evaluation_dock.setObjectName("evaluation_dock")
-        self.evaluation_dock.setWidget(self.evaluation)
-        self.evaluation_dock.setAllowedAreas(
-            Qt.DockWidgetArea.BottomDockWidgetArea | Qt.DockWidgetArea.RightDockWidgetArea
+        self.evaluation_dock = self._bottom_dock(
+            "Evaluation: methods scored over a folder of images", "evaluation_dock", self.evaluation
         )
-        self.addDockWidget(Qt.DockWidgetArea.BottomDockWidgetArea, self.evaluation_dock)
-        self.evaluation_dock.hide()
 
         self.graph_pane = GraphPane(s, self.diagnose)
         self.graph_view = self.graph_pane.view
@@ -411,39 +407,6 @@ class MainWindow(QMainWindow):
         if self.modal_errors:
             QMessageBox.warning(self, title, message)
 
-    def _ask_unsafe(self, path: str, message: str) -> bool:
-        if not self.modal_errors:
-            return False
-        box = QMessageBox(self)
-        box.setIcon(QMessageBox.Icon.Warning)
-        box.setWindowTitle("This model runs code when it is opened")
-        box.setText(message)
-        box.setInformativeText("Only open it if you trust where the file came from.")
-        anyway = box.addButton("Open anyway (runs code from the file)", QMessageBox.ButtonRole.AcceptRole)
-        box.addButton(QMessageBox.StandardButton.Cancel)
-        box.exec()
-        return box.clickedButton() is anyway
-
-    def _ask_custom_objects(self, path: str, message: str) -> str | None:
-        if not self.modal_errors:
-            return None
-        box = QMessageBox(self)
-        box.setIcon(QMessageBox.Icon.Warning)
-        box.setWindowTitle("This model uses custom objects")
-        box.setText(message)
-        box.setInformativeText(
-            "Choose the Python file that defines them (it is imported, i.e. run: only files you trust)."
-        )
-        choose = box.addButton("Choose custom-objects file…", QMessageBox.ButtonRole.AcceptRole)
-        box.addButton(QMessageBox.StandardButton.Cancel)
-        box.exec()
-        if box.clickedButton() is not choose:
-            return None
-        chosen, _ = QFileDialog.getOpenFileName(
-            self, "Custom objects file", str(Path(path).parent), CUSTOM_OBJECTS_FILTER
-        )
-        return chosen or None
-
     # ------------------------------------------------------------------------------------------- files
     def open_model(self, path: str, *, safe_mode: bool = True, custom_objects_file: str | None = None) -> None:
         self.session.open_model(path, safe_mode=safe_mode, custom_objects_file=custom_objects_file)
@@ -678,14 +641,14 @@ class MainWindow(QMainWindow):
         self.setWindowTitle(" — ".join(parts))
 
     def _show_shortcuts(self) -> None:
+        """Every menu action's shortcut, read from the actions (so the list never drifts), and the graph's keys."""
+        keys = [f"{a.shortcut().toString()}\t{a.text().replace('&', '')}" for a in self.findChildren(QAction)]
+        menus = "\n".join(dict.fromkeys(k for k in keys if not k.startswith("\t")))
+        graph = (
+            "Graph: wheel or Ctrl+= / Ctrl+- zoom · drag to pan · F fit · Ctrl+F find · double-click a nested model's"
+        )
         QMessageBox.information(
-            self,
-            "Keyboard shortcuts",
-            "Ctrl+O open model · Ctrl+I open input · Ctrl+T type tokens · Ctrl+Shift+L training log\n"
-            "Ctrl+S save session · Ctrl+E export overlay · Ctrl+Shift+E evaluate on a folder\n"
-            "Ctrl+Z / Ctrl+Shift+Z undo / redo plan · F5 re-run · Esc cancel · Ctrl+D run diagnostics\n"
-            "Graph: wheel or Ctrl+= / Ctrl+- zoom · drag to pan · F fit · Ctrl+F find · double-click a nested "
-            "model's title to collapse it, a collapsed box to expand it",
+            self, "Keyboard shortcuts", f"{menus}\n\n{graph} title to collapse it, a box to expand it"
         )
 
     def _show_about(self) -> None:

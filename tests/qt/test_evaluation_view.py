@@ -47,3 +47,14 @@ def test_evaluation_view_scores_the_current_plan_and_shows_what_is_exported(wind
         else:
             assert shown == "-"
     assert "6 of 6 images" in panel.summary.text() and panel.open_button.isEnabled()
+
+
+def test_the_shortcuts_list_is_read_from_the_menus(window, monkeypatch):
+    from PySide6.QtWidgets import QMessageBox
+
+    shown = []
+    monkeypatch.setattr(QMessageBox, "information", lambda parent, title, text: shown.append(text))
+    window._show_shortcuts()
+    (text,) = shown
+    assert "Ctrl+Shift+E\tEvaluate on a folder…" in text and "F5\tRe-run" in text and "Esc\tCancel" in text
+    assert "Ctrl+Shift+L\tOpen training log…" in text and "Graph:" in text
