@@ -352,3 +352,33 @@ def test_a_model_that_is_no_image_classifier_is_refused_in_one_line(tmp_path):
     dense = keras.Model(img, keras.layers.Conv2D(2, 3, padding="same")(img))  # a map out, no classes
     with pytest.raises(EvaluationError, match="classes"):
         evaluate(dense, np.zeros((4, 8, 8, 3), np.float32), metrics="deletion")
+
+
+def test_images_of_other_sizes_are_scored_at_their_own_size(engine, tmp_path):
+    """A folder of mixed sizes: each map is resized to its image (bilinear) and the hit is judged against the
+    mask at the image's size; equal to scoring each image alone."""
+    from gradscope.engine import faithfulness as fm
+    from gradscope.engine.evaluation import method_maps
+    from gradscope.io.images import load_image, prepare_input
+    from gradscope.rules.methods import build_method
+
+    folder = tmp_path / "mixed"
+    (folder / "masks").mkdir(parents=True)
+    rng = np.random.default_rng(5)
+    sizes = [(64, 64), (96, 80), (50, 70), (96, 80)]
+    for i, (h, w) in enumerate(sizes):
+        Image.fromarray((rng.uniform(size=(h, w, 3)) * 255).astype(np.uint8)).save(folder / f"{i}.png")
+        mask = np.zeros((h, w), np.uint8)
+        mask[h // 4 : h // 2, w // 3 : w // 2] = 1 + i % 4
+        Image.fromarray(mask, mode="L").save(folder / "masks" / f"{i}.png")
+    report = evaluate(engine, folder, methods="gradient", batch=3, tolerance=6.0)
+    method = build_method("gradient", engine.graph)
+    x = np.concatenate([prepare_input(load_image(folder / f"{i}.png"), (None, SIZE, SIZE, 3)) for i in range(4)])
+    maps = method_maps(engine, method, x, np.arange(4, dtype=np.int32) % 4, batch=3)  # the run's batches
+    hits = []
+    for i, (h, w) in enumerate(sizes):
+        point = fm.pointing_point(maps[i], (h, w), smooth=True)
+        mask = np.asarray(Image.open(folder / "masks" / f"{i}.png")) == 1 + i % 4
+        hits.append(fm.pointing_hit(point, mask, 6.0))
+    per_class = report.classes["pointing"]["gradient"]["per_class"]
+    assert per_class == {str(c): float(hits[c]) for c in range(4)}
