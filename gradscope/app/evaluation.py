@@ -122,7 +122,15 @@ def run_batches(
     """Compute the batches of ``keys`` that are not on disk yet; Ctrl-C (KeyboardInterrupt) or ``should_stop``
     end the run after the batch in flight is written or dropped, never half-written."""
     methods = eval_methods(engine, settings)
-    engine.trace_cache_size = max(engine.trace_cache_size, len(methods) + 1)  # one trace per method, kept
+    kept = engine.trace_cache_size
+    engine.trace_cache_size = max(kept, len(methods) + 1)  # one trace per method, kept for the run (not after)
+    try:
+        return _run_batches(engine, source, settings, out, keys, methods, progress, should_stop)
+    finally:
+        engine.trace_cache_size = kept
+
+
+def _run_batches(engine, source, settings, out, keys, methods, progress, should_stop) -> RunState:
     chunks, todo, state = pending_batches(keys, settings, out)
     clock = BatchClock(len(keys) - sum(len(chunks[i]) for i in todo), len(keys), progress)
     with ThreadPoolExecutor(1, thread_name_prefix="gradscope-read") as reader:

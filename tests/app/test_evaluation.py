@@ -382,3 +382,19 @@ def test_images_of_other_sizes_are_scored_at_their_own_size(engine, tmp_path):
         hits.append(fm.pointing_hit(point, mask, 6.0))
     per_class = report.classes["pointing"]["gradient"]["per_class"]
     assert per_class == {str(c): float(hits[c]) for c in range(4)}
+
+
+def test_unknown_methods_and_metrics_are_one_line_before_anything_is_written(shapes, tmp_path, capsys):
+    from gradscope.cli import main
+
+    images, _, masks = shapes
+    folder = write_folder(tmp_path / "data", images[:2], masks[:2])
+    for extra, said in (
+        (["--method", "gradient,nope"], "Unknown method 'nope'"),
+        (["--metric", "pointing,speed"], "Unknown metric(s) speed"),
+        (["--method", "cmwp@no_such_node"], "no_such_node"),
+    ):
+        code = main(["-q", "evaluate", str(demo_model_path()), str(folder), "--out", str(tmp_path / "out"), *extra])
+        err = capsys.readouterr().err
+        assert code == 2 and said in err and "Traceback" not in err
+        assert not (tmp_path / "out").exists()
