@@ -211,7 +211,7 @@ def _maps_at(engine, m: EvalMethod, settings, samples, x, top, size) -> np.ndarr
     h, w = size
     if m.baseline == "random":
         return np.stack([image_rng(settings.seed, s.key).uniform(size=(h, w)) for s in samples]).astype(np.float32)
-    if m.baseline == "center":  # a Gaussian bump on the centre: pixels taken from the middle outwards
+    if m.baseline == "center":  # minus the squared distance to the centre: pixels taken from the middle outwards
         yy, xx = np.mgrid[0:h, 0:w]
         bump = -((yy - (h - 1) / 2) ** 2 + (xx - (w - 1) / 2) ** 2)
         return np.repeat(bump[None].astype(np.float32), len(samples), axis=0)
