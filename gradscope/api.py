@@ -349,6 +349,7 @@ def evaluate(
     out: str | Path | None = None,
     masks: Any = None,
     class_map: dict[int, int] | str | Path | None = None,
+    difficult: str | Path | None = None,
     preprocessing: str = "unit",
     batch: int = 16,
     tolerance: float = 15.0,
@@ -365,7 +366,8 @@ def evaluate(
 
     ``data``: a folder of images (masks in ``masks/<stem>.png`` for the Pointing Game, see
     ``gradscope.io.datasets``) or an array of model inputs (n, H, W, C) with ``masks`` (n, H, W) of class indices
-    (-1 background). ``methods``: presets, ``"preset@node"`` (read at a node), ``"center"``, ``"random"``;
+    (-1 background); ``difficult``: TorchRay's difficult-pairs file (else the pairs are judged from the masks).
+    ``methods``: presets, ``"preset@node"`` (read at a node), ``"center"``, ``"random"``;
     ``plan``: the user's plan, evaluated too (named by its name or file). ``out``: the folder of batch records
     and results (a run with the same ``out`` resumes; None: a temporary folder). ``ray``: a
     ``gradscope.app.evaluation_ray.RayOptions`` to run the batches on a Ray cluster (``model`` must be a path).
@@ -386,7 +388,9 @@ def evaluate(
         fidelity_samples=fidelity_samples,
         seed=seed,
     )
-    source = source_of(engine, data, settings, masks=masks, class_map=class_map, preprocessing=preprocessing)
+    source = source_of(
+        engine, data, settings, masks=masks, class_map=class_map, difficult=difficult, preprocessing=preprocessing
+    )
     model_name = str(model) if isinstance(model, (str, Path)) else getattr(ray, "model", "")
     if ray is not None and not getattr(ray, "model", ""):
         if not isinstance(model, (str, Path)):

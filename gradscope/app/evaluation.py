@@ -203,13 +203,14 @@ def source_of(
     *,
     masks: Any = None,
     class_map: Any = None,
+    difficult: Any = None,
     preprocessing: str = "unit",
 ) -> Any:
     """The samples of ``data``: a folder (``ImageFolder``: masks read for the Pointing Game only), an array of
     model inputs with ``masks``, or anything with ``keys()`` and ``load(key)``."""
     import numpy as np
 
-    from gradscope.io.datasets import ArraySamples, ImageFolder, load_class_map
+    from gradscope.io.datasets import ArraySamples, ImageFolder, load_class_map, load_difficult_flags
 
     if isinstance(data, (str, Path)):
         if isinstance(class_map, (str, Path)):
@@ -222,6 +223,7 @@ def source_of(
             with_masks="pointing" in settings.metrics,
             class_map=class_map,
             classes=graph.class_count(),
+            difficult_flags=load_difficult_flags(difficult) if difficult is not None else None,
         )
     if isinstance(data, np.ndarray):
         return ArraySamples(data, masks)

@@ -11,6 +11,7 @@ import csv
 import io
 import json
 import math
+import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -169,7 +170,8 @@ class _Scores:
         if self.totals is None:
             return (w @ self.values) / w.sum(axis=1)
         hits, totals = w @ self.values, w @ self.totals
-        with np.errstate(invalid="ignore", divide="ignore"):
+        with np.errstate(invalid="ignore", divide="ignore"), warnings.catch_warnings():
+            warnings.simplefilter("ignore", RuntimeWarning)  # a resample without any pair: NaN, not a warning
             acc = np.where(totals > 0, hits / totals, np.nan)  # mean over the classes the resample holds
             return np.nanmean(acc, axis=1) if acc.shape[1] else np.full(len(w), np.nan)
 

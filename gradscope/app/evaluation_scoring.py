@@ -171,7 +171,10 @@ def _pointing(engine, methods, settings, samples, x, records, seconds) -> None:
     for rec, s in zip(records, samples):
         n_classes = len(s.classes())
         labelled = s.mask != IGNORE
-        rec["pairs"] = [[c, fm.is_difficult(s.mask == c, labelled, n_classes)] for c in s.classes()]
+        rec["pairs"] = [
+            [c, c in s.difficult if s.difficult is not None else fm.is_difficult(s.mask == c, labelled, n_classes)]
+            for c in s.classes()
+        ]
     if not pairs:
         return
     idx = np.array([i for i, _ in pairs])

@@ -67,6 +67,7 @@ def cmd_evaluate(args: Any) -> int:
         metrics=args.metric,
         out=out,
         class_map=args.class_map,
+        difficult=args.difficult,
         preprocessing=args.preprocessing,
         batch=args.batch,
         tolerance=args.tolerance,
@@ -114,6 +115,11 @@ def add_parser(sub: Any, model_argument: Any, model_options: Any) -> None:
     p.add_argument("--out", default="evaluation", help="results folder (default: ./evaluation); resumed if it exists")
     p.add_argument("--restart", action="store_true", help="discard the run in --out and start again")
     p.add_argument("--class-map", metavar="FILE", help="JSON {mask value: model class index} (default: value - 1)")
+    p.add_argument(
+        "--difficult",
+        metavar="FILE",
+        help="TorchRay's difficult-pairs file (image stem, a 0/1 flag per class); default: from the masks",
+    )
     p.add_argument(
         "--preprocessing",
         default="unit",

@@ -32,6 +32,7 @@ class Sample:
     key: str  # the image's file name (or its name in an array dataset)
     x: np.ndarray  # (H, W, C) float32: the model's input
     mask: np.ndarray | None = None  # (h, w) int32 at the image's own size: class index, BACKGROUND or IGNORE
+    difficult: frozenset[int] | None = None  # the classes a difficult-pairs file flags here (None: not listed)
 
     def classes(self) -> list[int]:
         """The classes the mask shows (for the Pointing Game: one map per image and class), ascending."""
@@ -67,6 +68,25 @@ def load_class_map(path: str | Path) -> dict[int, int]:
             )
         out[value] = cls
     return out
+
+
+def load_difficult_flags(path: str | Path) -> dict[str, list[bool]]:
+    """TorchRay's difficult-pairs file (``pointing_game_ebp_voc07_difficult.txt``): per line an image stem, then a
+    0/1 flag per dataset class (the class of mask value k + 1 in column k)."""
+    p = Path(path).expanduser()
+    try:
+        lines = p.read_text(encoding="utf-8").splitlines()
+    except OSError as exc:
+        raise GradscopeError(f"Cannot read the difficult-pairs file {p}: {exc.strerror or exc}.") from exc
+    flags: dict[str, list[bool]] = {}
+    for n, line in enumerate(lines, 1):
+        cells = line.split()
+        if not cells:
+            continue
+        if any(c not in ("0", "1") for c in cells[1:]) or len(cells) < 2:
+            raise GradscopeError(f"{p}, line {n}: expected an image name and 0/1 flags, got {line[:80]!r}.")
+        flags[cells[0]] = [c == "1" for c in cells[1:]]
+    return flags
 
 
 def classes_of_mask(values: np.ndarray, class_map: dict[int, int] | None, classes: int | None) -> np.ndarray:
@@ -118,6 +138,7 @@ class ImageFolder:
     with_masks: bool = True
     class_map: dict[int, int] | None = None
     classes: int | None = None  # the model's class count (a mask naming another class is a problem)
+    difficult_flags: dict[str, list[bool]] | None = None  # ``load_difficult_flags``: pairs flagged per image
 
     def keys(self) -> list[str]:
         return [p.name for p in list_images(self.root)]
@@ -133,13 +154,22 @@ class ImageFolder:
         if self.with_masks:
             values = read_mask(self.root / MASK_FOLDER / f"{Path(key).stem}.png", image.shape[:2])
             mask = classes_of_mask(values, self.class_map, self.classes)
-        return Sample(key, x, mask)
+        return Sample(key, x, mask, self._difficult(Path(key).stem))
+
+    def _difficult(self, stem: str) -> frozenset[int] | None:
+        """The model classes flagged difficult for this image (column k is mask value k + 1, then the map)."""
+        flags = None if self.difficult_flags is None else self.difficult_flags.get(stem)
+        if flags is None:
+            return None
+        values = [k + 1 for k, flagged in enumerate(flags) if flagged]
+        return frozenset(self.class_map.get(v, -1) if self.class_map else v - 1 for v in values)
 
     def describe(self) -> dict:
         return {
             "folder": str(self.root),
             "preprocessing": self.preprocessing,
             "class_map": {str(k): v for k, v in (self.class_map or {}).items()} or None,
+            "difficult_flags": None if self.difficult_flags is None else _digest(self.difficult_flags),
         }
 
 
@@ -167,3 +197,10 @@ class ArraySamples:
 
     def describe(self) -> dict:
         return {"arrays": list(np.shape(self.inputs))}
+
+
+def _digest(doc: object) -> str:
+    """A short fingerprint of a JSON-able object (settings compare it: the same file, the same run)."""
+    import hashlib
+
+    return hashlib.sha256(json.dumps(doc, sort_keys=True).encode("utf-8")).hexdigest()[:16]

@@ -398,3 +398,24 @@ def test_unknown_methods_and_metrics_are_one_line_before_anything_is_written(sha
         err = capsys.readouterr().err
         assert code == 2 and said in err and "Traceback" not in err
         assert not (tmp_path / "out").exists()
+
+
+def test_a_torchray_difficult_file_decides_the_pairs_it_lists(engine, tmp_path):
+    """TorchRay's format (stem, a 0/1 flag per dataset class = mask value - 1): listed images take their flags,
+    the others are judged from the masks."""
+    folder = tmp_path / "two"
+    (folder / "masks").mkdir(parents=True)
+    rng = np.random.default_rng(1)
+    for i in range(4):
+        Image.fromarray((rng.uniform(size=(SIZE, SIZE, 3)) * 255).astype(np.uint8)).save(folder / f"{i:06d}.png")
+        mask = np.zeros((SIZE, SIZE), np.uint8)
+        mask[32:, :] = 1  # class 0, half the image
+        mask[4:12, 4:12] = 2  # class 1, small: difficult by the masks' rule
+        Image.fromarray(mask, mode="L").save(folder / "masks" / f"{i:06d}.png")
+    flags = tmp_path / "difficult.txt"
+    flags.write_text("000000\t1\t0\t0\t0\n000001\t0\t0\t0\t0\n")
+    report = evaluate(engine, folder, difficult=flags, tolerance=TOL)
+    assert report.classes["pointing_difficult"]["gradient"]["pairs"] == {"0": 1, "1": 2}
+    flags.write_text("000000\t1\tx\n")
+    with pytest.raises(Exception, match="line 1"):
+        evaluate(engine, folder, difficult=flags, tolerance=TOL)
