@@ -12,49 +12,35 @@ from __future__ import annotations
 
 import hashlib
 import json
-import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from gradscope.app.evaluation_records import (
+    BatchClock,
+    Progress,
+    RunState,
+    batch_path,
+    batch_record,
+    load_samples,
+    pending_batches,
+)
 from gradscope.app.evaluation_scoring import (
     BASELINES,
     METRICS,
     SMOOTHED,
-    EvalMethod,
     EvalSettings,
     EvaluationError,
     eval_methods,
-    evaluate_batch,
 )
 from gradscope.core.errors import Cancelled
 from gradscope.core.files import write_text_atomic
-from gradscope.io.datasets import DataProblem, Sample
 
 __all__ = ["BASELINES", "METRICS", "SMOOTHED", "EvalSettings", "EvaluationError", "run_evaluation"]
 
-Progress = Callable[[int, int, float], None]  # (images done, images in all, seconds left estimated)
-
 
 # ------------------------------------------------------------------------------------------------- the run
-@dataclass
-class RunState:
-    """What a run did: batches computed now, batches found on disk, whether it was stopped."""
-
-    out: Path
-    batches: int
-    computed: int = 0
-    resumed: int = 0
-    stopped: bool = False
-    seconds: float = 0.0
-
-
-def batch_path(out: Path, index: int) -> Path:
-    return out / "batches" / f"{index:06d}.json"
-
-
 def fingerprint(keys: Sequence[str]) -> str:
     return hashlib.sha256("\n".join(keys).encode("utf-8")).hexdigest()[:16]
 
@@ -79,34 +65,6 @@ def prepare_out(out: Path, settings: EvalSettings, header: dict, restart: bool =
     for old_batch in (out / "batches").glob("*.json"):
         old_batch.unlink()
     write_text_atomic(path, json.dumps(doc, indent=2))
-
-
-class BatchClock:
-    """Images done and the time left, from the images computed in this run (resumed ones cost nothing)."""
-
-    def __init__(self, done: int, total: int, progress: Progress | None) -> None:
-        self.done, self.total, self.progress = done, total, progress
-        self.start, self.now = time.perf_counter(), 0
-        if progress is not None:
-            progress(done, total, float("nan"))
-
-    def add(self, images: int) -> None:
-        self.done += images
-        self.now += images
-        if self.progress is not None:
-            rate = (time.perf_counter() - self.start) / self.now
-            self.progress(self.done, self.total, rate * (self.total - self.done))
-
-    @property
-    def seconds(self) -> float:
-        return time.perf_counter() - self.start
-
-
-def pending_batches(keys: list[str], settings: EvalSettings, out: Path) -> tuple[list[list[str]], list[int], RunState]:
-    """The dataset cut into batches, the indices of those not on disk yet, and the run's state."""
-    chunks = [keys[i : i + settings.batch] for i in range(0, len(keys), settings.batch)]
-    todo = [i for i in range(len(chunks)) if not batch_path(out, i).exists()]
-    return chunks, todo, RunState(out, len(chunks), resumed=len(chunks) - len(todo))
 
 
 def run_batches(
@@ -151,32 +109,6 @@ def _run_batches(engine, source, settings, out, keys, methods, progress, should_
                 pending.cancel()
     state.seconds = clock.seconds
     return state
-
-
-def batch_record(
-    engine: Any,
-    methods: list[EvalMethod],
-    settings: EvalSettings,
-    index: int,
-    keys: list[str],
-    loaded: tuple[list[Sample], list[dict]],
-) -> dict:
-    """What ``OUT/batches/<index>.json`` holds: the batch's keys, a record per readable image, the images that
-    could not be used and why, the seconds each method took."""
-    samples, bad = loaded
-    records, seconds = evaluate_batch(engine, methods, settings, samples)
-    return {"batch": index, "keys": keys, "images": records, "bad": bad, "seconds": seconds}
-
-
-def load_samples(source: Any, keys: list[str]) -> tuple[list[Sample], list[dict]]:
-    """The readable samples of ``keys`` and, for the others, ``{"key", "reason"}``."""
-    samples, bad = [], []
-    for key in keys:
-        try:
-            samples.append(source.load(key))
-        except DataProblem as exc:
-            bad.append({"key": key, "reason": str(exc)})
-    return samples, bad
 
 
 def evaluation_settings(methods: Any, metrics: Any, plan: Any = None, **options: Any) -> EvalSettings:

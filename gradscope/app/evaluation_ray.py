@@ -14,18 +14,16 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from gradscope.app.evaluation import (
+from gradscope.app.evaluation_records import (
     BatchClock,
-    EvalSettings,
-    EvaluationError,
     Progress,
     RunState,
     batch_path,
     batch_record,
-    eval_methods,
     load_samples,
     pending_batches,
 )
+from gradscope.app.evaluation_scoring import EvalSettings, EvaluationError, eval_methods
 from gradscope.core.files import write_text_atomic
 
 MAX_LOCAL_ACTORS = 8
