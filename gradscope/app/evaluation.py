@@ -90,7 +90,7 @@ def run_batches(
 
 def _run_batches(engine, source, settings, out, keys, methods, progress, should_stop) -> RunState:
     chunks, todo, state = pending_batches(keys, settings, out)
-    clock = BatchClock(len(keys) - sum(len(chunks[i]) for i in todo), len(keys), progress)
+    clock = BatchClock(state.images_done, len(keys), progress)
     with ThreadPoolExecutor(1, thread_name_prefix="gradscope-read") as reader:
         pending = reader.submit(load_samples, source, chunks[todo[0]]) if todo else None
         try:

@@ -126,7 +126,7 @@ def run_batches_ray(
             num_gpus=1 if gpus else 0,
             num_cpus=0 if gpus else 1,
         )
-        clock = BatchClock(len(keys) - sum(len(chunks[i]) for i in todo), len(keys), progress)
+        clock = BatchClock(state.images_done, len(keys), progress)
         for row in ds.iter_rows():
             if should_stop is not None and should_stop():
                 raise KeyboardInterrupt

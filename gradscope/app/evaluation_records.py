@@ -27,6 +27,7 @@ class RunState:
     batches: int
     computed: int = 0
     resumed: int = 0
+    images_done: int = 0  # images of the batches already on disk when the run started
     stopped: bool = False
     seconds: float = 0.0
 
@@ -60,7 +61,9 @@ def pending_batches(keys: list[str], settings: EvalSettings, out: Path) -> tuple
     """The dataset cut into batches, the indices of those not on disk yet, and the run's state."""
     chunks = [keys[i : i + settings.batch] for i in range(0, len(keys), settings.batch)]
     todo = [i for i in range(len(chunks)) if not batch_path(out, i).exists()]
-    return chunks, todo, RunState(out, len(chunks), resumed=len(chunks) - len(todo))
+    missing = set(todo)
+    done = sum(len(chunk) for i, chunk in enumerate(chunks) if i not in missing)
+    return chunks, todo, RunState(out, len(chunks), resumed=len(chunks) - len(todo), images_done=done)
 
 
 def batch_record(

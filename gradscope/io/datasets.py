@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
@@ -33,14 +33,15 @@ class Sample:
     x: np.ndarray  # (H, W, C) float32: the model's input
     mask: np.ndarray | None = None  # (h, w) int32 at the image's own size: class index, BACKGROUND or IGNORE
     difficult: frozenset[int] | None = None  # the classes a difficult-pairs file flags here (None: not listed)
+    _classes: list[int] | None = field(default=None, init=False, repr=False, compare=False)  # classes(), once
 
     def classes(self) -> list[int]:
         """The classes the mask shows (for the Pointing Game: one map per image and class), ascending."""
         if self.mask is None:
             return []
-        if getattr(self, "_classes", None) is None:
+        if self._classes is None:
             counts = np.bincount(self.mask.ravel() - IGNORE)  # IGNORE -> 0, BACKGROUND -> 1, class c -> c + 2
-            self._classes = [int(c) - 2 for c in np.flatnonzero(counts[2:]) + 2]
+            self._classes = [int(c) for c in np.flatnonzero(counts[2:])]
         return self._classes
 
 
@@ -181,6 +182,7 @@ class ArraySamples:
     inputs: np.ndarray
     masks: np.ndarray | None = None
     names: Sequence[str] | None = None
+    _index: dict[str, int] | None = field(default=None, init=False, repr=False, compare=False)  # name -> row
 
     def keys(self) -> list[str]:
         return list(self.names) if self.names is not None else [str(i) for i in range(len(self.inputs))]
@@ -189,7 +191,7 @@ class ArraySamples:
         if self.names is None:
             i = int(key)
         else:
-            if getattr(self, "_index", None) is None:
+            if self._index is None:
                 self._index = {name: i for i, name in enumerate(self.names)}
             i = self._index[key]
         mask = None if self.masks is None else np.asarray(self.masks[i], np.int32)
