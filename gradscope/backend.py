@@ -8,7 +8,9 @@ import functools
 import logging
 import os
 import threading
+from collections.abc import Iterator
 from contextlib import contextmanager
+from typing import Any
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 os.environ.setdefault("KERAS_BACKEND", "tensorflow")
@@ -168,6 +170,61 @@ def keras_saving_steps():
         return None
     needed = ("_model_from_config", "_load_state", "_raise_loading_failure", "H5IOStore")
     return saving_lib if all(hasattr(saving_lib, name) for name in needed) else None
+
+
+_PENDING = "uninitialized_variables"  # Keras's per-thread list of variables made in a stateless scope
+
+
+def build_without_initializers(build: Any) -> tuple[Any, list[Any] | None]:
+    """``build()`` (a model from its config) with the Keras variables it creates left uninitialized: Keras's
+    stateless scope defers their initializers, and ``loaded_in_place`` later gives each its loaded value.
+    Returns ``(model, pending variables)``; ``(model, None)`` where this Keras lacks the pieces or the build
+    needs initialized variables (a layer that writes one while building): then it ran as Keras runs it."""
+    try:
+        from keras import StatelessScope
+        from keras.src.backend.common import global_state
+    except ImportError:
+        return build(), None
+    before = list(global_state.get_global_attribute(_PENDING, None) or [])
+    try:
+        with StatelessScope(initialize_variables=False):
+            model = build()
+    except Exception:
+        global_state.set_global_attribute(_PENDING, before)  # the half-built model's variables
+        return build(), None  # a real error in the config is raised again, from Keras's own path
+    pending = list(global_state.get_global_attribute(_PENDING, None) or [])[len(before) :]
+    # Off Keras's list: its next stateless scope would otherwise run their initializers after all.
+    global_state.set_global_attribute(_PENDING, before)
+    if not all(hasattr(v, "_initialize") and hasattr(v, "_deferred_initialize") for v in pending):
+        for v in pending:
+            v._deferred_initialize()
+        return model, None
+    return model, pending
+
+
+@contextmanager
+def loaded_in_place(model: Any, pending: list[Any] | None) -> Iterator[None]:
+    """Load weights (Keras's ``variable.assign`` calls) into ``model``: with ``pending`` (from
+    ``build_without_initializers``) the assignments are collected in a stateless scope and each pending
+    variable is created from its value (no initial tensor to overwrite); a pending variable the weights do
+    not name gets its initializer, as Keras would. Without ``pending``, a plain load."""
+    if pending is None:
+        yield
+        return
+    from keras import StatelessScope
+
+    with StatelessScope(initialize_variables=False) as scope:
+        yield
+    uninitialized = {id(v) for v in pending}
+    for v in {id(v): v for v in [*pending, *model.variables]}.values():
+        value = scope.get_current_value(v)
+        if id(v) in uninitialized and v._value is None:
+            if value is None:
+                v._deferred_initialize()
+            else:
+                v._initialize(value)
+        elif value is not None:
+            v.assign(value)
 
 
 def keras_train_step_internals(model) -> list[str]:

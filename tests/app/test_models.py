@@ -111,6 +111,21 @@ def test_cancel_all_drops_what_waits():
 
 
 # ------------------------------------------------------------------------------------------------ document
+def test_weight_statistics_equal_float64_numpy_on_weights_far_from_zero():
+    from gradscope.app.summaries import _moments
+
+    rng = np.random.default_rng(0)
+    for a in (
+        rng.normal(1.0, 1e-3, size=(3000, 700)).astype(np.float32),  # BatchNorm variances: mean 1, spread 1e-3
+        rng.normal(0.0, 0.05, size=(17, 5)).astype(np.float32),
+        np.full((4, 4), 2.5, np.float32),
+    ):
+        mean, std = _moments(a, block=1 << 16)  # many blocks
+        ref = a.astype(np.float64)
+        assert mean == pytest.approx(ref.mean(), rel=1e-12, abs=1e-15)
+        assert std == pytest.approx(ref.std(), rel=1e-7, abs=1e-12)
+
+
 def test_the_document_owns_graph_layout_and_weights(opened):
     doc = opened
     assert doc.path == "tiny.keras" and "c1" in doc.graph and doc.layout is not None and doc.engine is not None

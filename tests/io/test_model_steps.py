@@ -120,11 +120,88 @@ def test_every_supported_model_kind_loads_in_steps_as_it_was_saved(tmp_path, nam
         np.testing.assert_allclose(np.asarray(got), np.asarray(want), rtol=1e-6, atol=1e-6)
 
 
+def rewritten(src, dst, *, compression=zipfile.ZIP_STORED, extra=b""):
+    """A copy of the archive ``src`` written with ``compression``, its weights member carrying ``extra`` (a zip
+    extra field, as other zip tools write) in its headers."""
+    with zipfile.ZipFile(src) as zin, zipfile.ZipFile(dst, "w", compression=compression) as zout:
+        for info in zin.infolist():
+            out = zipfile.ZipInfo(info.filename, info.date_time)
+            out.compress_type = compression
+            out.extra = extra if info.filename == "model.weights.h5" else b""
+            zout.writestr(out, zin.read(info.filename))
+    return dst
+
+
+@pytest.mark.parametrize(
+    "compression, extra",
+    [(zipfile.ZIP_DEFLATED, b""), (zipfile.ZIP_STORED, b"\xfe\xca\x06\x00gradsc")],
+    ids=["deflated", "stored with an extra field"],
+)
+def test_archives_other_tools_wrote_load_their_weights(tmp_path, compression, extra):
+    weights = saved(functional(), tmp_path / "m.keras")
+    path = rewritten(tmp_path / "m.keras", tmp_path / "other.keras", compression=compression, extra=extra)
+    model, load_weights = load_model_in_steps(path)
+    load_weights()
+    for got, want in zip(model.get_weights(), weights, strict=True):
+        np.testing.assert_array_equal(got, want)
+
+
+@keras.saving.register_keras_serializable(package="gradscope_tests")
+class CountingInitializer(keras.initializers.Initializer):
+    calls = 0
+
+    def __call__(self, shape, dtype=None):
+        CountingInitializer.calls += 1
+        return keras.ops.ones(shape, dtype=dtype)
+
+
+def test_no_initializer_runs_when_the_weights_are_loaded(tmp_path):
+    from keras.src.backend.common import global_state
+
+    inp = keras.Input((6,))
+    out = keras.layers.Dense(3, kernel_initializer=CountingInitializer(), name="d")(inp)
+    path = tmp_path / "m.keras"
+    weights = saved(keras.Model(inp, out), path)
+    CountingInitializer.calls = 0
+    model = load_model(path)
+    assert CountingInitializer.calls == 0
+    for got, want in zip(model.get_weights(), weights, strict=True):
+        np.testing.assert_array_equal(got, want)
+    assert not global_state.get_global_attribute("uninitialized_variables", None)
+    with keras.StatelessScope():  # Keras's own deferred initialisation finds nothing of ours left to do
+        pass
+    np.testing.assert_array_equal(model.get_weights()[0], weights[0])
+
+
+@keras.saving.register_keras_serializable(package="gradscope_tests")
+class ConstantState(keras.layers.Layer):
+    """A layer whose variable is made from a value, not an initializer (Keras refuses that in a stateless
+    scope): the model is built as Keras builds it."""
+
+    def build(self, input_shape):
+        self.state = keras.Variable(np.full((input_shape[-1],), 2.0, np.float32), name="state")
+
+    def call(self, x):
+        return x * self.state
+
+
+def test_a_layer_that_needs_initialized_variables_is_built_as_keras_builds_it(tmp_path):
+    inp = keras.Input((4,))
+    path = tmp_path / "m.keras"
+    model = keras.Model(inp, ConstantState(name="const")(keras.layers.Dense(4, name="d")(inp)))
+    model.save(path)
+    loaded = load_model(path)
+    x = np.linspace(-1, 1, 8, dtype=np.float32).reshape(2, 4)
+    np.testing.assert_allclose(loaded(x).numpy(), model(x).numpy(), rtol=1e-6)
+    for got, want in zip(loaded.get_weights(), model.get_weights(), strict=True):
+        np.testing.assert_array_equal(got, want)
+
+
 def test_weights_too_large_for_memory_are_read_from_the_archive(tmp_path, monkeypatch):
     from keras.src.saving import saving_lib
 
-    path = tmp_path / "m.keras"
-    weights = saved(functional(), path)
+    weights = saved(functional(), tmp_path / "stored.keras")
+    path = rewritten(tmp_path / "stored.keras", tmp_path / "m.keras", compression=zipfile.ZIP_DEFLATED)
     monkeypatch.setattr(saving_lib, "is_memory_sufficient", lambda model: False)
     model, load_weights = load_model_in_steps(path)
     load_weights()
