@@ -1,6 +1,12 @@
 """GUI timings a user feels (issue 13): open -> graph visible for ResNet50, and panning a 2,000-node graph.
 
     .venv/bin/python benchmarks/bench_gui.py            # offscreen, or a real X window when DISPLAY is set
+    .venv/bin/python benchmarks/bench_gui.py --open-idle DIR/encoder_12x768.keras DIR/vit_12x768.keras
+
+``--open-idle``: a fresh ``gradscope gui MODEL --screenshot`` process per round, timed from its start to the
+screenshot (the first map shown and no work pending, plus the 0.4 s the window waits before grabbing): what a
+user waits from the command to a usable window, Python and TensorFlow start-up included. The models: saved by
+``bench_transformer.py --save DIR``. Results in ``results/open_idle.{csv,json}``.
 
 Open -> graph visible: from ``open_model`` to the first layout drawn (the model is built from its config and
 laid out on the worker, the window stays responsive, and the graph is drawn while the weights load); then to
@@ -12,8 +18,12 @@ at a readable zoom and zoomed out (where boxes are drawn without text, ``graph_v
 
 from __future__ import annotations
 
+import csv
+import json
 import os
+import platform
 import statistics
+import subprocess
 import sys
 import tempfile
 import time
@@ -61,7 +71,41 @@ def pan_ms(app, view, zoom: float, frames: int = 60) -> float:
     return statistics.median(times) * 1000
 
 
+def open_idle(models: list[str], rounds: int) -> None:
+    rows = []
+    for model in models:
+        seconds = []
+        for _ in range(rounds):
+            with tempfile.TemporaryDirectory() as tmp:
+                shot = Path(tmp) / "shot.png"
+                command = [sys.executable, "-m", "gradscope", "gui", model, "--screenshot", str(shot)]
+                t0 = time.perf_counter()
+                child = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+                for line in child.stdout:
+                    if line.startswith("screenshot:"):
+                        seconds.append(time.perf_counter() - t0)
+                child.wait()
+                if child.returncode or not shot.is_file():
+                    raise SystemExit(f"gradscope gui {model} failed (exit {child.returncode})")
+        row = {"model": Path(model).stem, "rounds": rounds, "median_s": statistics.median(seconds)}
+        row |= {"min_s": min(seconds), "max_s": max(seconds)}
+        print(f"{row['model']}: open -> idle {row['median_s']:.2f} s (median; {row['min_s']:.2f}-{row['max_s']:.2f})")
+        rows.append(row)
+    results = Path(__file__).resolve().parent / "results"
+    meta = {"machine": platform.platform(), "cpus": os.cpu_count(), "python": platform.python_version()}
+    (results / "open_idle.json").write_text(json.dumps({"meta": meta, "rows": rows}, indent=2) + "\n")
+    with (results / "open_idle.csv").open("w", newline="") as f:
+        writer = csv.DictWriter(f, fieldnames=list(rows[0]))
+        writer.writeheader()
+        writer.writerows(rows)
+
+
 def main() -> None:
+    if "--open-idle" in sys.argv:
+        at = sys.argv.index("--open-idle")
+        rounds = int(sys.argv[sys.argv.index("--rounds") + 1]) if "--rounds" in sys.argv else 3
+        models = [a for a in sys.argv[at + 1 :] if a.endswith((".keras", ".h5"))]
+        return open_idle(models, rounds)
     import keras
     from PySide6.QtWidgets import QApplication
 
