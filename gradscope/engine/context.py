@@ -30,9 +30,19 @@ class RuleContext:
     weight_list: list[Any]
     weight_names: list[str]
     _forward: Callable[[Sequence[Any], Sequence[Any]], list[Any]]
+    _pack: Callable[[Sequence[Any]], tuple[tuple, dict]] | None = None
 
     tf = tf
     ops = keras.ops
+
+    def call_arguments(self, inputs: Sequence[Any] | None = None) -> tuple[tuple, dict]:
+        """The ``(args, kwargs)`` the layer is called with, ``inputs`` (default: the forward inputs) in place of
+        its tensors: which tensor is the query, which the attention mask, what the flags say."""
+        if self._pack is None:
+            from gradscope.core.errors import RuleError
+
+            raise RuleError(f"Node {self.node.id!r}: its call's arguments are not available here.")
+        return self._pack(list(self.inputs if inputs is None else inputs))
 
     @property
     def weights(self) -> dict[str, Any]:
@@ -49,9 +59,7 @@ class RuleContext:
         if unknown:
             from gradscope.core.errors import RuleError
 
-            raise RuleError(
-                f"Node {self.node.id!r} has no weight(s) {sorted(unknown)}; it has {self.weight_names}."
-            )
+            raise RuleError(f"Node {self.node.id!r} has no weight(s) {sorted(unknown)}; it has {self.weight_names}.")
         return [overrides.get(n, w) for n, w in zip(self.weight_names, self.weight_list)]
 
     def forward(self, inputs: Sequence[Any] | None = None, weights: dict[str, Any] | None = None) -> list[Any]:
@@ -74,9 +82,7 @@ class RuleContext:
             for x in xs:
                 tape.watch(x)
             ys = self._forward(xs, ws)
-        return list(
-            tape.gradient(ys, xs, output_gradients=list(grad_outputs), unconnected_gradients="zero")
-        )
+        return list(tape.gradient(ys, xs, output_gradients=list(grad_outputs), unconnected_gradients="zero"))
 
     def weight_vjp(self, grad_outputs: Sequence[Any]) -> list[Any]:
         """True VJP w.r.t. the weights (what ``weight_gradients`` defaults to)."""

@@ -11,6 +11,7 @@ too, fused ``activation=`` arguments are split off into their own node, and ever
 from __future__ import annotations
 
 import contextlib
+import inspect
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
@@ -153,6 +154,29 @@ def _trace_subclassed(model: Any) -> tuple[Any, list[Any], tuple[str, ...]]:
     return functional, list(functional.inputs), (note,)
 
 
+def _is_composite(op: Any) -> bool:
+    """A ``Layer`` (not a model) made of other layers, defined outside Keras. Keras's own composites
+    (MultiHeadAttention, RNNs, wrappers) stay whole: rules address them as one layer, or they run exactly."""
+    if isinstance(op, keras.Model) or not isinstance(op, keras.layers.Layer):
+        return False
+    if type(op).__module__.split(".")[0] == "keras":
+        return False
+    return any(True for _ in op._flatten_layers(include_self=False, recursive=False))
+
+
+def _has_implicit_mask(op: Any, node: Any) -> bool:
+    """Keras passes a call() that takes ``mask`` its inputs' masks unless given one; a symbolic run of the
+    call would not."""
+    try:
+        takes_mask = "mask" in inspect.signature(op.call).parameters
+    except (TypeError, ValueError):
+        return True
+    kwargs = node.arguments.kwargs if hasattr(node.arguments, "kwargs") else {}
+    if not takes_mask or kwargs.get("mask") is not None:
+        return False
+    return any(getattr(t, "_keras_mask", None) is not None for t in node.input_tensors)
+
+
 def _symbolic_inputs(model: Any) -> list[Any]:
     """``keras.Input``s of the shapes a subclassed model was built with (``get_build_config``)."""
     built = getattr(model, "built", False)
@@ -236,6 +260,7 @@ class _Builder:
         self.call_counts: dict[str, int] = {}
         self.groups: list[str] = []
         self.first_call: dict[int, str] = {}  # id(layer) -> id of the first node that called it
+        self.notes: list[str] = []
 
     def unique_id(self, base: str) -> str:
         k = self.call_counts.get(base, 0)
@@ -264,7 +289,7 @@ class _Builder:
     def visit(self, node: Any, op: Any, in_keys: list[Any], prefix: str, group: str | None) -> None:
         out_keys = [id(t) for t in node.outputs]
         node_id = self.unique_id(prefix + op.name)
-        inner = _functional_of(op) if isinstance(op, keras.Model) else None
+        inner = _functional_of(op) if isinstance(op, keras.Model) else self.opened(op, node)
         if inner is not None:
             self.inline_model(node, inner, node_id, in_keys, out_keys, group)
             return
@@ -317,6 +342,36 @@ class _Builder:
         )
         self.steps.append(Step("activation", node_id, op, None, [mid_key], out_keys))
         self.add_node(act_spec, op, out_keys)
+
+    def opened(self, op: Any, node: Any) -> Any:
+        """A composite layer of the user's or a library's (a transformer block: attention, norms and dense layers
+        inside one ``Layer``) as the functional graph of its ``call`` run on symbolic copies of this call's
+        inputs, so its sublayers are nodes and rules apply inside it; None to keep it one node (Keras's own
+        layers, which gradscope runs whole or has rules for; a call that cannot run symbolically: noted)."""
+        if not _is_composite(op):
+            return None
+        if _has_implicit_mask(op, node):
+            self.notes.append(
+                f"Layer {op.name!r} ({type(op).__name__}) receives a Keras mask, which a symbolic run of its call() "
+                "would not pass on: it is one node (its gradient is exact; rules cannot be set inside it)."
+            )
+            return None
+        symbolic = {id(t): keras.Input(batch_shape=t.shape, dtype=t.dtype) for t in node.input_tensors}
+        inputs = [symbolic[id(t)] for t in node.input_tensors]
+        try:
+            args, kwargs = node.arguments.fill_in(symbolic)
+            outputs = op.call(*args, **kwargs)
+            inner = keras.Model(inputs, outputs, name=op.name)
+            if len(inner.outputs) != len(node.outputs):
+                raise GraphError(f"{len(inner.outputs)} outputs instead of {len(node.outputs)}")
+        except Exception as exc:  # noqa: BLE001 - any failure of user code means: run it whole
+            reason = f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"
+            self.notes.append(
+                f"Layer {op.name!r} ({type(op).__name__}): its call() could not run on symbolic inputs "
+                f"({reason[:200]}), so it is one node: its gradient is exact but rules cannot be set inside it."
+            )
+            return None
+        return inner
 
     def inline_model(
         self, node: Any, inner: Any, node_id: str, in_keys: list[Any], out_keys: list[Any], group: str | None
@@ -398,7 +453,7 @@ def build_exec_graph(model: Any) -> ExecGraph:
         output_ids=output_ids,
         model_name=model.name,
         groups=tuple(b.groups),
-        notes=notes,
+        notes=(*notes, *b.notes),
     )
     output_nodes = [b.producer[k] for k in output_keys]
     return ExecGraph(b.steps, graph, input_keys, output_keys, b.node_out_keys, b.operations, output_nodes)

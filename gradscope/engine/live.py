@@ -227,7 +227,7 @@ class LiveBackward:
                 got = iter(tape.gradient(outs, float_xs, output_gradients=dys))
                 gx = [next(got) if x.dtype.is_floating else None for x in xs]
             else:
-                ctx = RuleContext(spec, op, xs, ys, ws, names, forward)
+                ctx = RuleContext(spec, op, xs, ys, ws, names, forward, call.pack)
                 gx = engine._guard(rule, spec, "backward", ctx, dys)
                 gx = engine._check_grads(rule, spec, gx, xs)
             present = tf.constant([g is not None for g in gx], tf.bool)

@@ -73,16 +73,20 @@ class NodeCall:
     def weights(self) -> list[Any]:
         return [v.value for v in self.variables]
 
+    def pack(self, xs: Sequence[Any]) -> tuple[tuple, dict]:
+        """The call's ``(args, kwargs)`` with ``xs`` in place of its tensors."""
+        leaves = list(self.leaves)
+        for i, x in zip(self.positions, xs):
+            leaves[i] = x
+        return keras.tree.pack_sequence_as(self.structure, leaves)
+
     def forward(self, xs: Sequence[Any], ws: Sequence[Any], variables: Sequence[Any] | None = None) -> list[Any]:
         """The node's outputs at inputs ``xs`` and weights ``ws`` (``variables``: whose values ``ws`` replace;
         another layer's variables when a kernel traced on one node runs for a node of the same config)."""
         step, op = self.step, self.step.operation
         if step.kind == "activation":
             return [op.activation(xs[0])]
-        new_leaves = list(self.leaves)
-        for i, x in zip(self.positions, xs):
-            new_leaves[i] = x
-        a, k = keras.tree.pack_sequence_as(self.structure, new_leaves)
+        a, k = self.pack(xs)
         variables = self.variables if variables is None else list(variables)
         with contextlib.ExitStack() as stack:
             if step.linear_call:

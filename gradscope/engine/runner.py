@@ -119,7 +119,7 @@ class Engine:
         n_x = len(xs)
 
         def make_ctx(xs_: list, ys: list, ws_: list) -> RuleContext:
-            return RuleContext(spec, call.step.operation, xs_, ys, ws_, names, call.forward)
+            return RuleContext(spec, call.step.operation, xs_, ys, ws_, names, call.forward, call.pack)
 
         @tf.custom_gradient
         def wrapped(*flat: Any) -> Any:

@@ -56,6 +56,38 @@ def transformer() -> keras.Model:
     return keras.Model(inp, keras.layers.Dense(3, name="out")(x), name="transformer")
 
 
+@keras.saving.register_keras_serializable("gradscope_kinds")
+class TransformerBlock(keras.layers.Layer):
+    """keras.io's text-classification block (a Layer made of layers), with a causal mask."""
+
+    def __init__(self, width: int = 8, heads: int = 2, hidden: int = 16, **kwargs):
+        super().__init__(**kwargs)
+        self.width, self.heads, self.hidden = width, heads, hidden
+        self.att = keras.layers.MultiHeadAttention(heads, width // heads, name="att")
+        self.ffn = keras.Sequential(
+            [keras.layers.Dense(hidden, activation="relu", name="ff1"), keras.layers.Dense(width, name="ff2")],
+            name="ffn",
+        )
+        self.ln1 = keras.layers.LayerNormalization(epsilon=1e-6, name="ln1")
+        self.ln2 = keras.layers.LayerNormalization(epsilon=1e-6, name="ln2")
+        self.drop = keras.layers.Dropout(0.1, name="drop")
+
+    def call(self, x, training=False):
+        h = self.ln1(x + self.drop(self.att(x, x, use_causal_mask=True), training=training))
+        return self.ln2(h + self.ffn(h))
+
+    def get_config(self):
+        return {**super().get_config(), "width": self.width, "heads": self.heads, "hidden": self.hidden}
+
+
+def custom_block() -> keras.Model:
+    keras.utils.set_random_seed(18)
+    inp = keras.Input((5, 8))
+    x = TransformerBlock(name="block")(inp)
+    x = keras.layers.GlobalAveragePooling1D(name="pool")(x)
+    return keras.Model(inp, keras.layers.Dense(3, name="out")(x), name="custom_block")
+
+
 def audio() -> keras.Model:
     keras.utils.set_random_seed(15)
     inp = keras.Input((32, 2))
@@ -95,6 +127,7 @@ KINDS: dict[str, Callable[[], keras.Model]] = {
     "recurrent (LSTM, Bidirectional GRU)": recurrent,
     "text (Embedding + LSTM, integer input)": text,
     "Transformer block (MultiHeadAttention, LayerNorm, GELU)": transformer,
+    "Transformer block as a custom Layer (keras.io style, causal mask)": custom_block,
     "1-D audio (Conv1D)": audio,
     "multi-input / multi-output": multi_io,
     "TimeDistributed + GRU": time_distributed,

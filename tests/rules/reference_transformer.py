@@ -22,8 +22,9 @@ def mha_weights(layer) -> dict[str, np.ndarray]:
     return out
 
 
-def mha_forward(w: dict, xq: np.ndarray, xv: np.ndarray) -> dict[str, np.ndarray]:
-    """Self-contained forward of one sample: x (T, D) -> every intermediate, as in Keras (key = value)."""
+def mha_forward(w: dict, xq: np.ndarray, xv: np.ndarray, mask: np.ndarray | None = None) -> dict[str, np.ndarray]:
+    """Self-contained forward of one sample: x (T, D) -> every intermediate, as in Keras (key = value).
+    ``mask`` (T, S), True where a query may attend: the others get probability 0."""
 
     def proj(x, part):
         z = np.einsum("td,dhk->thk", x, w[f"{part}_kernel"])
@@ -33,7 +34,8 @@ def mha_forward(w: dict, xq: np.ndarray, xv: np.ndarray) -> dict[str, np.ndarray
     scale = 1.0 / np.sqrt(q.shape[-1])
     qs = q * scale
     s = np.einsum("thk,shk->hts", qs, k)
-    p = np.exp(s - s.max(axis=-1, keepdims=True))
+    allowed = np.where(np.ones_like(s, bool) if mask is None else mask[None], s, -np.inf)
+    p = np.exp(allowed - allowed.max(axis=-1, keepdims=True))
     p = p / p.sum(axis=-1, keepdims=True)
     o = np.einsum("hts,she->the", p, v)
     y = np.einsum("the,hed->td", o, w["output_kernel"])
@@ -42,9 +44,10 @@ def mha_forward(w: dict, xq: np.ndarray, xv: np.ndarray) -> dict[str, np.ndarray
     return {"q": q, "k": k, "v": v, "qs": qs, "s": s, "p": p, "o": o, "y": y, "scale": scale}
 
 
-def attnlrp_mha_relevance(w: dict, xq: np.ndarray, xv: np.ndarray, r_y: np.ndarray, eps: float):
-    """AttnLRP relevance at the query and value inputs of one sample, from the relevance ``r_y`` at the output."""
-    f = mha_forward(w, xq, xv)
+def attnlrp_mha_relevance(w: dict, xq: np.ndarray, xv: np.ndarray, r_y: np.ndarray, eps: float, mask=None):
+    """AttnLRP relevance at the query and value inputs of one sample, from the relevance ``r_y`` at the output
+    (masked positions: probability 0, so no relevance flows through them)."""
+    f = mha_forward(w, xq, xv, mask)
     q, k, v, qs, s, p, o, y = (f[n] for n in ("q", "k", "v", "qs", "s", "p", "o", "y"))
     # output projection: ε rule
     r_o = o * np.einsum("td,hed->the", r_y / stab(y, eps), w["output_kernel"])
@@ -67,10 +70,10 @@ def attnlrp_mha_relevance(w: dict, xq: np.ndarray, xv: np.ndarray, r_y: np.ndarr
     return back(xq, "query", q, r_q), back(xv, "key", k, r_k) + back(xv, "value", v, r_v)
 
 
-def cp_mha_relevance(w: dict, xq: np.ndarray, xv: np.ndarray, r_y: np.ndarray):
+def cp_mha_relevance(w: dict, xq: np.ndarray, xv: np.ndarray, r_y: np.ndarray, mask=None):
     """CP-LRP relevance at the query and value inputs: with P constant, y is linear in x through V (LRP-0,
     bias-free): R_x = x ⊙ Jᵀ(R_y / y); the query gets none (it only moves P)."""
-    f = mha_forward(w, xq, xv)
+    f = mha_forward(w, xq, xv, mask)
     g_o = np.einsum("td,hed->the", r_y / f["y"], w["output_kernel"])
     g_v = np.einsum("the,hts->she", g_o, f["p"])
     g_xv = np.einsum("she,dhe->sd", g_v, w["value_kernel"])

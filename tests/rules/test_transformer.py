@@ -44,7 +44,7 @@ def mha():
     return layer, x
 
 
-def rule_relevance(layer, x, mode, eps, r_y):
+def rule_relevance(layer, x, mode, eps, r_y, mask=None):
     """The rule's gradient form, turned into relevance: R_in = x ⊙ g_in with the seed g = R_y / y."""
     from gradscope.rules.builtin.transformer import attention
 
@@ -52,7 +52,7 @@ def rule_relevance(layer, x, mode, eps, r_y):
     with tf.GradientTape() as tape:
         for t in xs:
             tape.watch(t)
-        y = attention(layer, xs, mode, eps)
+        y = attention(layer, {"query": xs[0], "value": xs[1], "attention_mask": mask}, mode, eps)
     seed = tf.constant((r_y / y.numpy()[0])[None], tf.float32)
     g = tape.gradient(y, xs, output_gradients=seed, unconnected_gradients="zero")
     return y.numpy()[0], [x[0] * gi.numpy()[0] for gi in g]
@@ -65,7 +65,8 @@ def test_the_reference_forward_is_keras_multi_head_attention(mha):
     from gradscope.rules.builtin.transformer import attention
 
     for mode in ("", "attnlrp", "cp"):  # every mode re-runs the same values; only the gradients differ
-        np.testing.assert_allclose(attention(layer, [x, x], mode, 1e-6).numpy(), layer(x, x).numpy(), atol=1e-5)
+        y = attention(layer, {"query": x, "value": x}, mode, 1e-6)
+        np.testing.assert_allclose(y.numpy(), layer(x, x).numpy(), atol=1e-5)
 
 
 @pytest.mark.parametrize("eps", [1e-6, 0.05])
@@ -76,6 +77,41 @@ def test_attnlrp_attention_matches_the_relevance_form_reference(mha, eps):
     want_q, want_v = ref.attnlrp_mha_relevance(ref.mha_weights(layer), x[0].astype(np.float64), x[0], r_y, eps)
     np.testing.assert_allclose(r_q, want_q, rtol=2e-3, atol=2e-5)
     np.testing.assert_allclose(r_v, want_v, rtol=2e-3, atol=2e-5)
+
+
+def random_mask(seed: int) -> np.ndarray:
+    """(1, T, T) attention mask with some keys hidden from each query (every query sees at least one key)."""
+    mask = np.random.default_rng(seed).random((1, T, T)) > 0.4
+    mask[0, np.arange(T), np.arange(T)] = True
+    return mask
+
+
+@pytest.mark.parametrize("mode", ["attnlrp", "cp"])
+def test_masked_attention_matches_the_reference_and_masked_keys_get_no_relevance(mha, mode):
+    layer, x = mha
+    mask = random_mask(11)
+    np.testing.assert_allclose(  # the re-run is the layer's own masked output
+        ref.mha_forward(ref.mha_weights(layer), x[0], x[0], mask[0])["y"],
+        layer(x, x, attention_mask=mask).numpy()[0],
+        rtol=1e-4,
+        atol=1e-5,
+    )
+    r_y = np.random.default_rng(12).standard_normal((T, D))
+    _, (r_q, r_v) = rule_relevance(layer, x, mode, 1e-6, r_y, mask)
+    w, x64 = ref.mha_weights(layer), x[0].astype(np.float64)
+    if mode == "attnlrp":
+        want_q, want_v = ref.attnlrp_mha_relevance(w, x64, x[0], r_y, 1e-6, mask[0])
+    else:
+        want_q, want_v = ref.cp_mha_relevance(w, x64, x[0], r_y, mask[0])
+    np.testing.assert_allclose(r_q, want_q, rtol=2e-3, atol=2e-5)
+    np.testing.assert_allclose(r_v, want_v, rtol=2e-3, atol=2e-5)
+    # a key no query may see passes relevance only through its own query path, never as a value
+    hidden = random_mask(11)[0].copy()
+    hidden[:, 2] = False
+    hidden[2, 2] = False
+    hidden[2, 3] = True
+    _, (_, r_v_hidden) = rule_relevance(layer, x, "cp", 0.0, r_y, hidden[None])
+    assert np.abs(r_v_hidden[2]).max() == 0.0
 
 
 def test_cp_attention_matches_the_reference_and_gives_the_query_nothing():

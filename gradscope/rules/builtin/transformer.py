@@ -18,6 +18,7 @@ Every rule is checked against a NumPy reference in the relevance form of the pap
 
 from __future__ import annotations
 
+import inspect
 import math
 from dataclasses import dataclass
 
@@ -150,20 +151,17 @@ class _AttentionRule(Rule):
         return node.op_type == "MultiHeadAttention"
 
     def backward(self, ctx, grad_outputs):
-        floats = [x for x in ctx.inputs if x.dtype.is_floating]
-        if len(floats) != len(ctx.inputs) or len(floats) not in (2, 3):
-            raise RuleError(
-                f"{self.name} on {ctx.node.id!r}: only calls with query, value (and key) and no mask tensors are "
-                "supported yet."
-            )
         xs = [tf.identity(x) for x in ctx.inputs]  # one gradient per use, also for mha(x, x)
+        floats = [x for x in xs if x.dtype.is_floating]
+        call = attention_call(ctx, xs)
         with tf.GradientTape() as tape:
-            for x in xs:
+            for x in floats:
                 tape.watch(x)
             with keras.StatelessScope(state_mapping=list(zip(ctx.layer.variables, ctx.weight_list))):
-                y = attention(ctx.layer, xs, self.mode, getattr(self.params, "epsilon", 0.0))
+                y = attention(ctx.layer, call, self.mode, getattr(self.params, "epsilon", 0.0))
         _check_rerun(ctx, y)
-        return list(tape.gradient(y, xs, output_gradients=grad_outputs[0], unconnected_gradients="zero"))
+        got = iter(tape.gradient(y, floats, output_gradients=grad_outputs[0], unconnected_gradients="zero"))
+        return [next(got) if x.dtype.is_floating else None for x in xs]
 
 
 @register_rule("attention_lrp")
@@ -183,11 +181,35 @@ class AttentionCP(_AttentionRule):
     mode = "cp"
 
 
-def attention(layer, xs, mode: str, eps: float = 0.0):
-    """``layer(query, value[, key])`` re-computed from its sublayers (no mask, no dropout) under ``mode``:
-    "attnlrp", "cp" or "" (the plain computation)."""
-    query, value = xs[0], xs[1]
-    key = xs[2] if len(xs) > 2 else value
+def attention_call(ctx, xs) -> dict:
+    """The tensors and flags of a ``MultiHeadAttention`` call, ``xs`` in place of its tensors."""
+    args, kwargs = ctx.call_arguments(xs)
+    try:
+        bound = inspect.signature(ctx.layer.call).bind(*args, **kwargs)
+    except TypeError as exc:
+        raise RuleError(f"{ctx.node.id!r}: a MultiHeadAttention call this rule cannot read ({exc}).") from exc
+    call = dict(bound.arguments)
+    if call.get("return_attention_scores"):
+        raise RuleError(f"{ctx.node.id!r}: calls that return the attention scores are not supported yet.")
+    return call
+
+
+def attention(layer, call: dict, mode: str, eps: float = 0.0):
+    """``layer(**call)`` re-computed from its sublayers (no dropout) under ``mode``: "attnlrp", "cp" or "" (the
+    plain computation). The attention mask (``attention_mask``, ``value_mask``/``key_mask``, the causal flag) is
+    Keras's own, applied to the scores as the layer applies it: masked positions get no probability, hence no
+    relevance. (Keras reads the query's mask from its Keras mask, whatever ``query_mask`` says; a call with
+    Keras masks on its inputs is not reproduced here, and ``_check_rerun`` refuses it.)"""
+    query, value = call["query"], call["value"]
+    key = value if call.get("key") is None else call["key"]
+    mask = layer._compute_attention_mask(
+        query,
+        value,
+        value_mask=call.get("value_mask"),
+        key_mask=call.get("key_mask"),
+        attention_mask=call.get("attention_mask"),
+        use_causal_mask=bool(call.get("use_causal_mask", False)),
+    )
 
     def project(dense, x):
         z = dense(x)
@@ -208,7 +230,7 @@ def attention(layer, xs, mode: str, eps: float = 0.0):
         scores = scaled_gradient(scores, epsilon_factor(scores, eps))
     else:
         scores = scores_of(k, q)
-    probs = layer._masked_softmax(scores, None)
+    probs = layer._masked_softmax(scores, mask)
     if mode == "cp":
         probs = tf.stop_gradient(probs)
     if mode == "attnlrp":
