@@ -158,7 +158,7 @@ class Inputs:
         if graph.token_input is not None:  # random ids the embedding has
             ids = rng.integers(0, graph.vocabulary_size(graph.token_input) or 2, shapes[0][1] or 8)
             self.fed = token_input(graph, ids, vocab=self.vocab, source="<random>")
-            self.batch = self.fed.arrays[0]
+            self.batch = self.fed.arrays[0] if len(self.fed.arrays) == 1 else list(self.fed.arrays)
             self.note = "Random token ids (seed 0): File ▸ Type tokens… to explain your own."
             return
         batch = []

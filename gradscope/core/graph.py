@@ -63,6 +63,16 @@ class NodeSpec:
         return f"{self.id}\n{self.kind} {shape}".rstrip()
 
 
+#: Names of the integer inputs that come with token ids (keras_hub, Hugging Face): what each is made from.
+_COMPANION_HINTS = (("mask", "mask"), ("segment", "segment"), ("token_type", "segment"))
+
+
+def companion_kind(input_name: str) -> str | None:
+    """ "mask" for a padding/attention mask input, "segment" for segment / token-type ids, else None."""
+    name = input_name.lower()
+    return next((kind for hint, kind in _COMPANION_HINTS if hint in name), None)
+
+
 @dataclass(frozen=True)
 class LayerGraph:
     """A DAG of nodes in topological order (inputs first)."""
@@ -98,9 +108,27 @@ class LayerGraph:
 
     @property
     def token_input(self) -> str | None:
-        """The input of a model that takes one sequence of token ids (its only input is integer), else None."""
-        only = self.input_ids[0] if len(self.input_ids) == 1 else None
-        return only if only is not None and self.is_integer_input(only) else None
+        """The input of a model that takes one sequence of token ids, else None: its only input is integer, or
+        every input is, and all but one are companions derived from the ids (``token_companions``: BERT's
+        ``padding_mask`` and ``segment_ids``) of the same shape."""
+        if not self.input_ids or not all(self.is_integer_input(i) for i in self.input_ids):
+            return None
+        if len(self.input_ids) == 1:
+            return self.input_ids[0]
+        main = [i for i in self.input_ids if companion_kind(i) is None]
+        shape = self.node(main[0]).output_shape if len(main) == 1 else None
+        if shape is None or any(self.node(i).output_shape != shape for i in self.input_ids):
+            return None
+        return main[0]
+
+    @property
+    def token_companions(self) -> dict[str, str]:
+        """The inputs a token model derives from its ids: input id -> "mask" (1 where a token is) or "segment"
+        (0: one segment); empty for a model with one input."""
+        main = self.token_input
+        if main is None:
+            return {}
+        return {i: companion_kind(i) or "" for i in self.input_ids if i != main}
 
     def vocabulary_size(self, input_id: str) -> int | None:
         """How many ids the embedding of an integer input has (its ``input_dim``), when it says."""

@@ -46,7 +46,7 @@ class ModelInput:
 def token_input(graph: LayerGraph, ids: Any, *, vocab: Vocabulary | None = None, source: str = "<ids>") -> ModelInput:
     """Token ids for a model whose input is integer: checked for length (shorter input is padded at the end
     when the vocabulary's id 0 is a padding token) and for the embedding's vocabulary size."""
-    input_id = _single_input(graph, "token ids")
+    input_id = graph.token_input or _single_input(graph, "token ids")
     if not graph.is_integer_input(input_id):
         shape = graph.node(input_id).output_shape
         raise InputError(
@@ -58,15 +58,19 @@ def token_input(graph: LayerGraph, ids: Any, *, vocab: Vocabulary | None = None,
         raise InputError(f"Token ids for {input_id!r} are one sequence of whole numbers; got {ids.dtype} {ids.shape}.")
     ids = ids.astype(np.int64)
     note = ""
+    companions = graph.token_companions
+    pad_token = vocab is not None and len(vocab) and vocab.tokens[0] in PAD_TOKENS
+    given = len(ids)
     length = (graph.node(input_id).output_shape + (None, None))[1]
     if length is not None and len(ids) != length:
-        padding = vocab is not None and len(vocab) and vocab.tokens[0] in PAD_TOKENS
-        if len(ids) > length or not padding:
+        masked = "mask" in companions.values()  # the model's padding mask hides what is padded
+        if len(ids) > length or not (pad_token or masked):
             raise InputError(
                 f"Input {input_id!r} takes {length} token ids; got {len(ids)}"
                 + ("." if len(ids) > length else " (and the vocabulary has no padding token at id 0 to fill it).")
             )
-        note = f"Padded {length - len(ids)} position(s) at the end with id 0 ({vocab.tokens[0]!r})."
+        what = f"id 0 ({vocab.tokens[0]!r})" if pad_token else "id 0, hidden by the padding mask"
+        note = f"Padded {length - len(ids)} position(s) at the end with {what}."
         ids = np.concatenate([ids, np.zeros(length - len(ids), np.int64)])
     size = graph.vocabulary_size(input_id)
     bad = [(p, int(i)) for p, i in enumerate(ids) if i < 0 or (size is not None and i >= size)]
@@ -78,7 +82,19 @@ def token_input(graph: LayerGraph, ids: Any, *, vocab: Vocabulary | None = None,
             + (f"; {len(bad)} such ids." if len(bad) > 1 else ".")
         )
     tokens = tuple(vocab.decode(ids)) if vocab is not None else tuple(str(i) for i in ids.tolist())
-    return ModelInput((ids[None],), "tokens", source, ids=ids, tokens=tokens, note=note)
+    real = np.arange(len(ids)) < given
+    if pad_token:
+        real &= ids != 0
+    arrays = {input_id: ids, **{i: _companion(kind, real) for i, kind in companions.items()}}
+    return ModelInput(
+        tuple(arrays[i][None] for i in graph.input_ids), "tokens", source, ids=ids, tokens=tokens, note=note
+    )
+
+
+def _companion(kind: str, real: np.ndarray) -> np.ndarray:
+    """An input derived from the token ids: the padding mask (1 where a token is, 0 where padding is) or the
+    segment ids (0: one segment)."""
+    return real.astype(np.int64) if kind == "mask" else np.zeros(len(real), np.int64)
 
 
 def text_input(graph: LayerGraph, text: str, vocab: Vocabulary) -> ModelInput:

@@ -12,11 +12,8 @@ import contextlib
 import hashlib
 import importlib.util
 import inspect
-import io
 import json
-import mmap
 import re
-import struct
 import sys
 import zipfile
 from collections.abc import Callable, Iterator
@@ -25,6 +22,7 @@ from typing import Any
 
 from gradscope.core.errors import CustomObjectError, GradscopeError, ModelLoadError, UnsafeModelError
 from gradscope.io._keras import import_keras
+from gradscope.io.archives import WEIGHTS, read_member, weights_store
 
 SUPPORTED_EXTENSIONS = (".keras", ".h5", ".hdf5")
 
@@ -99,7 +97,7 @@ def load_model_in_steps(
             model = keras.saving.load_model(p, custom_objects=objects, compile=False, safe_mode=safe_mode)
         return _checked_model(keras, model, p), lambda: None
     with zipfile.ZipFile(p) as zf:
-        config_json = _read_member(zf, "config.json", p)
+        config_json = read_member(zf, "config.json", p)
     with _translated(p, config, objects, safe_mode):
         # No initializers: the saved weights replace every value (BERT-base: 1.7 s -> 0.15 s to build).
         model, pending = build_without_initializers(
@@ -108,7 +106,7 @@ def load_model_in_steps(
     model = _checked_model(keras, model, p)
 
     def load_weights() -> None:
-        with _translated(p, config, objects, safe_mode), _weights_store(saving_lib, p, model) as store:
+        with _translated(p, config, objects, safe_mode), weights_store(saving_lib, p, model) as store:
             failed: set = set()
             errors: dict = {}
             with loaded_in_place(model, pending):
@@ -191,8 +189,7 @@ def load_custom_objects_file(path: str | Path) -> dict[str, object]:
 
 
 # ------------------------------------------------------------------------------------------------- steps
-_WEIGHTS = "model.weights.h5"
-_PLAIN_ARCHIVE = {"config.json", "metadata.json", _WEIGHTS}
+_PLAIN_ARCHIVE = {"config.json", "metadata.json", WEIGHTS}
 
 
 def _prepare(
@@ -249,100 +246,7 @@ def _plain_archive(p: Path) -> bool:
             names = set(zf.namelist())
     except (zipfile.BadZipFile, OSError):
         return False
-    return _WEIGHTS in names and names <= _PLAIN_ARCHIVE
-
-
-def _refuse_zip_bomb(info: zipfile.ZipInfo, p: Path) -> None:
-    """Keras's own guard (CWE-409), on every member gradscope reads itself: a member that claims gigabytes
-    it does not store."""
-    if info.file_size > 1 << 32 and info.file_size > 100 * info.compress_size:
-        raise ModelLoadError(
-            f"{p} is not loaded: its {info.filename} claims {info.file_size} bytes but only "
-            f"{info.compress_size} are stored (a decompression bomb?)."
-        )
-
-
-@contextlib.contextmanager
-def _weights_store(saving_lib: Any, p: Path, model: Any) -> Iterator[Any]:
-    """Keras's reader of the archive's weights. An uncompressed member (what Keras writes) is read in place
-    through a memory map: each array is copied once, from the file into its tensor."""
-    with p.open("rb") as f, zipfile.ZipFile(f) as zf:
-        info = zf.getinfo(_WEIGHTS)
-        if info.compress_type == zipfile.ZIP_STORED and info.file_size:
-            with mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as mapped:
-                store = saving_lib.H5IOStore(_MemberView(mapped, _member_start(f, info), info.file_size), mode="r")
-                try:
-                    yield store
-                finally:
-                    store.close()
-            return
-        # As Keras does: a compressed member read into memory when it fits, else read from the archive as needed
-        # (slower; Keras would extract it beside the model, and gradscope writes nothing there).
-        if getattr(saving_lib, "is_memory_sufficient", lambda _model: True)(model):
-            store = saving_lib.H5IOStore(io.BytesIO(_read_member(zf, _WEIGHTS, p)), mode="r")
-        else:
-            _refuse_zip_bomb(info, p)
-            store = saving_lib.H5IOStore(_WEIGHTS, archive=zf, mode="r")
-        try:
-            yield store
-        finally:
-            store.close()
-
-
-def _member_start(f: Any, info: zipfile.ZipInfo) -> int:
-    """Where an archive member's bytes start: after its local header, whose extra field may differ in length
-    from the central directory's."""
-    f.seek(info.header_offset)
-    header = f.read(30)
-    if header[:4] != b"PK\x03\x04":
-        raise zipfile.BadZipFile(f"no local header for {info.filename}")
-    name_length, extra_length = struct.unpack("<HH", header[26:30])
-    return info.header_offset + 30 + name_length + extra_length
-
-
-class _MemberView(io.BytesIO):
-    """A read-only file over ``size`` bytes of a memory map from ``start``. An ``io.BytesIO`` only because
-    Keras's ``H5IOStore`` accepts no other file object; h5py reads it through ``readinto``/``seek``."""
-
-    def __init__(self, mapped: mmap.mmap, start: int, size: int) -> None:
-        super().__init__()
-        if start + size > len(mapped):
-            raise zipfile.BadZipFile("an archive member runs past the end of the file")
-        self._mapped, self._start, self._size, self._pos = mapped, start, size, 0
-
-    def seekable(self) -> bool:
-        return True
-
-    def tell(self) -> int:
-        return self._pos
-
-    def seek(self, offset: int, whence: int = io.SEEK_SET) -> int:
-        base = {io.SEEK_SET: 0, io.SEEK_CUR: self._pos, io.SEEK_END: self._size}[whence]
-        self._pos = max(0, base + offset)
-        return self._pos
-
-    def readinto(self, buffer: Any) -> int:
-        view = memoryview(buffer).cast("B")
-        n = max(0, min(len(view), self._size - self._pos))
-        begin = self._start + self._pos
-        view[:n] = self._mapped[begin : begin + n]
-        self._pos += n
-        return n
-
-    def read(self, size: int | None = -1) -> bytes:
-        left = self._size - self._pos
-        n = left if size is None or size < 0 else max(0, min(size, left))
-        begin = self._start + self._pos
-        self._pos += n
-        return self._mapped[begin : begin + n]
-
-    def write(self, data: Any) -> int:
-        raise io.UnsupportedOperation("read-only")
-
-
-def _read_member(zf: zipfile.ZipFile, name: str, p: Path) -> bytes:
-    _refuse_zip_bomb(zf.getinfo(name), p)
-    return zf.read(name)
+    return WEIGHTS in names and names <= _PLAIN_ARCHIVE
 
 
 # ------------------------------------------------------------------------------------------------- checks
@@ -409,7 +313,7 @@ def _check_keras_archive(p: Path, head: bytes) -> str:
                     f"{p} is a zip archive but not a Keras model (it has no config.json). A .keras model is "
                     "written by `model.save('name.keras')`."
                 )
-            json.loads(_read_member(zf, "config.json", p))
+            json.loads(read_member(zf, "config.json", p))
     except ModelLoadError:
         raise
     except (zipfile.BadZipFile, OSError, EOFError, ValueError, RuntimeError) as exc:
@@ -479,7 +383,7 @@ def _read_config(p: Path, kind: str) -> Any:
     try:
         if kind == "keras":
             with zipfile.ZipFile(p) as zf:
-                return json.loads(_read_member(zf, "config.json", p))
+                return json.loads(read_member(zf, "config.json", p))
         import h5py
 
         with h5py.File(p, "r") as f:
@@ -664,7 +568,7 @@ def _saved_by_newer_keras(p: Path) -> tuple[str, str] | None:
     """(saved, running) Keras versions when the archive says a newer Keras wrote it, else None."""
     try:
         with zipfile.ZipFile(p) as zf:
-            saved = json.loads(_read_member(zf, "metadata.json", p)).get("keras_version")
+            saved = json.loads(read_member(zf, "metadata.json", p)).get("keras_version")
     except (zipfile.BadZipFile, OSError, KeyError, ValueError, GradscopeError):
         return None
     from gradscope.backend import version_tuple  # loaded already: this runs after Keras failed to load the file

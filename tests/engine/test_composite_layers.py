@@ -156,3 +156,15 @@ def test_a_layer_given_a_keras_mask_opens_with_the_mask_as_a_node():
         score = tf.reduce_sum(model.get_layer("out")(model.get_layer("pool")(h))[:, 1])
     np.testing.assert_allclose(result.node_grads["embed"], tape.gradient(score, e).numpy(), rtol=1e-5, atol=1e-6)
     assert np.abs(result.node_grads["embed"][0, 4:]).max() == 0.0  # the padded positions were masked out
+
+
+def test_token_ids_explain_a_bert_style_model_with_the_padding_mask_derived():
+    """Typed ids feed a model that also takes a padding mask (keras_hub's convention): the mask is made from
+    them, and CP-LRP's token scores sum to the logit computed with that mask."""
+    import gradscope.api as gs
+
+    model = padded_model(bias=False, seed=3)
+    logits = model([IDS, PAD]).numpy()[0]
+    ex = gs.explain(model, np.array([3, 7, 1, 12]), method="cp_lrp", target=2)
+    assert ex.node == "embed" and ex.saliency.shape[0] >= 4
+    assert float(ex.saliency.sum()) == pytest.approx(float(logits[2]), rel=1e-4, abs=1e-6)

@@ -123,3 +123,47 @@ def test_rows_and_arrays_are_checked_against_the_model(tmp_path):
     np.savez(tmp_path / "wrong.npz", y=np.ones(3), z=np.ones(3))
     with pytest.raises(InputError, match="wrong.npz lacks input\\(s\\) 'x' of the model"):
         array_input(g, tmp_path / "wrong.npz")
+
+
+def bert_graph(length: int = 6, vocab_size: int = 10, extra: str = "") -> LayerGraph:
+    """keras_hub's BERT inputs: padding_mask, segment_ids, token_ids (int32), the ids into an embedding."""
+    names = ["padding_mask", "segment_ids", "token_ids"] + ([extra] if extra else [])
+    nodes = [NodeSpec(n, n, "InputLayer", (), (), ((None, length),), "int32", is_input=True) for n in names]
+    nodes.append(
+        NodeSpec(
+            "embed",
+            "embed",
+            "Embedding",
+            ("token_ids",),
+            ((None, length),),
+            ((None, length, 4),),
+            "float32",
+            config={"input_dim": vocab_size},
+        )
+    )
+    nodes.append(NodeSpec("out", "out", "Dense", ("embed",), ((None, length, 4),), ((None, 2),), "float32"))
+    return LayerGraph(tuple(nodes), tuple(names), ("out",))
+
+
+def test_token_ids_feed_a_bert_style_model_with_its_mask_and_segments_derived():
+    graph = bert_graph()
+    assert graph.token_input == "token_ids"
+    assert graph.token_companions == {"padding_mask": "mask", "segment_ids": "segment"}
+    fed = token_input(graph, [2, 5, 9, 3])  # shorter: padded, and the padding mask hides the padding
+    mask, segments, ids = fed.arrays
+    np.testing.assert_array_equal(ids[0], [2, 5, 9, 3, 0, 0])
+    np.testing.assert_array_equal(mask[0], [1, 1, 1, 1, 0, 0])
+    np.testing.assert_array_equal(segments[0], np.zeros(6))
+    assert "padding mask" in fed.note and fed.tokens == ("2", "5", "9", "3", "0", "0")
+    vocab = Vocabulary(["[PAD]", "a", "b", "c", "d"])
+    fed = token_input(graph, [1, 0, 3], vocab=vocab)  # a pad token inside the text is masked too
+    np.testing.assert_array_equal(fed.arrays[0][0], [1, 0, 1, 0, 0, 0])
+    with pytest.raises(InputError, match="'token_ids' is id 12"):
+        token_input(graph, [1, 12])
+
+
+def test_a_model_with_two_real_integer_inputs_is_not_a_token_model():
+    graph = bert_graph(extra="item_ids")  # two inputs that are not derived from the ids
+    assert graph.token_input is None and graph.token_companions == {}
+    with pytest.raises(InputError, match="takes 4 inputs"):
+        token_input(graph, [1, 2])
