@@ -194,10 +194,11 @@ def model_input(
     engine: Any, source: Any, *, preprocessing: str = "unit", vocab: Any = None, row: int = 0
 ) -> ModelInput:
     """Any input as the model's batch (``io.model_inputs``): an image (path or uint8 array), token ids (an
-    integer array or list for a model whose input is integer), a ``.npy``/``.npz``/``.csv``/``.txt``/``.json``
-    file, a float array, or a ``ModelInput``. ``vocab``: a ``Vocabulary`` or the path of one."""
+    integer array or list for a model whose input is integer, or typed: ``"12 7 99"``, or text with ``vocab``), a
+    ``.npy``/``.npz``/``.csv``/``.txt``/``.json`` file, a float array, or a ``ModelInput``. ``vocab``: a
+    ``Vocabulary``, the path of one, or a keras_hub tokenizer's preset folder."""
     from gradscope.io.images import load_image, prepare_input, rgb_image
-    from gradscope.io.model_inputs import INPUT_FILE_SUFFIXES, read_model_input, table_input, token_input
+    from gradscope.io.model_inputs import INPUT_FILE_SUFFIXES, read_model_input, table_input, token_input, typed_input
     from gradscope.io.sequences import TableRow, Vocabulary
 
     if isinstance(source, ModelInput):
@@ -207,6 +208,8 @@ def model_input(
         vocab = Vocabulary.load(vocab)
     first = graph.input_ids[0]
     shape = graph.node(first).output_shape
+    if isinstance(source, str) and graph.token_input is not None and not Path(source).expanduser().is_file():
+        return typed_input(graph, source, vocab)  # "12 7 99", or words through the vocabulary
     if isinstance(source, (str, Path)) and Path(source).suffix.lower() in INPUT_FILE_SUFFIXES:
         return read_model_input(graph, source, vocab=vocab, row=row)  # anything else is an image to Pillow
     if not isinstance(source, (str, Path)):

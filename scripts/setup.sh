@@ -36,10 +36,15 @@ if [ ! -x .venv/bin/python ]; then
   "$PY" -m venv .venv
 fi
 stamp=.venv/.gradscope-installed
-want=$(cat pyproject.toml setup.py | sha1sum | cut -d" " -f1)  # what the install depends on
+want=$(cat pyproject.toml setup.py scripts/setup.sh | sha1sum | cut -d" " -f1)  # what the install depends on
 if [ ! -f "$stamp" ] || [ "$(cat "$stamp")" != "$want" ]; then
   .venv/bin/python -m pip install -qq --upgrade pip
   # -qq: the build backend notes that every flat-layout editable install gets are not shown (errors are)
   .venv/bin/python -m pip install -qq -e ".[cpu,dev]"  # the CPU build of TensorFlow for its own .venv
+  # keras_hub for the tests of its tokenizers and transformer blocks. --no-deps: keras-hub requires
+  # tensorflow-text, which would replace tensorflow-cpu with the full tensorflow build; the parts the tests use
+  # (tokenizers in NumPy, layers, backbones) need only these.
+  .venv/bin/python -m pip install -qq --no-deps "keras-hub>=0.32,<0.33" regex tokenizers kagglehub \
+    "kagglesdk>=0.1.38,<1" tqdm
   echo "$want" > "$stamp"
 fi

@@ -24,12 +24,14 @@ from gradscope.core.errors import InputError
 from gradscope.core.events import Signal
 from gradscope.core.graph import LayerGraph
 from gradscope.io.model_inputs import INPUT_FILE_SUFFIXES, ModelInput, read_model_input, token_input, typed_input
-from gradscope.io.sequences import Vocabulary
+from gradscope.io.sequences import Vocabulary, is_hub_tokenizer
 
 
 class Inputs:
-    def __init__(self, feedback: Feedback) -> None:
+    def __init__(self, feedback: Feedback, submit: Any = None) -> None:
         self._feedback = feedback
+        self._submit = submit  # ``Jobs.submit``: a keras_hub tokenizer loads on the worker (it imports TensorFlow)
+        self.loading_vocab = False  # a tokenizer is loading: the input waits for it
         self.image: np.ndarray | None = None
         self.image_path: str | None = None
         self.preprocessing = "unit"
@@ -95,7 +97,26 @@ class Inputs:
         return True
 
     def set_vocabulary(self, path: str | Path | None) -> bool:
-        """Read token ids as words with the vocabulary file at ``path`` (None: show ids)."""
+        """Read token ids as words with the vocabulary file at ``path`` (None: show ids), or split text with the
+        keras_hub tokenizer of a preset folder (loaded on the worker; ``loading_vocab`` meanwhile)."""
+        if path is not None and is_hub_tokenizer(path) and self._submit is not None:
+
+            def done(vocab: Vocabulary) -> None:
+                self.loading_vocab, self.vocab = False, vocab
+                self.changed.emit()
+
+            def failed(_exc: BaseException) -> None:
+                self.loading_vocab = False  # the job says why; the input goes on without it
+
+            self.loading_vocab = True
+            self._submit(
+                "vocab",
+                f"Loading the tokenizer in {Path(path).name}...",
+                lambda token: Vocabulary.load(path),
+                done,
+                on_failed=failed,
+            )
+            return True
         try:
             vocab = Vocabulary.load(path) if path is not None else None
         except InputError as exc:

@@ -27,7 +27,11 @@ FAILURE_TITLES = {
     "diagnose": "Diagnostics failed",
     "sanity": "Sanity checks failed",
     "evaluate": "The evaluation failed",
+    "vocab": "Cannot read the vocabulary",
 }
+
+#: Job kinds a new model does not make pointless (an exclusive job leaves them be).
+MODEL_INDEPENDENT = {"vocab"}
 
 
 class Jobs:
@@ -69,7 +73,7 @@ class Jobs:
         rid = self._next_id()
         self._latest[kind] = rid
         if exclusive:
-            for other in [k for k in self._latest if k != kind]:
+            for other in [k for k in self._latest if k != kind and k not in MODEL_INDEPENDENT]:
                 self.cancel_kind(other)
                 self._active.pop(other, None)
 

@@ -57,7 +57,7 @@ class Session:
         self.feedback = Feedback()
         self.jobs = Jobs(executor, self.feedback)
         self.document = ModelDocument(self.jobs, self._on_model_ready)
-        self.fed = Inputs(self.feedback)
+        self.fed = Inputs(self.feedback, self.jobs.submit)
         self.viewing = Viewing(self.document)
         self.selection = Selection(self.document)
         self.targeting = Targeting(self.document, self.feedback)
@@ -185,6 +185,8 @@ class Session:
 
     # ------------------------------------------------------------------------------------------- input, target
     def _on_input(self) -> None:
+        if self.fed.loading_vocab:  # the typed text waits for its tokenizer, which says when it is there
+            return
         self.ab.end("a new input")
         self._prepare_inputs()
         self._maybe_run()

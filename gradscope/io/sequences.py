@@ -4,7 +4,8 @@ numpy: no TensorFlow (``model_inputs`` checks them against the model's graph).
 Token ids are whole numbers: ``"12 7 99"``, ``"12,7,99"``, a ``.txt`` file of them or a ``.json`` list. Text
 needs a vocabulary (one token per line, the line number is the id; or a JSON list, or a JSON object token ->
 id): it is split on whitespace and punctuation, and every word must be in the vocabulary (or the vocabulary
-must have an unknown token such as ``[UNK]``), so no word is silently dropped.
+must have an unknown token such as ``[UNK]``), so no word is silently dropped. A keras_hub tokenizer (a preset
+folder holding ``tokenizer.json``) splits text as its model was trained.
 """
 
 from __future__ import annotations
@@ -34,6 +35,9 @@ class Vocabulary:
 
     @classmethod
     def load(cls, path: str | Path) -> Vocabulary:
+        """A vocabulary file, or a keras_hub tokenizer: a preset folder (or its ``tokenizer.json``)."""
+        if is_hub_tokenizer(path):
+            return HubVocabulary.load_tokenizer(path)
         p = _readable(path, "vocabulary")
         text = p.read_text(encoding="utf-8-sig")
         if p.suffix.lower() == ".json":
@@ -91,6 +95,55 @@ class Vocabulary:
             t = self.tokens[i] if 0 <= i < len(self.tokens) else None
             out.append(t if t is not None else f"#{i}")
         return out
+
+
+HUB_TOKENIZER_FILE = "tokenizer.json"
+
+
+def is_hub_tokenizer(path: str | Path) -> bool:
+    """A keras_hub preset folder or its ``tokenizer.json`` (not a vocabulary file)."""
+    p = Path(path).expanduser()
+    return p.is_dir() or p.name == HUB_TOKENIZER_FILE
+
+
+@dataclass(frozen=True)
+class HubVocabulary(Vocabulary):
+    """A keras_hub tokenizer as a vocabulary: text is split as the model was trained (WordPiece, BPE, ...), and
+    a tokenizer with classification tokens (BERT's ``[CLS]``, ``[SEP]``) wraps the text in them, as keras_hub's
+    classifier preprocessors do. Tokenizing runs in NumPy (keras_hub >= 0.32), so it is safe on any thread."""
+
+    tokenizer: Any = None
+    wrap: tuple[int | None, int | None] = (None, None)
+
+    @classmethod
+    def load_tokenizer(cls, path: str | Path) -> HubVocabulary:
+        p = Path(path).expanduser()
+        folder, config_file = (p, p / HUB_TOKENIZER_FILE) if p.is_dir() else (p.parent, p)
+        config = _json(config_file, _readable(config_file, "keras_hub tokenizer config").read_text("utf-8"))
+        module = config.get("module", "") if isinstance(config, dict) else ""
+        if not module.startswith("keras_hub."):  # only keras_hub's own classes, never a module a file names
+            raise InputError(f"{config_file} is not a keras_hub tokenizer (its module is {module!r}).")
+        try:
+            import keras_hub  # noqa: F401  (registers its classes)
+        except ImportError as exc:
+            raise InputError(f"{folder} holds a keras_hub tokenizer: `pip install keras-hub` to use it.") from exc
+        from gradscope.io._keras import import_keras
+
+        try:
+            tokenizer = import_keras().saving.deserialize_keras_object(config, safe_mode=True)
+            tokenizer.load_preset_assets(str(folder))
+            tokens = tuple(str(t) for t in tokenizer.get_vocabulary())
+        except Exception as exc:  # noqa: BLE001 - a broken preset is the user's input: one line
+            raise InputError(f"Cannot load the keras_hub tokenizer in {folder}: {type(exc).__name__}: {exc}") from exc
+        wrap = (getattr(tokenizer, "cls_token_id", None), getattr(tokenizer, "sep_token_id", None))
+        return cls(tokens, str(folder), tokenizer, wrap if None not in wrap else (None, None))
+
+    def encode(self, text: str) -> np.ndarray:
+        ids = [int(i) for i in np.asarray(self.tokenizer.tokenize(text)).reshape(-1)]
+        if not ids:
+            raise InputError("The text has no words.")
+        start, end = self.wrap
+        return np.array(([start] if start is not None else []) + ids + ([end] if end is not None else []), np.int64)
 
 
 def parse_token_ids(text: str) -> np.ndarray:

@@ -1,0 +1,104 @@
+"""A keras_hub tokenizer as the vocabulary of a text model (issue 23): text split as the model was trained
+(WordPiece), wrapped in BERT's [CLS] ... [SEP], fed with its padding mask and segment ids, explained per token."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+
+from gradscope.core.errors import InputError
+from gradscope.io.sequences import HubVocabulary, Vocabulary
+
+keras_hub = pytest.importorskip("keras_hub")
+keras = pytest.importorskip("keras")
+
+WORDS = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", "the", "cat", "sat", "##s", "on", "mat", "dog"]
+
+
+@pytest.fixture(scope="module")
+def preset(tmp_path_factory):
+    folder = tmp_path_factory.mktemp("bert_preset")
+    keras_hub.tokenizers.BertTokenizer(vocabulary=WORDS, lowercase=True).save_to_preset(str(folder))
+    return folder
+
+
+def test_a_keras_hub_preset_folder_is_a_vocabulary_that_splits_words_as_the_model_was_trained(preset):
+    for path in (preset, preset / "tokenizer.json"):
+        vocab = Vocabulary.load(path)
+        assert isinstance(vocab, HubVocabulary) and vocab.tokens == tuple(WORDS)
+        ids = vocab.encode("The cats sat on the mat")
+        reference = keras_hub.tokenizers.BertTokenizer(vocabulary=WORDS, lowercase=True).tokenize(
+            "The cats sat on the mat"
+        )
+        np.testing.assert_array_equal(ids, [2, *np.asarray(reference).tolist(), 3])  # [CLS] ... [SEP]
+        assert vocab.decode(ids) == ["[CLS]", "the", "cat", "##s", "sat", "on", "the", "mat", "[SEP]"]
+        assert vocab.encode("the zebra").tolist() == [2, 5, 1, 3]  # an unknown word: the tokenizer's [UNK]
+
+
+def test_only_keras_hub_classes_are_loaded_from_a_tokenizer_file(tmp_path, preset):
+    config = json.loads((preset / "tokenizer.json").read_text())
+    config["module"] = "os"
+    (tmp_path / "tokenizer.json").write_text(json.dumps(config))
+    with pytest.raises(InputError, match="not a keras_hub tokenizer"):
+        Vocabulary.load(tmp_path)
+    (tmp_path / "tokenizer.json").write_text("{not json")
+    with pytest.raises(InputError, match="not valid JSON"):
+        Vocabulary.load(tmp_path)
+
+
+@pytest.fixture(scope="module")
+def bert(tmp_path_factory):
+    """keras_hub's BertBackbone (2 blocks, width 16) with a classification head, saved as a user saves it."""
+    keras.utils.set_random_seed(0)
+    backbone = keras_hub.models.BertBackbone(
+        vocabulary_size=len(WORDS),
+        num_layers=2,
+        num_heads=2,
+        hidden_dim=16,
+        intermediate_dim=32,
+        max_sequence_length=12,
+    )
+    head = keras.layers.Dense(2, name="head")(backbone.output["pooled_output"])
+    path = tmp_path_factory.mktemp("bert") / "bert.keras"
+    keras.Model(backbone.input, head).save(path)
+    return path
+
+
+@pytest.mark.parametrize("method", ["attnlrp", "cp_lrp"])
+def test_typed_text_explains_a_keras_hub_bert_per_word(bert, preset, method):
+    import gradscope.api as gs
+    from gradscope.io.models import load_model
+
+    ex = gs.explain(bert, "The cats sat on the mat", vocab=preset, method=method, target=1)
+    assert ex.labels[:9] == ("[CLS]", "the", "cat", "##s", "sat", "on", "the", "mat", "[SEP]")
+    assert ex.node == "token_embedding" and np.isfinite(ex.saliency).all() and not ex.warnings
+    assert {"transformer_layer_0/self_attention_layer", "transformer_layer_1/feedforward_layer_norm"} <= set(
+        ex.result.rules
+    )
+    model = load_model(bert)  # the engine ran the model keras_hub built, with the mask made from the text
+    ids = ex.fed.ids[None]  # the backbone takes any length: no padding
+    assert ids.shape == (1, 9)
+    feed = {"token_ids": ids, "segment_ids": np.zeros_like(ids), "padding_mask": np.ones_like(ids)}
+    np.testing.assert_allclose(ex.result.logits, model(feed).numpy(), rtol=1e-5, atol=1e-6)
+
+
+def test_the_window_loads_a_tokenizer_on_the_worker_and_the_typed_text_waits_for_it(bert, preset):
+    """keras_hub imports TensorFlow, which only the worker may do (two threads importing it break it); a new
+    model does not cancel the tokenizer's load, and the text typed meanwhile is read with it."""
+    from gradscope.app.session import Session
+    from tests.app.test_session import ManualExecutor
+
+    executor = ManualExecutor()
+    s = Session(executor)
+    said: list[str] = []
+    s.feedback.error_raised.connect(lambda title, message, *rest: said.append(f"{title}: {message}"))
+    assert s.fed.set_vocabulary(preset) and s.fed.loading_vocab and s.fed.vocab is None
+    s.fed.set_typed("The cats sat")
+    s.document.open(bert)  # a new model: the tokenizer's job is not made pointless
+    assert [job.kind for job in executor.jobs] == ["vocab", "load"]
+    executor.run_all()
+    assert not s.fed.loading_vocab and isinstance(s.fed.vocab, HubVocabulary)
+    executor.run_all()
+    assert s.fed.labels[:5] == ("[CLS]", "the", "cat", "##s", "sat") and not said
