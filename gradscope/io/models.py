@@ -464,6 +464,11 @@ def _unresolved_objects(config: Any, custom_objects: dict[str, Any] | None) -> l
             (module and (module == "keras" or module.startswith("keras."))) or (not module and _is_builtin(name))
         ):
             continue
+        library = (module or "").split(".")[0]
+        if library in _KERAS_LIBRARIES:  # Keras imports these by their module (when installed)
+            if importlib.util.find_spec(library) is None:
+                found.setdefault(registered, (f"library:{library}", registered, layer))
+            continue
         if keras.saving.get_registered_object(registered, custom_objects=supplied) is not None:
             continue
         if name in supplied or registered.split(">")[-1] in supplied:
@@ -471,6 +476,9 @@ def _unresolved_objects(config: Any, custom_objects: dict[str, Any] | None) -> l
         found.setdefault(registered, (kind, registered, layer))
     return list(found.values())
 
+
+#: Libraries whose classes Keras finds by the module a config names (``serialization_lib``).
+_KERAS_LIBRARIES = ("keras_hub", "keras_cv", "keras_nlp")
 
 _BUILTIN_NAMESPACES = (
     "layers",
@@ -614,6 +622,13 @@ def _translate_error(
                 found_layer = None
         else:
             kind, name, found_layer = unresolved[0]
+        if kind.startswith("library:"):
+            library = kind.split(":", 1)[1]
+            return ModelLoadError(
+                f"{p.name} is built from {library}'s {name!r}"
+                + (f" (layer {found_layer!r})" if found_layer else "")
+                + f", and {library} is not installed here: `pip install {library.replace('_', '-')}`."
+            )
         noun = "custom layer/class" if kind == "class" else "custom function"
         where = f" (used by layer {found_layer!r})" if found_layer else ""
         others = [u[1] for u in unresolved if u[1] != name]

@@ -1,5 +1,6 @@
-"""A keras_hub tokenizer as the vocabulary of a text model (issue 23): text split as the model was trained
-(WordPiece), wrapped in BERT's [CLS] ... [SEP], fed with its padding mask and segment ids, explained per token."""
+"""keras_hub (issue 23): its tokenizer as the vocabulary of a text model (text split as the model was trained,
+wrapped in BERT's [CLS] ... [SEP], fed with its padding mask and segment ids, explained per token), its BERT and
+ViT backbones opened with their transformer blocks as layers, and a clear line where keras_hub is missing."""
 
 from __future__ import annotations
 
@@ -102,3 +103,48 @@ def test_the_window_loads_a_tokenizer_on_the_worker_and_the_typed_text_waits_for
     assert not s.fed.loading_vocab and isinstance(s.fed.vocab, HubVocabulary)
     executor.run_all()
     assert s.fed.labels[:5] == ("[CLS]", "the", "cat", "##s", "sat") and not said
+
+
+def test_a_keras_hub_model_where_keras_hub_is_missing_says_to_install_it(bert):
+    """In a fresh process where keras_hub cannot be imported (its classes are then neither registered nor
+    importable): one line saying what to install, not "a custom layer is missing"."""
+    import subprocess
+    import sys
+
+    code = (
+        "import sys; sys.modules['keras_hub'] = None\n"
+        "from gradscope.core.errors import ModelLoadError\n"
+        "from gradscope.io.models import load_model\n"
+        "try:\n    load_model(sys.argv[1])\nexcept ModelLoadError as exc:\n    print('ERROR', exc)\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code, str(bert)], capture_output=True, text=True, timeout=300)
+    assert "ERROR" in out.stdout and "built from keras_hub's" in out.stdout and "pip install keras-hub" in out.stdout
+
+
+def test_a_keras_hub_vit_opens_its_blocks_and_keeps_its_true_gradient():
+    """ViTBackbone in memory (keras_hub 0.32 cannot reload its own saved ViT: ViTPatchingAndEmbedding's config
+    has arguments its constructor refuses). The patch embedding cannot run on symbolic inputs: one exact node,
+    noted; the encoder's blocks open, and AttnLRP reaches their attention."""
+    from gradscope.backend import tf
+    from gradscope.core.targets import Target
+    from gradscope.engine.runner import Engine
+    from gradscope.rules.methods import build_method
+    from gradscope.rules.plan import Plan
+
+    keras.utils.set_random_seed(1)
+    backbone = keras_hub.models.ViTBackbone(
+        image_shape=(32, 32, 3), patch_size=8, num_layers=2, num_heads=2, hidden_dim=16, mlp_dim=32
+    )
+    model = keras.Model(backbone.input, keras.layers.Dense(3, name="head")(backbone.output[:, 0]))
+    engine = Engine(model, strip_softmax=False)
+    assert "vit_encoder/transformer_block_1/mha" in engine.graph
+    assert any("vit_patching_and_embedding" in note for note in engine.graph.notes)
+    x = np.random.default_rng(2).uniform(0, 1, (1, 32, 32, 3)).astype("float32")
+    got = engine.backward(x, Target(index=2), Plan()).input_grads[0]
+    t = tf.constant(x)
+    with tf.GradientTape() as tape:
+        tape.watch(t)
+        score = tf.reduce_sum(model(t)[:, 2])
+    np.testing.assert_allclose(got, tape.gradient(score, t).numpy(), rtol=1e-4, atol=1e-6)
+    rules = engine.backward(x, Target(index=2), build_method("attnlrp", engine.graph).plan).rules
+    assert rules["vit_encoder/transformer_block_2/mha"] == "attention_lrp"
