@@ -168,3 +168,18 @@ def test_token_ids_explain_a_bert_style_model_with_the_padding_mask_derived():
     ex = gs.explain(model, np.array([3, 7, 1, 12]), method="cp_lrp", target=2)
     assert ex.node == "embed" and ex.saliency.shape[0] >= 4
     assert float(ex.saliency.sum()) == pytest.approx(float(logits[2]), rel=1e-4, abs=1e-6)
+
+
+def test_a_layer_keras_would_hand_an_unrecorded_mask_stays_whole():
+    """Where a Keras records no ``mask=`` in the call (older 3.x), a symbolic run of call() would drop the
+    mask: such a layer is not opened."""
+    from types import SimpleNamespace
+
+    from gradscope.engine.keras_graph import _has_implicit_mask
+
+    masked = SimpleNamespace(_keras_mask=object())
+    node = SimpleNamespace(arguments=SimpleNamespace(kwargs={}), input_tensors=[masked])
+    assert _has_implicit_mask(MaskTaker(), node)
+    given = SimpleNamespace(arguments=SimpleNamespace(kwargs={"mask": object()}), input_tensors=[masked])
+    assert not _has_implicit_mask(MaskTaker(), given)
+    assert not _has_implicit_mask(RawTF(), node)  # its call takes no mask
