@@ -4,12 +4,14 @@
     .venv/bin/python benchmarks/bench_transformer.py --layers 2         # the same shapes, 2 blocks (a smoke run)
     .venv/bin/python benchmarks/bench_transformer.py --memory 200       # + RSS over 200 one-node edits
     .venv/bin/python benchmarks/bench_transformer.py --save DIR         # also save the models (for bench_gui.py)
+    .venv/bin/python benchmarks/bench_transformer.py --only hub_bert    # keras_hub's BertBackbone (BERT-base)
 
 Models are built from Keras layers with random weights: the encoder is 12 blocks of width 768 with 12 heads at
 sequence length 128 (token ids in, a 2-class head on the mean token), ViT-B/16 is a 16x16 patch convolution at
 224x224, 12 blocks of width 768. Every row times what the Session runs for a click (every node's signal and
 statistics to the host). Ratios are to the compiled plain gradient of the logit with respect to the first float
-tensor (the embedding output for token ids, the image for ViT). Targets (reported, not asserted): first map
+tensor (the embedding output for token ids, the image for ViT; for keras_hub's BERT, whose three inputs a split
+model cannot take, the gradient of the token embedding table: the same pass down to the lookup). Targets (reported, not asserted): first map
 <= 5x, a never-seen preset (attnlrp, gradient x input) <= 4x, a one-node edit <= 2x, memory flat over edits.
 Writes benchmarks/results/transformer.{json,csv} (other settings: transformer_<settings>.{json,csv}).
 """
@@ -24,6 +26,7 @@ import platform
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
@@ -71,8 +74,37 @@ def vit(layers: int, width: int = 768, heads: int = 12, size: int = 224, patch: 
     return keras.Model(i, keras.layers.Dense(1000, name="classifier")(h), name=f"vit_{layers}x{width}")
 
 
+def hub_bert(layers: int) -> keras.Model:
+    """keras_hub's BertBackbone (BERT-base with 12 layers: width 768, 12 heads, 3072 hidden) with a head on its
+    pooled output: its TransformerEncoder blocks open as their layers, its padding mask reaches the attention."""
+    import keras_hub
+
+    backbone = keras_hub.models.BertBackbone(
+        vocabulary_size=30522,
+        num_layers=layers,
+        num_heads=12,
+        hidden_dim=768,
+        intermediate_dim=3072,
+        max_sequence_length=512,
+    )
+    head = keras.layers.Dense(2, name="classifier")(backbone.output["pooled_output"])
+    return keras.Model(backbone.input, head, name=f"keras_hub_bert_{layers}x768")
+
+
 def plain_gradient(model: keras.Model, start: str | None):
-    """Compiled tape gradient of logit 1 w.r.t. the model input, or w.r.t. the output of ``start`` (token ids)."""
+    """Compiled tape gradient of logit 1 w.r.t. the model input, or w.r.t. the output of ``start`` (token ids);
+    for a model of several inputs, w.r.t. the embedding table of ``start`` (the same pass down to the lookup)."""
+    if start is not None and len(model.inputs) > 1:
+        table = model.get_layer(start).embeddings.value  # the tf.Variable behind the Keras variable
+
+        @tf.function
+        def grad_table(xs):
+            with tf.GradientTape(watch_accessed_variables=False) as tape:
+                tape.watch(table)
+                y = model(xs)[:, 1]
+            return tf.convert_to_tensor(tape.gradient(y, table))
+
+        return grad_table
     if start is None:
 
         @tf.function
@@ -104,9 +136,12 @@ def rss_mb() -> float:
     return float("nan")
 
 
-def bench(name: str, model: keras.Model, x: np.ndarray, start: str | None, repeats: int, edits: int) -> list[dict]:
+def bench(name: str, model: keras.Model, x: Any, start: str | None, repeats: int, edits: int) -> list[dict]:
     grad = plain_gradient(model, start)
-    base = median_time(lambda: grad(tf.convert_to_tensor(x)).numpy(), repeats)
+    feed = {k: tf.convert_to_tensor(v) for k, v in x.items()} if isinstance(x, dict) else tf.convert_to_tensor(x)
+    base = median_time(lambda: grad(feed).numpy(), repeats)
+    if isinstance(x, dict):  # the engine takes the inputs in its graph's order
+        x = [x[i] for i in Engine(model).graph.input_ids]
     rows: list[dict] = []
 
     def record(case: str, seconds: float, extra: str = "") -> None:
@@ -154,7 +189,7 @@ def main() -> None:
     parser.add_argument("--layers", type=int, default=12)
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--memory", type=int, default=0, metavar="EDITS", help="RSS over this many edits")
-    parser.add_argument("--only", choices=("encoder", "vit"), help="one model")
+    parser.add_argument("--only", choices=("encoder", "vit", "hub_bert"), help="one model (hub_bert: keras_hub's)")
     parser.add_argument("--save", metavar="DIR", help="also save the models as .keras (for bench_gui.py)")
     args = parser.parse_args()
     keras.utils.set_random_seed(0)
@@ -165,6 +200,11 @@ def main() -> None:
         rows += bench(model.name, model, ids, "embed", args.repeats, args.memory)
         if args.save:
             model.save(Path(args.save) / f"{model.name}.keras")
+    if args.only == "hub_bert":
+        model = hub_bert(args.layers)
+        ids = np.random.default_rng(0).integers(1, 30522, (1, 128))
+        feed = {"token_ids": ids, "padding_mask": np.ones_like(ids), "segment_ids": np.zeros_like(ids)}
+        rows += bench(model.name, model, feed, "token_embedding", args.repeats, args.memory)
     if args.only in (None, "vit"):
         model = vit(args.layers)
         image = np.random.default_rng(0).uniform(0, 1, (1, 224, 224, 3)).astype("float32")
