@@ -271,7 +271,7 @@ def explain(
         node = None
     tokens = fed.kind == "tokens"
     if tokens and node is None:  # no gradient reaches integer ids: read where the signal exists
-        node = engine.graph.embedding_of(engine.graph.token_input or engine.graph.input_ids[0]).id
+        node = engine.graph.embedding_of(engine.graph.token_input).id
     result = engine.backward(x, target, m.plan, capture=[node] if node else (), stats=False)
     if node is None:
         signal, forward = result.input_grad[0], result.inputs[0][0]

@@ -181,9 +181,11 @@ def build_without_initializers(build: Any) -> tuple[Any, list[Any] | None]:
     Returns ``(model, pending variables)``; ``(model, None)`` where this Keras lacks the pieces or the build
     needs initialized variables (a layer that writes one while building): then it ran as Keras runs it."""
     try:
-        from keras import StatelessScope
+        from keras import StatelessScope, Variable
         from keras.src.backend.common import global_state
     except ImportError:
+        return build(), None
+    if not (hasattr(Variable, "_initialize") and hasattr(Variable, "_deferred_initialize")):
         return build(), None
     before = list(global_state.get_global_attribute(_PENDING, None) or [])
     try:
@@ -195,10 +197,6 @@ def build_without_initializers(build: Any) -> tuple[Any, list[Any] | None]:
     pending = list(global_state.get_global_attribute(_PENDING, None) or [])[len(before) :]
     # Off Keras's list: its next stateless scope would otherwise run their initializers after all.
     global_state.set_global_attribute(_PENDING, before)
-    if not all(hasattr(v, "_initialize") and hasattr(v, "_deferred_initialize") for v in pending):
-        for v in pending:
-            v._deferred_initialize()
-        return model, None
     return model, pending
 
 

@@ -148,3 +148,23 @@ def test_a_keras_hub_vit_opens_its_blocks_and_keeps_its_true_gradient():
     np.testing.assert_allclose(got, tape.gradient(score, t).numpy(), rtol=1e-4, atol=1e-6)
     rules = engine.backward(x, Target(index=2), build_method("attnlrp", engine.graph).plan).rules
     assert rules["vit_encoder/transformer_block_2/mha"] == "attention_lrp"
+
+
+def test_a_tokenizer_that_fails_to_load_lets_the_typed_input_go_on(tmp_path, bert, preset):
+    from gradscope.app.session import Session
+    from tests.app.test_session import ManualExecutor
+
+    config = json.loads((preset / "tokenizer.json").read_text())
+    config["module"] = "os"
+    (tmp_path / "tokenizer.json").write_text(json.dumps(config))
+    executor = ManualExecutor()
+    s = Session(executor)
+    said: list[str] = []
+    s.feedback.error_raised.connect(lambda title, message, *rest: said.append(title))
+    s.document.open(bert)
+    executor.run_all()
+    s.fed.set_typed("2 5 9")
+    assert s.fed.set_vocabulary(tmp_path) and s.fed.loading_vocab
+    executor.run_all()
+    assert not s.fed.loading_vocab and s.fed.vocab is None and said == ["Cannot read the vocabulary"]
+    assert s.fed.fed is not None and s.fed.fed.ids.tolist()[:3] == [2, 5, 9]  # the ids went on, shown as ids

@@ -107,6 +107,7 @@ class Inputs:
 
             def failed(_exc: BaseException) -> None:
                 self.loading_vocab = False  # the job says why; the input goes on without it
+                self.changed.emit()
 
             self.loading_vocab = True
             self._submit(

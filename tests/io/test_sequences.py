@@ -13,20 +13,17 @@ from gradscope.io.model_inputs import array_input, table_input, token_input, typ
 from gradscope.io.sequences import Vocabulary, parse_token_ids, read_csv_row, read_token_file
 
 
+def embed_node(source: str, length: int | None, vocab_size: int) -> NodeSpec:
+    """An ``Embedding`` of width 4 fed by the integer input ``source``."""
+    ins, outs = ((None, length),), ((None, length, 4),)
+    return NodeSpec("embed", "embed", "Embedding", (source,), ins, outs, "float32", config={"input_dim": vocab_size})
+
+
 def text_graph(length: int | None = 6, vocab_size: int = 10) -> LayerGraph:
     """tokens (int32) -> embed (Embedding) -> out: the shape of a text classifier, no TensorFlow needed."""
     nodes = (
         NodeSpec("tokens", "tokens", "InputLayer", (), (), ((None, length),), "int32", is_input=True),
-        NodeSpec(
-            "embed",
-            "embed",
-            "Embedding",
-            ("tokens",),
-            ((None, length),),
-            ((None, length, 4),),
-            "float32",
-            config={"input_dim": vocab_size},
-        ),
+        embed_node("tokens", length, vocab_size),
         NodeSpec("out", "out", "Dense", ("embed",), ((None, length, 4),), ((None, 2),), "float32", is_output=True),
     )
     return LayerGraph(nodes, ("tokens",), ("out",))
@@ -129,18 +126,7 @@ def bert_graph(length: int = 6, vocab_size: int = 10, extra: str = "") -> LayerG
     """keras_hub's BERT inputs: padding_mask, segment_ids, token_ids (int32), the ids into an embedding."""
     names = ["padding_mask", "segment_ids", "token_ids"] + ([extra] if extra else [])
     nodes = [NodeSpec(n, n, "InputLayer", (), (), ((None, length),), "int32", is_input=True) for n in names]
-    nodes.append(
-        NodeSpec(
-            "embed",
-            "embed",
-            "Embedding",
-            ("token_ids",),
-            ((None, length),),
-            ((None, length, 4),),
-            "float32",
-            config={"input_dim": vocab_size},
-        )
-    )
+    nodes.append(embed_node("token_ids", length, vocab_size))
     nodes.append(NodeSpec("out", "out", "Dense", ("embed",), ((None, length, 4),), ((None, 2),), "float32"))
     return LayerGraph(tuple(nodes), tuple(names), ("out",))
 
