@@ -163,8 +163,8 @@ def test_a_tokenizer_that_fails_to_load_lets_the_typed_input_go_on(tmp_path, ber
     s.feedback.error_raised.connect(lambda title, message, *rest: said.append(title))
     s.document.open(bert)
     executor.run_all()
-    s.fed.set_typed("2 5 9")
     assert s.fed.set_vocabulary(tmp_path) and s.fed.loading_vocab
+    s.fed.set_typed("2 5 9")  # waits for the tokenizer
     executor.run_all()
     assert not s.fed.loading_vocab and s.fed.vocab is None and said == ["Cannot read the vocabulary"]
     assert s.fed.fed is not None and s.fed.fed.ids.tolist()[:3] == [2, 5, 9]  # the ids went on, shown as ids
