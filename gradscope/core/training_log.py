@@ -32,7 +32,8 @@ def tensorboard_tag(kind: str, name: str) -> str:
 
 #: Per node: the statistics the flow view shows of the signal at its output (``grad_*``, as ``stats_rows``),
 #: whether no gradient reached it, how many forward values were NaN/Inf (counted on the first step whose loss or
-#: weight gradients were not finite, 0 on other records), and (ReLU-like nodes) the fraction of
+#: weight gradients were not finite, 0 on other records; NaN, not counted, for the linear part of a layer with a
+#: fused activation, ``conv1:pre``: its activation's value carries a NaN on), and (ReLU-like nodes) the fraction of
 #: units that were 0 for the whole batch (NaN elsewhere), and the signal's size (elements, whole batch).
 #: With ``statistics="magnitude"`` the monitor leaves mean|g| and the zero fraction NaN.
 #: The statistics of a gradient, in ``stats_rows``' order, and whether there was none.
@@ -69,15 +70,17 @@ class StepRecord:
     loss: float = float("nan")
     data_nonfinite: float = 0.0  # NaN/Inf in the batch itself (counted on the first non-finite step)
 
-    def node_column(self, name: str) -> np.ndarray:
-        return self.nodes[:, NODE_COLUMNS.index(name)]
+    def node_column(self, name: str, uncounted: float | None = None) -> np.ndarray:
+        """One column; ``uncounted``: what NaN (not counted) reads as (None: left NaN)."""
+        column = self.nodes[:, NODE_COLUMNS.index(name)]
+        return column if uncounted is None else np.nan_to_num(column, nan=uncounted)
 
     def weight_column(self, name: str) -> np.ndarray:
         return self.weights[:, WEIGHT_COLUMNS.index(name)]
 
     @property
     def finite(self) -> bool:
-        bad = self.node_column("grad_nan") + self.node_column("grad_inf") + self.node_column("value_nonfinite")
+        bad = self.node_column("grad_nan") + self.node_column("grad_inf") + self.node_column("value_nonfinite", 0.0)
         wbad = self.weight_column("grad_nan") + self.weight_column("grad_inf") + self.weight_column("value_nonfinite")
         return not (bad.any() or wbad.any() or self.data_nonfinite) and bool(np.isfinite(self.loss))
 

@@ -19,7 +19,7 @@ from dataclasses import asdict, dataclass, replace
 import numpy as np
 
 from gradscope.core.results import NodeStats
-from gradscope.core.training_log import NODE_COLUMNS, StepRecord, TrainingLog
+from gradscope.core.training_log import NODE_COLUMNS, LogNode, StepRecord, TrainingLog
 from gradscope.engine.flow import FlowReport, FlowThresholds, WeightFlow, ancestors, flow_rows
 
 #: Flags reported from the flow of each step (``nan`` has its own alert; ``no_gradient`` is structural).
@@ -95,7 +95,8 @@ def _nonfinite_origin(log: TrainingLog, record: StepRecord) -> tuple[str | None,
     """(node, what happened) for the first NaN/Inf of a record, looked for in the order one can arise."""
     col = {name: i for i, name in enumerate(NODE_COLUMNS)}
     index = {n.id: i for i, n in enumerate(log.nodes)}
-    value_bad = record.nodes[:, col["value_nonfinite"]] > 0
+    values = record.nodes[:, col["value_nonfinite"]]
+    value_bad = values > 0  # NaN, not counted (a split layer's linear part), compares False
     grad_bad = (record.nodes[:, col["grad_nan"]] + record.nodes[:, col["grad_inf"]]) > 0
     if record.data_nonfinite:
         first = next((n.id for n, bad in zip(log.nodes, value_bad) if bad), None)
@@ -104,15 +105,30 @@ def _nonfinite_origin(log: TrainingLog, record: StepRecord) -> tuple[str | None,
     for w, bad in zip(log.weights, record.weight_column("value_nonfinite") > 0):
         if bad and w.node is not None:
             bad_weights_of.setdefault(w.node, []).append(w.path)
+
+    def uncounted_inputs(n: LogNode) -> list[LogNode]:
+        return [log.nodes[index[p]] for p in n.inputs if p in index and np.isnan(values[index[p]])]
+
+    def any_input_bad(n: LogNode) -> bool:  # an uncounted input is looked through, to the inputs of its layer
+        counted = [index[p] for p in n.inputs if p in index and not np.isnan(values[index[p]])]
+        return any(value_bad[i] for i in counted) or any(any_input_bad(u) for u in uncounted_inputs(n))
+
     for i, n in enumerate(log.nodes):  # forward: the first node whose value goes bad from good inputs
-        if value_bad[i] and not any(value_bad[index[p]] for p in n.inputs if p in index):
-            if n.id in bad_weights_of:
+        if value_bad[i] and not any_input_bad(n):
+            parts = uncounted_inputs(n)  # the layer's linear part, not read in training: the layer is named
+            what = (
+                f"layer {n.layer_name or n.id} ({' + '.join([*(u.op_type for u in parts), n.activation or n.op_type])})"
+                if parts
+                else f"{n.id} ({n.op_type})"
+            )
+            bad_weights = [w for node in (n, *parts) for w in bad_weights_of.get(node.id, [])]
+            if bad_weights:
                 return n.id, (
-                    f"forward value of {n.id} ({n.op_type}) is NaN/Inf because its weights "
-                    f"{', '.join(bad_weights_of[n.id])} already were: the optimizer update of the step before made "
+                    f"forward value of {what} is NaN/Inf because its weights "
+                    f"{', '.join(bad_weights)} already were: the optimizer update of the step before made "
                     "them so (look at that layer's |grad W| / |W| in the records before)"
                 )
-            return n.id, f"forward value of {n.id} ({n.op_type}) is NaN/Inf while its inputs are finite"
+            return n.id, f"forward value of {what} is NaN/Inf while its inputs are finite"
     if not math.isfinite(record.loss):
         return None, "the loss is NaN/Inf while every layer's output is finite (look at the loss and the labels)"
     consumers: dict[str, list[str]] = {}
