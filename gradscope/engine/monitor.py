@@ -305,25 +305,27 @@ class GradientMonitor(keras.callbacks.Callback):
             y_pred = outs
         return y_pred, node_values
 
-    def _loss(self, x: Any, y: Any, y_pred: Any, sample_weight: Any) -> Any:
-        model = self.model
-        loss = model._compute_loss(x=x, y=y, y_pred=y_pred, sample_weight=sample_weight, training=True)
-        batch = tf.shape(next(i for i in keras.tree.flatten(x) if i is not None))[0]
-        model._loss_tracker.update_state(unscale_loss_for_distribution(loss), sample_weight=batch)
-        return loss
+    def _signals(self, x: Any, y: Any, sample_weight: Any, *, track_loss: bool) -> tuple:
+        """(y_pred, loss, node values, node signals, weight gradients) of one step, as Keras' train step computes
+        them (the scaled loss differentiated); ``track_loss``: update Keras' loss tracker (not in a replay)."""
+        model, variables = self.model, self._variables
+        with tf.GradientTape() as tape:
+            y_pred, node_values = self._forward(x)
+            loss = model._compute_loss(x=x, y=y, y_pred=y_pred, sample_weight=sample_weight, training=True)
+            if track_loss:
+                batch = tf.shape(next(i for i in keras.tree.flatten(x) if i is not None))[0]
+                model._loss_tracker.update_state(unscale_loss_for_distribution(loss), sample_weight=batch)
+            scaled = model.optimizer.scale_loss(loss)
+        node_outs = [node_values[n][0] for n in self._nodes]
+        grads = tape.gradient(scaled, variables + node_outs)
+        return y_pred, loss, node_outs, grads[len(variables) :], grads[: len(variables)]
 
     def _train_step(self, data: Any) -> Any:
         """Keras' ``train_step`` (TensorFlow backend, 3.x) with every node's output a gradient source."""
         model = self.model
         x, y, sample_weight = keras.utils.unpack_x_y_sample_weight(data)
         variables = self._variables
-        with tf.GradientTape() as tape:
-            y_pred, node_values = self._forward(x)
-            loss = self._loss(x, y, y_pred, sample_weight)
-            scaled = model.optimizer.scale_loss(loss)
-        node_outs = [node_values[n][0] for n in self._nodes]
-        grads = tape.gradient(scaled, variables + node_outs)
-        weight_grads, node_grads = grads[: len(variables)], grads[len(variables) :]
+        y_pred, loss, node_outs, node_grads, weight_grads = self._signals(x, y, sample_weight, track_loss=True)
 
         step = tf.cast(model.optimizer.iterations, tf.int64)
         sentinel = tf.math.is_finite(tf.cast(loss, tf.float32))
@@ -474,14 +476,7 @@ class GradientMonitor(keras.callbacks.Callback):
         """The record of the first non-finite step, from an eager replay with the weights it saw: every statistic,
         the histograms, and the NaN/Inf in each forward value and in the batch. Written when the replay makes the
         NaN/Inf again (a random layer may not); it then stands in for the step's record, if it had one."""
-        model, variables = self.model, self._variables
-        with tf.GradientTape() as tape:
-            y_pred, node_values = self._forward(x)
-            loss = model._compute_loss(x=x, y=y, y_pred=y_pred, sample_weight=sample_weight, training=True)
-            scaled = model.optimizer.scale_loss(loss)
-        node_outs = [node_values[n][0] for n in self._nodes]
-        grads = tape.gradient(scaled, variables + node_outs)
-        weight_grads, node_grads = grads[: len(variables)], grads[len(variables) :]
+        _, loss, node_outs, node_grads, weight_grads = self._signals(x, y, sample_weight, track_loss=False)
         finite = np.isfinite(float(loss)) and all(
             bool(tf.reduce_all(tf.math.is_finite(g))) for g in weight_grads if g is not None
         )
