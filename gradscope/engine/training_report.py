@@ -166,12 +166,31 @@ def _first_nonfinite(log: TrainingLog, record: StepRecord) -> TrainingAlert:
     return TrainingAlert("nonfinite", node, step, detail, op=op)
 
 
+def _unrecorded_nonfinite(log: TrainingLog, first_recorded: int | None) -> TrainingAlert | None:
+    """The first non-finite step from the monitor's replay alert when no record holds it: a step between records
+    whose replay (with the weights it saw) did not make the NaN/Inf again (a random layer, e.g. dropout,
+    differed), so it was not recorded. The monitor's sentinel saw it all the same."""
+    steps = [a for a in log.alerts if "step" in a and (first_recorded is None or int(a["step"]) < first_recorded)]
+    if not steps:
+        return None
+    alert = min(steps, key=lambda a: int(a["step"]))
+    step = int(alert["step"])
+    detail = (
+        f"the loss or weight gradients of step {step} were not finite (checked every step); the step fell between "
+        f"records and was not recorded: {alert.get('message') or 'its replay did not make the NaN/Inf again'}"
+    )
+    return TrainingAlert("nonfinite", alert.get("node"), step, detail, op=alert.get("op"))
+
+
 def training_alerts(log: TrainingLog, thresholds: FlowThresholds | None = None) -> list[TrainingAlert]:
     """NaN/Inf first, then the nodes the flow flags in at least half of the finite records."""
     thresholds = thresholds or FlowThresholds()
     alerts: list[TrainingAlert] = []
     bad = [r for r in log.records if not r.finite]
-    if bad:
+    unrecorded = _unrecorded_nonfinite(log, bad[0].step if bad else None)
+    if unrecorded is not None:
+        alerts.append(unrecorded)
+    elif bad:
         alerts.append(_first_nonfinite(log, bad[0]))
     finite = [r for r in log.records if r.finite]
     counts: dict[tuple[str, str], list[int]] = {}

@@ -110,6 +110,7 @@ class TrainingLogReader:
             meta = json.loads(_tensor(value).item().decode())
             if self._meta is not None and [n["id"] for n in meta["nodes"]] != [n["id"] for n in self._meta["nodes"]]:
                 self._steps.clear()  # another model trained into the same folder: its records replace these
+                self._alerts.clear()
             self._meta = meta
         elif tag == ALERT_TAG:
             self._alerts.append(json.loads(_tensor(value).item().decode()))

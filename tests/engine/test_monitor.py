@@ -307,3 +307,47 @@ def test_a_nan_in_a_fused_layer_is_named_by_its_layer(tmp_path, locate_ops):
     (alert,) = [a for a in training_alerts(log) if a.kind == "nonfinite"]
     assert alert.node == "h1" and alert.first_step == 0
     assert "layer h1 (Dense + relu)" in alert.detail and bias.path in alert.detail
+
+
+def test_a_non_finite_step_its_replay_did_not_make_again_is_still_reported(tmp_path):
+    """A NaN/Inf the sentinel saw between records, whose replay (e.g. another dropout mask) ran finite, has no
+    record: the report still names its step from the replay's alert, and train-report exits 1."""
+    import json
+
+    from gradscope.backend import tf
+    from gradscope.cli import main
+    from gradscope.core.training_log import ALERT_TAG
+    from gradscope.engine.monitor import _metadata
+
+    x, y = batch()
+    model = compiled(mlp())
+    model.fit(x, y, epochs=8, batch_size=8, verbose=0, callbacks=[GradientMonitor(tmp_path, every=5)])
+    assert not [a for a in training_alerts(read_training_log(tmp_path)) if a.kind == "nonfinite"]
+    alert = {"step": 3, "op": None, "variable": None, "node": None, "phase": None}
+    alert["message"] = "the replay ran without NaN/Inf (a random layer, e.g. dropout, differed)"
+    writer = tf.summary.create_file_writer(str(tmp_path))  # as GradientMonitor._locate writes it
+    with writer.as_default():
+        tf.summary.write(ALERT_TAG, tf.constant(json.dumps(alert)), step=3, metadata=_metadata())
+    writer.close()
+    log = read_training_log(tmp_path)
+    assert log.steps == [0, 5] and all(r.finite for r in log.records)
+    (found,) = [a for a in training_alerts(log) if a.kind == "nonfinite"]
+    assert found.first_step == 3 and "dropout" in found.detail and "not recorded" in found.detail
+    assert "[nonfinite] from step 3:" in report_text(log, training_alerts(log))
+    assert main(["train-report", str(tmp_path)]) == 1
+
+
+def test_another_model_in_the_same_folder_replaces_the_records_and_alerts(tmp_path):
+    x, y = batch()
+    broken = compiled(mlp())
+    bias = broken.get_layer("h1").bias
+    bias.assign(np.where(np.arange(6) == 2, np.inf, bias.numpy()).astype("float32"))
+    broken.fit(x, y, epochs=1, batch_size=8, verbose=0, callbacks=[GradientMonitor(tmp_path, every=5)])
+    assert read_training_log(tmp_path).alerts  # the replay's
+    keras.utils.set_random_seed(3)
+    inp = keras.Input((4,), name="x")
+    other = compiled(keras.Model(inp, keras.layers.Dense(2, name="only")(inp)))
+    other.fit(x, y, epochs=2, batch_size=8, verbose=0, callbacks=[GradientMonitor(tmp_path, every=1)])
+    log = read_training_log(tmp_path)
+    assert [n.id for n in log.nodes] == ["only"] and log.steps == [0, 1]
+    assert log.alerts == [] and not [a for a in training_alerts(log) if a.kind == "nonfinite"]
