@@ -40,7 +40,7 @@ def scaled_gradient(z, factor):
 
 def sign0(z):
     """The sign with ``sign₀(0) = +1`` (RULES_SPEC §1: a stabiliser never divides by zero)."""
-    return tf.where(z >= 0, tf.ones_like(z), -tf.ones_like(z))
+    return tf.where(z >= 0, tf.ones([], z.dtype), -tf.ones([], z.dtype))  # broadcast scalars: nothing written
 
 
 def epsilon_factor(z, eps: float):
