@@ -244,10 +244,14 @@ def divide_mwp(g: Any, z: Any) -> Any:
     return tf.where(tf.equal(z, 0), tf.zeros([], s.dtype), s)  # a broadcast scalar: no tensor of zeros written
 
 
+def sign0(z: Any) -> Any:
+    """The sign with ``sign₀(0) = +1`` (RULES_SPEC §1: a stabiliser never divides by zero)."""
+    return tf.where(z >= 0, tf.ones([], z.dtype), -tf.ones([], z.dtype))  # broadcast scalars: nothing written
+
+
 def divide_signeps(g: Any, z: Any, eps: float) -> Any:
     """zennit's ``stabilize``: ``g / (z + ε·sign₀(z))`` with ``sign₀(0) = +1``; 0 where that is still 0 (ε = 0)."""
-    sign0 = tf.where(z >= 0, tf.ones([], z.dtype), -tf.ones([], z.dtype))
-    return tf.math.divide_no_nan(g, z + tf.cast(eps, z.dtype) * sign0)
+    return tf.math.divide_no_nan(g, z + tf.cast(eps, z.dtype) * sign0(z))
 
 
 def positive(x: Any) -> Any:

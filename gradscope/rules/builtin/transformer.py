@@ -26,6 +26,7 @@ from gradscope.backend import keras, tf
 from gradscope.core.errors import RuleError
 from gradscope.core.graph import NodeSpec
 from gradscope.rules.base import Rule, register_rule
+from gradscope.rules.builtin.linear_ops import sign0
 
 LINEAR_TYPES = frozenset({"Dense", "EinsumDense", "Conv1D", "Conv2D", "Conv3D"})
 NORM_TYPES = frozenset({"LayerNormalization", "RMSNormalization"})
@@ -36,11 +37,6 @@ SMOOTH_ACTIVATIONS = frozenset({"gelu", "silu", "swish", "tanh", "sigmoid", "sof
 def scaled_gradient(z, factor):
     """``z`` itself, whose gradient is multiplied by ``factor`` (a constant)."""
     return tf.stop_gradient(z) + (z - tf.stop_gradient(z)) * tf.stop_gradient(factor)
-
-
-def sign0(z):
-    """The sign with ``sign₀(0) = +1`` (RULES_SPEC §1: a stabiliser never divides by zero)."""
-    return tf.where(z >= 0, tf.ones([], z.dtype), -tf.ones([], z.dtype))  # broadcast scalars: nothing written
 
 
 def epsilon_factor(z, eps: float):
