@@ -120,13 +120,12 @@ class TrainingLog:
                 return i
         raise KeyError(f"No node {node_id!r} in the training log.")
 
-    def matrix(self, column: str = "grad_mean_abs") -> np.ndarray:
+    def matrix(self, column: str = "grad_mean_abs", uncounted: float | None = None) -> np.ndarray:
         """(n_nodes, n_records) of one node column: the heatmap's values. A log of magnitude statistics gives
-        the RMS (norm / sqrt(size)) for mean|g|, as its report does."""
+        the RMS (norm / sqrt(size)) for mean|g|, as its report does. ``uncounted`` as in ``node_column``."""
         if not self.records:
             return np.zeros((len(self.nodes), 0))
         if column == "grad_mean_abs" and self.statistics == "magnitude":
             with np.errstate(divide="ignore", invalid="ignore"):
                 return self.matrix("grad_norm") / np.sqrt(self.matrix("size"))
-        i = NODE_COLUMNS.index(column)
-        return np.stack([r.nodes[:, i] for r in self.records], axis=1)
+        return np.stack([r.node_column(column, uncounted) for r in self.records], axis=1)

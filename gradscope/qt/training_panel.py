@@ -186,8 +186,7 @@ class TrainingPanel(QWidget):
         self.heat_plot.getAxis("bottom").setTicks(
             [[(j + 0.5, str(s)) for j, s in enumerate(steps) if j % every_step == 0], []]
         )
-        value_bad = np.nan_to_num(log.matrix("value_nonfinite"))  # NaN: not counted (see NODE_COLUMNS)
-        bad = (log.matrix("grad_nan") + log.matrix("grad_inf") + value_bad) > 0
+        bad = (log.matrix("grad_nan") + log.matrix("grad_inf") + log.matrix("value_nonfinite", 0.0)) > 0
         ys, xs = np.nonzero(bad)
         self.nan_marks.setData(x=xs + 0.5, y=ys + 0.5)
         column = {s: j for j, s in enumerate(steps)}
