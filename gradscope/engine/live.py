@@ -36,7 +36,7 @@ from gradscope.engine.context import RuleContext
 from gradscope.engine.keras_graph import Step
 from gradscope.engine.kernels import kernels_named
 from gradscope.engine.node_call import NodeCall, call_arguments, plain_call
-from gradscope.engine.stats import stats_row
+from gradscope.engine.stats import host_stats_row, stats_row
 from gradscope.rules.base import params_to_dict
 
 _KERNEL_CACHE_SIZE = 1024  # eager kernels (closures, cheap)
@@ -109,13 +109,32 @@ def _recorded_call(call: NodeCall) -> tuple[list[Any], _Recorded | None]:
 
 
 @dataclass
+class _LoweredVJP:
+    """A lowered node's true VJP (``engine.lowered``): the op TensorFlow's gradient runs, with no tape."""
+
+    call: NodeCall
+    outs: list[Any]
+
+    def vjp(self, dys: Sequence[Any]) -> list[Any]:
+        return self.call.lowered.vjp(self.call.xs, self.outs, self.call.weights(), dys)  # type: ignore[union-attr]
+
+
+def _forward_call(call: NodeCall) -> tuple[list[Any], _Recorded | _LoweredVJP | None]:
+    """Run ``call`` as the model would: as raw ops where it is lowered, else through Keras on a tape."""
+    if call.lowered is None:
+        return _recorded_call(call)
+    outs = call.lowered.forward(call.xs, call.weights())
+    return outs, _LoweredVJP(call, outs)
+
+
+@dataclass
 class _Forward:
     """The plain forward values of one input batch, each node's call on them and its recorded VJP."""
 
     key: str
     values: dict[Any, Any]
     calls: dict[str, NodeCall]
-    tapes: dict[str, _Recorded | None]
+    tapes: dict[str, _Recorded | _LoweredVJP | None]  # each node's true VJP for a cold backward
 
 
 @dataclass
@@ -136,7 +155,8 @@ class SweepResult:
     stats: dict[str, np.ndarray | None]  # node id -> stats row (None: no signal reaches the node)
     recomputed: int
     compiled: int  # nodes that ran through a compiled kernel
-    eager: int
+    lowered: int  # nodes whose true gradient ran as lowered ops (they need no kernel)
+    eager: int  # nodes that ran eagerly while their kernel was not compiled
     idx: Any
 
 
@@ -172,7 +192,7 @@ class LiveBackward:
         self._forward = None  # the old values and tapes go before the new ones are made
         values: dict[Any, Any] = dict(zip(self.engine.exec.input_keys, xs))
         calls: dict[str, NodeCall] = {}
-        tapes: dict[str, _Recorded] = {}
+        tapes: dict[str, _Recorded | _LoweredVJP | None] = {}
         for step in self.engine.exec.steps:
             if step.kind == "alias":
                 for src, dst in zip(step.in_keys, step.out_keys):
@@ -181,7 +201,7 @@ class LiveBackward:
             args, kwargs = call_arguments(step, values)
             call = calls[step.node_id] = NodeCall.of(step, args, kwargs)
             with kernels_named(self.engine.graph, step.node_id):
-                outs, tapes[step.node_id] = _recorded_call(call)
+                outs, tapes[step.node_id] = _forward_call(call)
             for k, y in zip(step.out_keys, outs):
                 values[k] = y
         self._forward = _Forward(key, values, calls, tapes)
@@ -231,7 +251,8 @@ class LiveBackward:
                 gx = engine._guard(rule, spec, "backward", ctx, dys)
                 gx = engine._check_grads(rule, spec, gx, xs)
             present = tf.constant([g is not None for g in gx], tf.bool)
-            return [tf.zeros_like(x) if g is None else g for g, x in zip(gx, xs)], present, stats_row(dys[0])
+            row = stats_row(dys[0]) if tf.inside_function() else None  # eagerly: host_stats_row, by the caller
+            return [tf.zeros_like(x) if g is None else g for g, x in zip(gx, xs)], present, row
 
         return fn
 
@@ -263,24 +284,30 @@ class LiveBackward:
                 eager, _compiled = self._kernels[old]
                 self._kernels[old] = (eager, tf.function(eager, autograph=False))
 
-    def _run_node(self, call: NodeCall, rule: Any, dys: list) -> tuple[list, Any, Any, bool]:
+    def _run_node(self, call: NodeCall, rule: Any, dys: list) -> tuple[list, Any, Any, str]:
         """The node's contributions, through its compiled kernel if it is ready, else eagerly (the true VJP
         from the node's recorded tape)."""
         with kernels_named(self.engine.graph, call.step.node_id):
             return self._node_contributions(call, rule, dys)
 
-    def _node_contributions(self, call: NodeCall, rule: Any, dys: list) -> tuple[list, Any, Any, bool]:
+    def _node_contributions(self, call: NodeCall, rule: Any, dys: list) -> tuple[list, Any, Any, str]:
         fwd = self._forward
         recorded = fwd.tapes.get(call.step.node_id) if rule is None else None  # type: ignore[union-attr]
-        # Until something is compiled, skip the kernel key (a layer config per node: 0.15 s on ResNet50).
-        if recorded is not None and (not self._ready or self._kernel_key(call, rule) not in self._ready):
+        # A lowered VJP (an op or two, stats by NumPy) beats the compiled kernel; a recorded one runs until the
+        # kernel is compiled. Until something is compiled, skip the kernel key (0.15 s on ResNet50).
+        if recorded is not None and (
+            isinstance(recorded, _LoweredVJP) or not self._ready or self._kernel_key(call, rule) not in self._ready
+        ):
             gx = recorded.vjp(dys)
-            return gx, [g is not None for g in gx], stats_row(dys[0]), False
+            how = "lowered" if isinstance(recorded, _LoweredVJP) else "eager"
+            return gx, [g is not None for g in gx], host_stats_row(dys[0]), how
         _, (eager, compiled), ready = self._kernel(call, rule)
         ys = [fwd.values[k] for k in call.step.out_keys]  # type: ignore[union-attr]
         gx, present, row = (compiled if ready else eager)(call.xs, ys, call.weights(), dys)
+        if row is None:
+            row = host_stats_row(dys[0])
         # one host copy: indexing the tensor per input was an eager slice op each (0.1 s per ResNet50 sweep)
-        return gx, present.numpy().tolist(), row, ready
+        return gx, present.numpy().tolist(), row, "compiled" if ready else "eager"
 
     # ------------------------------------------------------------------------------------------- sweep
     def sweep(
@@ -317,7 +344,8 @@ class LiveBackward:
         arrived: dict[str, list[Any]] = {}  # node id -> signal at each of its outputs
         rule_keys: dict[str, Any] = {}
         stats: dict[str, Any] = {}
-        recomputed = compiled = eager = 0
+        recomputed = 0
+        ran = {"compiled": 0, "lowered": 0, "eager": 0}
         for step in reversed(engine.exec.steps):
             if step.kind == "alias":
                 for src, dst in zip(step.in_keys, step.out_keys):
@@ -349,11 +377,10 @@ class LiveBackward:
             else:
                 if should_stop is not None and should_stop():
                     raise Cancelled("Cancelled.")
-                gx, present, row, was_compiled = self._run_node(fwd.calls[node_id], rule, dys)
+                gx, present, row, how = self._run_node(fwd.calls[node_id], rule, dys)
                 contrib = [(k, g) for k, g, p in zip(step.in_keys, gx, present) if p]
                 recomputed += 1
-                compiled += was_compiled
-                eager += not was_compiled
+                ran[how] += 1
                 dirty.update(k for k, _ in contrib)
             contributions[node_id] = contrib
             stats[node_id] = row
@@ -361,7 +388,7 @@ class LiveBackward:
                 grads[k] = g if k not in grads else grads[k] + g
         self._memo = _Memo(target_key, rule_keys, contributions, stats)
         inputs = [grads.get(k) for k in engine.exec.input_keys]
-        return SweepResult(inputs, arrived, stats, recomputed, compiled, eager, idx)
+        return SweepResult(inputs, arrived, stats, recomputed, ran["compiled"], ran["lowered"], ran["eager"], idx)
 
     def _seeds(self, target: Target, values: dict, class_idx: Any) -> tuple[dict[Any, Any], Any]:
         """The target's gradient with respect to the tensors it reads (the start of the backward pass)."""
@@ -394,7 +421,7 @@ class LiveBackward:
             return 0
         n = 0
         for step in reversed(self.engine.exec.steps):
-            if step.kind == "alias":
+            if step.kind == "alias" or not self._needs_kernel(step.node_id, rules):
                 continue
             call = self._forward.calls[step.node_id]
             key, (_, compiled), ready = self._kernel(call, rules.get(step.node_id))
@@ -410,8 +437,10 @@ class LiveBackward:
             self._kernels[key] = (self._kernels[key][0], compiled.get_concrete_function(*args))
             self._mark_ready(key)
             n += 1
-        if self._forward.tapes and self.pending_kernels({}) == 0:
-            self._forward.tapes = {}  # every true-gradient kernel is compiled: the recorded VJPs hold memory only
+        tapes = self._forward.tapes
+        if any(isinstance(t, _Recorded) for t in tapes.values()) and self.pending_kernels({}) == 0:
+            # every true-gradient kernel is compiled: the recorded VJPs hold memory only (lowered ones hold none)
+            self._forward.tapes = {n: t for n, t in tapes.items() if isinstance(t, _LoweredVJP)}
         return n
 
     def pending_kernels(self, rules: dict[str, Any]) -> int:
@@ -421,5 +450,9 @@ class LiveBackward:
         return sum(
             self._kernel_key(self._forward.calls[s.node_id], rules.get(s.node_id)) not in self._ready
             for s in self.engine.exec.steps
-            if s.kind != "alias"
+            if s.kind != "alias" and self._needs_kernel(s.node_id, rules)
         )
+
+    def _needs_kernel(self, node_id: str, rules: dict[str, Any]) -> bool:
+        """Whether the node runs through a kernel under ``rules``: not for its true gradient when it is lowered."""
+        return rules.get(node_id) is not None or not isinstance(self._forward.tapes.get(node_id), _LoweredVJP)

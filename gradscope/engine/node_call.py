@@ -16,6 +16,7 @@ from typing import Any
 from gradscope.backend import keras, tf
 from gradscope.core.names import weight_names
 from gradscope.engine.keras_graph import Step, linear_activation
+from gradscope.engine.lowered import Lowered, lower
 
 
 def call_arguments(step: Step, values: dict, training: bool = False) -> tuple[tuple, dict]:
@@ -46,21 +47,21 @@ class NodeCall:
     leaves: list[Any]
     positions: list[int]  # where the tensors sit among the flattened leaves
     variables: list[Any]
+    lowered: Lowered | None = None  # the call as raw TF ops (``engine.lowered``), when it is a plain case
 
     @classmethod
     def of(cls, step: Step, args: tuple, kwargs: dict) -> NodeCall:
         structure = (args, kwargs)
         leaves = keras.tree.flatten(structure)
         positions = [i for i, leaf in enumerate(leaves) if tf.is_tensor(leaf)]
-        return cls(step, structure, leaves, positions, node_variables(step))
+        return cls(step, structure, leaves, positions, node_variables(step), lower(step, args, kwargs))
 
     def template(self) -> NodeCall:
         """The same call without its tensors (what a cached kernel may keep alive)."""
         holes = set(self.positions)
         leaves = [0 if i in holes else leaf for i, leaf in enumerate(self.leaves)]  # 0: a leaf to every tree
-        return NodeCall(
-            self.step, keras.tree.pack_sequence_as(self.structure, leaves), leaves, self.positions, self.variables
-        )
+        structure = keras.tree.pack_sequence_as(self.structure, leaves)
+        return NodeCall(self.step, structure, leaves, self.positions, self.variables, self.lowered)
 
     @property
     def xs(self) -> list[Any]:
@@ -83,6 +84,8 @@ class NodeCall:
     def forward(self, xs: Sequence[Any], ws: Sequence[Any], variables: Sequence[Any] | None = None) -> list[Any]:
         """The node's outputs at inputs ``xs`` and weights ``ws`` (``variables``: whose values ``ws`` replace;
         another layer's variables when a kernel traced on one node runs for a node of the same config)."""
+        if self.lowered is not None:  # the same ops as the Keras call, without its overhead
+            return self.lowered.forward(xs, ws)
         step, op = self.step, self.step.operation
         if step.kind == "activation":
             return [op.activation(xs[0])]

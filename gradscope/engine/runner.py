@@ -544,6 +544,7 @@ class Engine:
                 "mode": "live",
                 "recomputed_nodes": sweep.recomputed,
                 "compiled_nodes": sweep.compiled,
+                "lowered_nodes": sweep.lowered,
                 "eager_nodes": sweep.eager,
                 "input_is_none": [g is None for g in sweep.input_grads],
             },

@@ -118,8 +118,9 @@ def test_warm_compiles_the_kernels_and_results_do_not_change(residual_engine):
     assert engine.live.pending_kernels(rules) == 0
     engine.backward(x, Target(index=2), plan, mode="live")  # invalidate the memo
     warm = engine.backward(x, target, plan, capture="all", mode="live")
-    assert warm.meta["compiled_nodes"] == warm.meta["recomputed_nodes"] == len(engine.stat_nodes)
-    assert warm.meta["eager_nodes"] == 0
+    assert warm.meta["recomputed_nodes"] == len(engine.stat_nodes)
+    assert warm.meta["compiled_nodes"] + warm.meta["lowered_nodes"] == len(engine.stat_nodes)
+    assert warm.meta["compiled_nodes"] >= 2 and warm.meta["eager_nodes"] == 0  # the two ruled nodes at least
     assert_same(warm, engine.backward(x, target, plan, capture="all", mode="compiled"), engine.stat_nodes)
     np.testing.assert_allclose(warm.input_grad, eager.input_grad, rtol=1e-5, atol=1e-7)
 
@@ -198,8 +199,9 @@ def test_cold_nodes_use_their_recorded_vjp_even_when_a_tensor_is_used_twice():
     engine = Engine(keras.Model(inp, out))
     x = sample_input(engine.model, 2, seed=7)
     live = engine.backward(x, Target(index=1), Plan(), capture="all", mode="live")
-    assert live.meta["eager_nodes"] == len(engine.stat_nodes)  # every node ran cold
-    assert all(engine.live._forward.tapes[n] is not None for n in ("square", "twice"))
+    assert live.meta["eager_nodes"] + live.meta["lowered_nodes"] == len(engine.stat_nodes)  # every node ran cold
+    tapes = engine.live._forward.tapes
+    assert type(tapes["square"]).__name__ == "_Recorded" and type(tapes["twice"]).__name__ == "_LoweredVJP"
     compiled = engine.backward(x, Target(index=1), Plan(), capture="all", mode="compiled")
     assert_same(live, compiled, engine.stat_nodes)
     # independent check through the chain rule: d/dh sum_j W[j,1] * 2 h_j^2 = 4 h W[:,1]

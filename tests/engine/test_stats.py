@@ -49,3 +49,28 @@ def test_without_stats_only_captured_nodes_are_sources():
     assert bare.stats == {} and len(full.stats) == len(engine.stat_nodes)
     np.testing.assert_array_equal(bare.input_grad, full.input_grad)
     np.testing.assert_array_equal(bare.node_grads["add"], full.node_grads["add"])
+
+
+def test_host_rows_equal_the_in_graph_rows():
+    """The live sweep's eager nodes take their row from NumPy; the compiled kernels from the graph."""
+    from gradscope.backend import tf
+    from gradscope.engine.stats import host_stats_row, stats_rows
+
+    rng = np.random.default_rng(0)
+    relu = np.maximum(rng.normal(size=(3, 40, 40, 8)), 0).astype("float32")  # about half zeros
+    cases = {
+        "relu": relu,
+        "big then small": np.concatenate([rng.normal(size=50_000), rng.normal(size=10)]).astype("float32"),
+        "zeros": np.zeros((4, 5), "float32"),
+        "empty": np.zeros((0, 3), "float32"),
+        "with inf": np.array([1.0, -np.inf, 0.0, 2.0], "float32"),
+        "with nan and inf": np.array([1.0, np.nan, np.inf, 0.0, -3.0], "float32"),
+        "float16": rng.normal(size=(7, 3)).astype("float16"),
+        "float64": rng.normal(size=(7, 3)),
+    }
+    for name, a in cases.items():
+        host = host_stats_row(tf.constant(a))
+        graph = stats_rows([tf.constant(a)])[0].numpy()
+        np.testing.assert_allclose(host, graph, rtol=1e-5, atol=1e-7, equal_nan=True, err_msg=name)
+    assert np.isnan(host_stats_row(tf.constant(cases["with nan and inf"]))[:4]).all()
+    np.testing.assert_array_equal(host_stats_row(tf.constant(cases["with inf"]))[4:], [0, 1])
