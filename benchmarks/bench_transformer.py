@@ -11,8 +11,9 @@ sequence length 128 (token ids in, a 2-class head on the mean token), ViT-B/16 i
 224x224, 12 blocks of width 768. Every row times what the Session runs for a click (every node's signal and
 statistics to the host). Ratios are to the compiled plain gradient of the logit with respect to the first float
 tensor (the embedding output for token ids, the image for ViT; for keras_hub's BERT, whose three inputs a split
-model cannot take, the gradient of the token embedding table: the same pass down to the lookup). Targets (reported, not asserted): first map
-<= 5x, a never-seen preset (attnlrp, gradient x input) <= 4x, a one-node edit <= 2x, memory flat over edits.
+model cannot take, the gradient of the token embedding table: the same pass down to the lookup). Targets
+(reported, not asserted): first map <= 5x, a never-seen preset (attnlrp, gradient x input) <= 4x, a one-node
+edit <= 2x, memory flat over edits.
 Writes benchmarks/results/transformer.{json,csv} (other settings: transformer_<settings>.{json,csv}).
 """
 
@@ -33,6 +34,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import numpy as np  # noqa: E402
 
+from gradscope.app.heap import release_replaced, settle_after_load  # noqa: E402
 from gradscope.backend import keras, tf  # noqa: E402
 from gradscope.core.targets import Target  # noqa: E402
 from gradscope.engine.runner import Engine  # noqa: E402
@@ -137,6 +139,7 @@ def rss_mb() -> float:
 
 
 def bench(name: str, model: keras.Model, x: Any, start: str | None, repeats: int, edits: int) -> list[dict]:
+    release_replaced()  # the previous model's engine (frozen by settle_after_load) goes, untimed, as in the app
     grad = plain_gradient(model, start)
     feed = {k: tf.convert_to_tensor(v) for k, v in x.items()} if isinstance(x, dict) else tf.convert_to_tensor(x)
     base = median_time(lambda: grad(feed).numpy(), repeats)
@@ -151,6 +154,7 @@ def bench(name: str, model: keras.Model, x: Any, start: str | None, repeats: int
     record("plain GradientTape gradient (compiled)", base)
     t0 = time.perf_counter()
     engine = Engine(model)
+    settle_after_load()  # as the app's load job ends (gradscope.app.heap)
     r = engine.backward(x, Target(index=1), Plan(), capture="all")
     record("first map after opening (engine + forward + sweep)", time.perf_counter() - t0, r.meta["mode"])
     t0 = time.perf_counter()

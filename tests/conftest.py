@@ -24,3 +24,13 @@ def no_thread_left_running():
     alive = [t.name for t in new if t.is_alive()]
     if alive:
         pytest.fail(f"the test left {len(alive)} thread(s) running: {', '.join(alive)} (shut its executor down)")
+
+
+@pytest.fixture(autouse=True)
+def nothing_left_frozen():
+    """The app freezes a loaded model out of full collections (gradscope.app.heap); in one test process of
+    hundreds of models that would keep every one of them: each test's frozen objects are released after it."""
+    import gc
+
+    yield
+    gc.unfreeze()

@@ -17,6 +17,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from gradscope.app.heap import release_replaced, settle_after_load
 from gradscope.app.jobs import Jobs
 from gradscope.app.session_files import find_class_names
 from gradscope.app.summaries import WeightInfo, weight_info
@@ -93,11 +94,16 @@ class ModelDocument:
             if on_failed is not None:
                 on_failed(exc)
 
+        def load_and_settle(token: Any) -> dict[str, Any]:
+            out = job(token)
+            settle_after_load()  # the next full collections skip the model's objects (see app.heap)
+            return out
+
         self.loading.emit(shown)
         self._jobs.submit(
             "load",
             label,
-            job,
+            load_and_settle,
             lambda out: self._adopt(out, path),
             exclusive=True,  # a new model makes every pending pass on the old one pointless
             on_preview=self._preview,
@@ -134,6 +140,7 @@ class ModelDocument:
 
     def _adopt(self, out: dict[str, Any], path: str | None) -> None:
         self.previewing = False
+        replaced = self.engine is not None
         self.engine, self.graph, self.layout = out["engine"], out["graph"], out["layout"]
         self.collapsed = set(out.get("collapsed", ()))
         self.path = path
@@ -142,8 +149,15 @@ class ModelDocument:
         self.weight_info = {}
         engine = self.engine
         self._on_ready()
-        # weight statistics (0.2 s on ResNet50, 0.4 s on BERT-base) queued after the first run, not before it
-        self._jobs.submit("weights", "", lambda token: weight_info(engine), self._on_weights, quiet=True)
+        # weight statistics (0.2 s on ResNet50, 0.4 s on BERT-base) queued after the first run, not before it;
+        # a replaced model is freed there too (its objects were frozen with it: see app.heap)
+
+        def weights(token: Any) -> dict[str, list[WeightInfo]]:
+            if replaced:
+                release_replaced()
+            return weight_info(engine)
+
+        self._jobs.submit("weights", "", weights, self._on_weights, quiet=True)
 
     def _on_weights(self, info: dict[str, list[WeightInfo]]) -> None:
         self.weight_info = info

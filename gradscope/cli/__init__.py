@@ -51,8 +51,12 @@ def _engine(args: argparse.Namespace) -> Any:
 
         names = load_rule_file(path)
         _info(args, f"loaded rules from {path}: {', '.join(names)}")
+    from gradscope.app.heap import settle_after_load
+
     model = args.model or _demo_model()
-    return open_engine(model, safe_mode=not args.unsafe, custom_objects=_custom_objects(args))
+    engine = open_engine(model, safe_mode=not args.unsafe, custom_objects=_custom_objects(args))
+    settle_after_load()  # one model per process: full collections skip it from here on (see app.heap)
+    return engine
 
 
 def _warn(args: argparse.Namespace, message: str) -> None:

@@ -143,6 +143,28 @@ def test_the_document_owns_graph_layout_and_weights(opened):
     doc.set_layout_direction("TB")
 
 
+def test_a_loaded_model_is_frozen_out_of_full_collections_and_freed_when_replaced():
+    """app.heap: after a load the model's objects are frozen (full collections skip them); a replaced model
+    is released in the background job that follows the new one, so it is freed, not kept frozen."""
+    import gc
+    import weakref
+
+    gc.unfreeze()
+    try:
+        doc = ModelDocument(Jobs(InlineExecutor(), Told().feedback), lambda: None)
+        first = tiny_cnn()
+        gone = weakref.ref(first)
+        doc.set_model(first, "first.keras")
+        assert gc.get_freeze_count() > 0
+        gc.unfreeze()
+        gc.freeze()  # everything frozen, like a long session: only release_replaced can free the first model
+        del first
+        doc.set_model(tiny_cnn(seed=1), "second.keras")
+        assert gone() is None and doc.path == "second.keras"
+    finally:
+        gc.unfreeze()
+
+
 def test_a_failed_load_is_withdrawn_and_reported():
     told = Told()
     doc = ModelDocument(Jobs(InlineExecutor(), told.feedback), lambda: pytest.fail("nothing was adopted"))
