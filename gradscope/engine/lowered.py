@@ -26,7 +26,8 @@ Tensors = Sequence[Any]
 @dataclass(frozen=True)
 class Lowered:
     """A layer call as ``forward(xs, ws) -> ys`` and ``vjp(xs, ys, ws, dys) -> dxs`` (one per x), ``ws`` the
-    values of the layer's variables in ``layer.variables`` order (a rule may pass other weights: ``W+``)."""
+    values of the layer's variables in ``layer.variables`` order (a rule may pass other weights: ``W+``, or
+    None for a bias it drops)."""
 
     forward: Callable[[Tensors, Tensors], list[Any]]
     vjp: Callable[[Tensors, Tensors, Tensors, Tensors], list[Any]]
@@ -88,7 +89,7 @@ def _conv2d(op: Any, linear_call: bool, xs: list) -> Lowered | None:
 
     def forward(xs: Tensors, ws: Tensors) -> list[Any]:
         y = tf.nn.convolution(xs[0], ws[k], strides, padding, data_format="NHWC")
-        return [y if b is None else tf.add(y, ws[b])]
+        return [y if b is None or ws[b] is None else tf.add(y, ws[b])]  # None: a rule dropped the bias
 
     def vjp(xs: Tensors, ys: Tensors, ws: Tensors, dys: Tensors) -> list[Any]:
         dx = tf.raw_ops.Conv2DBackpropInput(
@@ -112,7 +113,7 @@ def _dense(op: Any, linear_call: bool, xs: list) -> Lowered | None:
 
     def forward(xs: Tensors, ws: Tensors) -> list[Any]:
         y = tf.matmul(xs[0], ws[k])
-        return [y if b is None else tf.add(y, ws[b])]
+        return [y if b is None or ws[b] is None else tf.add(y, ws[b])]  # None: a rule dropped the bias
 
     def vjp(xs: Tensors, ys: Tensors, ws: Tensors, dys: Tensors) -> list[Any]:
         return [tf.matmul(dys[0], ws[k], transpose_b=True)]

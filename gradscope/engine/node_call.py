@@ -83,7 +83,8 @@ class NodeCall:
 
     def forward(self, xs: Sequence[Any], ws: Sequence[Any], variables: Sequence[Any] | None = None) -> list[Any]:
         """The node's outputs at inputs ``xs`` and weights ``ws`` (``variables``: whose values ``ws`` replace;
-        another layer's variables when a kernel traced on one node runs for a node of the same config)."""
+        another layer's variables when a kernel traced on one node runs for a node of the same config). A weight
+        given as None is zero (a rule dropping a bias): a lowered layer skips it, a Keras call gets zeros."""
         if self.lowered is not None:  # the same ops as the Keras call, without its overhead
             return self.lowered.forward(xs, ws)
         step, op = self.step, self.step.operation
@@ -91,6 +92,7 @@ class NodeCall:
             return [op.activation(xs[0])]
         a, k = self.pack(xs)
         variables = self.variables if variables is None else list(variables)
+        ws = [tf.zeros(v.shape, v.dtype) if w is None else w for v, w in zip(variables, ws)]
         with contextlib.ExitStack() as stack:
             if step.linear_call:
                 stack.enter_context(linear_activation(op))

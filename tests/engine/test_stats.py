@@ -62,6 +62,7 @@ def test_host_rows_equal_the_in_graph_rows():
         "relu": relu,
         "big then small": np.concatenate([rng.normal(size=50_000), rng.normal(size=10)]).astype("float32"),
         "zeros": np.zeros((4, 5), "float32"),
+        "negative zeros": np.array([-0.0, 0.0, 1.0, -0.0, -2.0], "float32"),
         "empty": np.zeros((0, 3), "float32"),
         "with inf": np.array([1.0, -np.inf, 0.0, 2.0], "float32"),
         "with nan and inf": np.array([1.0, np.nan, np.inf, 0.0, -3.0], "float32"),
@@ -74,3 +75,4 @@ def test_host_rows_equal_the_in_graph_rows():
         np.testing.assert_allclose(host, graph, rtol=1e-5, atol=1e-7, equal_nan=True, err_msg=name)
     assert np.isnan(host_stats_row(tf.constant(cases["with nan and inf"]))[:4]).all()
     np.testing.assert_array_equal(host_stats_row(tf.constant(cases["with inf"]))[4:], [0, 1])
+    assert host_stats_row(tf.constant(cases["negative zeros"]))[3] == np.float32(0.6)  # -0.0 is a zero

@@ -240,8 +240,9 @@ MWP_TINY = 1e-20  # TorchRay's additive stabiliser: representable in float32, 0/
 
 def divide_mwp(g: Any, z: Any) -> Any:
     """``g / (z + 1e-20)``, and 0 where ``z == 0`` (Caffe's rule), so an underflow can never give ``inf·0``."""
-    s = tf.math.divide_no_nan(g, z + tf.cast(MWP_TINY, z.dtype))
-    return tf.where(tf.equal(z, 0), tf.zeros([], s.dtype), s)  # a broadcast scalar: no tensor of zeros written
+    # Python scalars: converted to z's dtype by the op (TF caches them); a tf.zeros([]) was an op per call
+    s = tf.math.divide_no_nan(g, z + MWP_TINY)
+    return tf.where(tf.equal(z, 0.0), 0.0, s)  # a broadcast scalar: no tensor of zeros written
 
 
 def sign0(z: Any) -> Any:
@@ -256,12 +257,13 @@ def divide_signeps(g: Any, z: Any, eps: float) -> Any:
 
 def positive(x: Any) -> Any:
     # against a broadcast scalar 0, not a tensor of zeros (written and read again): 2.2x faster on a kernel of
-    # 2.4M weights, and rules take W+ of every kernel on every cold sweep
-    return tf.maximum(x, tf.zeros([], x.dtype))
+    # 2.4M weights, and rules take W+ of every kernel on every cold sweep. A Python 0.0 (converted to x's dtype
+    # from TF's scalar cache) costs 8 us a call against 50 us for tf.zeros([], dtype).
+    return tf.maximum(x, 0.0)
 
 
 def negative(x: Any) -> Any:
-    return tf.minimum(x, tf.zeros([], x.dtype))
+    return tf.minimum(x, 0.0)
 
 
 def when_nonnegative(x: Any, nonneg_branch: Callable[[], Any], signed_branch: Callable[[], Any]) -> Any:
@@ -270,7 +272,7 @@ def when_nonnegative(x: Any, nonneg_branch: Callable[[], Any], signed_branch: Ca
     Callers pass two branches that give the same result for x >= 0 (the x₋ terms are then exactly zero), so this
     only skips work: after a ReLU most layers never pay for their negative-input terms.
     """
-    return tf.cond(tf.reduce_all(x >= 0), nonneg_branch, signed_branch)
+    return tf.cond(tf.reduce_min(x) >= 0, nonneg_branch, signed_branch)  # one read, no boolean tensor written
 
 
 # ---------------------------------------------------------------------------------------------- linear ops
@@ -305,10 +307,11 @@ class LinearOp:
         return when_nonnegative(x, nonneg_branch, signed_branch)
 
     def weights(self, kernels: Weights, bias: Any = "zero") -> Weights:
-        """A full weight override: ``kernels`` plus the bias (``"zero"``: dropped, a tensor: that bias)."""
+        """A full weight override: ``kernels`` plus the bias (``"zero"``: dropped, given as None: a node's
+        forward runs without it, no zeros written and added; a tensor: that bias)."""
         out = dict(kernels)
         if self.bias_name is not None:
-            out[self.bias_name] = tf.zeros_like(self.bias) if isinstance(bias, str) else bias
+            out[self.bias_name] = None if isinstance(bias, str) else bias
         return out
 
     def forward_vjp(self, x: Any, weights: Weights) -> tuple[Any, Callable[[Any], Any]]:
@@ -399,7 +402,7 @@ def separable_ops(ctx: Any) -> tuple[LinearOp, LinearOp, Any]:
 
     def pointwise(h: Any, k: Weights) -> Any:
         y = ops.conv(h, k["pointwise_kernel"], strides=1, padding="valid", data_format=fmt)
-        if "bias" in k:
+        if k.get("bias") is not None:
             rank = len(y.shape) - 2
             shape = (1,) * (rank + 1) + (-1,) if fmt == "channels_last" else (1, -1) + (1,) * rank
             y = y + ops.reshape(k["bias"], shape)
@@ -427,6 +430,10 @@ def redistribute_sum(ctx: Any, g: Any, divide: Callable, modifier: Callable[[Any
     xs = [tf.convert_to_tensor(x) for x in ctx.inputs]
     if modifier is not None:
         xs = [modifier(x) for x in xs]
+    if all(x.shape.is_fully_defined() and x.shape == g.shape for x in xs):
+        # nothing broadcast: the sum's VJP hands s to every input unchanged (no tape to walk)
+        s = divide(g, ctx.forward(xs)[0])
+        return [x * s for x in xs]
     with tf.GradientTape(watch_accessed_variables=False) as tape:
         for x in xs:
             tape.watch(x)
