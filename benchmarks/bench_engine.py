@@ -179,7 +179,7 @@ def bench_latency(name: str, ctor, size: int, repeats: int, rounds: int = 3) -> 
     notes: dict[str, str] = {}
     for activation in ("sigmoid", "tanh", "elu")[:rounds]:
         if cold:
-            release_replaced()  # the app frees a replaced model in the background (untimed)
+            release_replaced()  # the app frees a replaced model once the new one is shown (untimed)
         t0 = time.perf_counter()
         engine = Engine(model)
         settle_after_load()  # as the app's load job ends (gradscope.app.heap)

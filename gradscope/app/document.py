@@ -150,14 +150,16 @@ class ModelDocument:
         engine = self.engine
         self._on_ready()
         # weight statistics (0.2 s on ResNet50, 0.4 s on BERT-base) queued after the first run, not before it;
-        # a replaced model is freed there too (its objects were frozen with it: see app.heap)
+        # when they arrive, a replaced model is freed (its objects were frozen with it: see app.heap). On this
+        # thread, not the worker's: a full collection finalises whatever garbage there is, Qt objects included,
+        # and one on the worker hung against Qt painting on this thread (a GUI test, in gc.collect).
 
-        def weights(token: Any) -> dict[str, list[WeightInfo]]:
+        def weights_done(info: dict[str, list[WeightInfo]]) -> None:
             if replaced:
                 release_replaced()
-            return weight_info(engine)
+            self._on_weights(info)
 
-        self._jobs.submit("weights", "", weights, self._on_weights, quiet=True)
+        self._jobs.submit("weights", "", lambda token: weight_info(engine), weights_done, quiet=True)
 
     def _on_weights(self, info: dict[str, list[WeightInfo]]) -> None:
         self.weight_info = info

@@ -8,10 +8,12 @@ plan costs 3-8 s, and running the engine eagerly 2 s. An edit changes one node, 
    contributions to its inputs (its rule, or its true VJP);
 3. keeps every node's contributions of the last sweep and recomputes a node only when its rule changed or
    the signal arriving at it did: an edit recomputes the edited node and the nodes below it, nothing above;
-4. runs each node through a small compiled *kernel*, shared by every node with the same layer config,
-   shapes and rule (ResNet50's 176 nodes need about 100), or eagerly while that kernel is not compiled yet.
-   ``LiveBackward.warm`` compiles the missing kernels of a plan; the Session does it in the background and a
-   newer edit cancels it.
+4. runs a node's true gradient as its *lowered* VJP where the layer is lowered (``engine.lowered``: one or two
+   raw ops, no kernel needed; ResNet50: every node but the classifier), else each node through a small
+   compiled *kernel*, shared by every node with the same layer config, shapes and rule, or eagerly while that
+   kernel is not compiled yet. ``LiveBackward.warm`` compiles the missing kernels of a plan; the Session does
+   it in the background and a newer edit cancels it. Statistics of eagerly run nodes are computed by NumPy on
+   the signal's memory (``stats.stats_row``).
 
 The sweep gives what one ``tape.gradient`` of the rule-wrapped model gives (tests check 1e-6 for every
 built-in rule), for plans whose rules do not change the forward values (``forward_override``); those, loss
@@ -36,7 +38,7 @@ from gradscope.engine.context import RuleContext
 from gradscope.engine.keras_graph import Step
 from gradscope.engine.kernels import kernels_named
 from gradscope.engine.node_call import NodeCall, call_arguments, plain_call
-from gradscope.engine.stats import host_stats_row, stats_row
+from gradscope.engine.stats import stats_row
 from gradscope.rules.base import params_to_dict
 
 _KERNEL_CACHE_SIZE = 1024  # eager kernels (closures, cheap)
@@ -251,8 +253,7 @@ class LiveBackward:
                 gx = engine._guard(rule, spec, "backward", ctx, dys)
                 gx = engine._check_grads(rule, spec, gx, xs)
             present = tf.constant([g is not None for g in gx], tf.bool)
-            row = stats_row(dys[0]) if tf.inside_function() else None  # eagerly: host_stats_row, by the caller
-            return [tf.zeros_like(x) if g is None else g for g, x in zip(gx, xs)], present, row
+            return [tf.zeros_like(x) if g is None else g for g, x in zip(gx, xs)], present, stats_row(dys[0])
 
         return fn
 
@@ -285,8 +286,8 @@ class LiveBackward:
                 self._kernels[old] = (eager, tf.function(eager, autograph=False))
 
     def _run_node(self, call: NodeCall, rule: Any, dys: list) -> tuple[list, Any, Any, str]:
-        """The node's contributions, through its compiled kernel if it is ready, else eagerly (the true VJP
-        from the node's recorded tape)."""
+        """The node's contributions and how they ran: its lowered VJP (true gradient of a lowered layer), its
+        compiled kernel if it is ready, else eagerly (the true VJP from the node's recorded tape)."""
         with kernels_named(self.engine.graph, call.step.node_id):
             return self._node_contributions(call, rule, dys)
 
@@ -300,12 +301,10 @@ class LiveBackward:
         ):
             gx = recorded.vjp(dys)
             how = "lowered" if isinstance(recorded, _LoweredVJP) else "eager"
-            return gx, [g is not None for g in gx], host_stats_row(dys[0]), how
+            return gx, [g is not None for g in gx], stats_row(dys[0]), how
         _, (eager, compiled), ready = self._kernel(call, rule)
         ys = [fwd.values[k] for k in call.step.out_keys]  # type: ignore[union-attr]
         gx, present, row = (compiled if ready else eager)(call.xs, ys, call.weights(), dys)
-        if row is None:
-            row = host_stats_row(dys[0])
         # one host copy: indexing the tensor per input was an eager slice op each (0.1 s per ResNet50 sweep)
         return gx, present.numpy().tolist(), row, "compiled" if ready else "eager"
 
