@@ -76,6 +76,7 @@ def stats_row(grad: Any) -> Any:
 
 
 _scratch = threading.local()
+_KEPT_SCRATCH = 1 << 24  # floats (64 MB): ResNet50's largest signal at batch 8 is 6.4M
 
 
 def host_stats_row(grad: Any) -> np.ndarray:
@@ -91,7 +92,9 @@ def host_stats_row(grad: Any) -> np.ndarray:
         return np.zeros(6, np.float32)
     buffer = getattr(_scratch, "buffer", None)
     if buffer is None or buffer.size < n:  # |g| goes to a reused buffer: a fresh one per node faults its pages
-        buffer = _scratch.buffer = np.empty(n, np.float32)
+        buffer = np.empty(n, np.float32)
+        if n <= _KEPT_SCRATCH:  # a huge signal's buffer is not kept for the thread's lifetime
+            _scratch.buffer = buffer
     magnitudes = np.abs(a, out=buffer[:n])
     sum_sq = float(np.dot(a, a))
     sum_abs = float(magnitudes.sum())
