@@ -5,7 +5,7 @@ call costs far more than the ops in it (measured on ResNet50 224x224 batch 1, 2-
 a forward take 0.20-0.25 s, the same ops called directly 0.09 s), and a node's VJP recorded on a tape costs a
 tape walk per node. A lowered layer calls the ops Keras would call, in the same order, and its VJP is the op
 TensorFlow's registered gradient runs (``Conv2DBackpropInput``, ``ReluGrad``, ``MaxPoolGrad``, ...): the
-values are those of the Keras call and of ``tape.gradient`` (tests compare them exactly).
+values are those of the Keras call and of ``tape.gradient`` (``tests/engine/test_lowered.py``, to 1e-6).
 
 Only plain configurations are lowered: built-in classes (not subclasses), float32 throughout, channels-last,
 no masks, LoRA or quantization. Anything else returns None and runs through Keras as before.
@@ -36,19 +36,20 @@ class Lowered:
 def lower(step: Step, args: tuple, kwargs: dict) -> Lowered | None:
     """The lowered form of ``step`` called with ``(args, kwargs)``, or None when it is not a plain case."""
     op = step.operation
-    if step.kind not in ("call", "activation") or not _plain_call(op, args, kwargs):
+    if step.kind not in ("call", "activation") or len(args) != 1:
+        return None
+    xs = list(args[0]) if isinstance(args[0], (list, tuple)) else [args[0]]
+    if not _plain_call(op, xs, kwargs):
         return None
     if step.kind == "activation":
         return _RELU if op.activation is keras.activations.relu else None
     make = _LOWERINGS.get(type(op))
-    xs = list(args[0]) if isinstance(args[0], (list, tuple)) else [args[0]]
     return make(op, step.linear_call, xs) if make is not None else None
 
 
-def _plain_call(op: Any, args: tuple, kwargs: dict) -> bool:
-    if len(args) != 1 or any(k not in ("training", "mask") or v not in (None, False) for k, v in kwargs.items()):
+def _plain_call(op: Any, xs: list, kwargs: dict) -> bool:
+    if any(k not in ("training", "mask") or v not in (None, False) for k, v in kwargs.items()):
         return False
-    xs = args[0] if isinstance(args[0], (list, tuple)) else [args[0]]
     return (
         all(tf.is_tensor(x) and x.dtype == tf.float32 and x.shape.rank is not None for x in xs)
         and getattr(op, "compute_dtype", "float32") == "float32"

@@ -91,7 +91,7 @@ def host_stats_row(grad: Any) -> np.ndarray:
     if n == 0:
         return np.zeros(6, np.float32)
     buffer = getattr(_scratch, "buffer", None)
-    if buffer is None or buffer.size < n:  # |g| goes to a reused buffer: a fresh one per node faults its pages
+    if buffer is None or buffer.size < n:  # |g| goes to a reused buffer: no temporary per node
         buffer = np.empty(n, np.float32)
         if n <= _KEPT_SCRATCH:  # a huge signal's buffer is not kept for the thread's lifetime
             _scratch.buffer = buffer
