@@ -36,6 +36,7 @@ from gradscope.app.evaluation_scoring import (
 )
 from gradscope.core.errors import Cancelled
 from gradscope.core.files import write_text_atomic
+from gradscope.core.json_text import read_json_file
 
 __all__ = ["BASELINES", "METRICS", "SMOOTHED", "EvalSettings", "EvaluationError", "run_evaluation"]
 
@@ -47,14 +48,19 @@ def fingerprint(keys: Sequence[str]) -> str:
 
 def prepare_out(out: Path, settings: EvalSettings, header: dict, restart: bool = False) -> None:
     """Create ``out`` with its ``settings.json``, or check that the one there is this run's (to resume it)."""
-    out.mkdir(parents=True, exist_ok=True)
-    (out / "batches").mkdir(exist_ok=True)
+    if out.exists() and not out.is_dir():
+        raise EvaluationError(f"{out} is a file; the results go into a folder: give another --out.")
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+        (out / "batches").mkdir(exist_ok=True)
+    except OSError as exc:
+        raise EvaluationError(f"Cannot create the results folder {out}: {exc.strerror or exc}.") from None
     doc = {"settings": settings.to_dict(), **header}
     path = out / "settings.json"
     if path.exists() and not restart:
         try:
-            old = json.loads(path.read_text(encoding="utf-8"))
-        except ValueError:
+            old = read_json_file(path, "settings file", EvaluationError)
+        except EvaluationError:
             old = None
         if old != json.loads(json.dumps(doc)):
             raise EvaluationError(

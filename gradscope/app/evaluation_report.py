@@ -17,7 +17,9 @@ from pathlib import Path
 
 import numpy as np
 
+from gradscope.core.errors import GradscopeError
 from gradscope.core.files import write_atomic, write_text_atomic
+from gradscope.core.json_text import read_json_file
 
 CONFIDENCE = 0.95
 BOOTSTRAP_CHUNK = 50  # resamples drawn at once (a (chunk, images) weight matrix)
@@ -222,11 +224,11 @@ def _interval(samples: np.ndarray) -> tuple[float, float]:
 def build_report(out: Path, resamples: int = 2000) -> EvalReport:
     """The report of the run in ``out`` from its ``settings.json`` and batch records."""
     out = Path(out)
-    doc = json.loads((out / "settings.json").read_text(encoding="utf-8"))
+    doc = read_json_file(out / "settings.json", "evaluation settings", GradscopeError)
     settings, header = doc["settings"], {k: v for k, v in doc.items() if k != "settings"}
     records, bad, seconds = [], [], {}
     for path in sorted((out / "batches").glob("*.json")):
-        batch = json.loads(path.read_text(encoding="utf-8"))
+        batch = read_json_file(path, "batch record", GradscopeError)
         records += batch["images"]
         bad += batch["bad"]
         for method, secs in batch.get("seconds", {}).items():

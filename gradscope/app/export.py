@@ -2,8 +2,8 @@
 
 ``Session.export_overlay`` (GUI), ``Explanation.save`` (API) and ``gradscope explain`` (CLI) all build the
 sidecar with ``overlay_sidecar`` and write with ``write_overlay``, so one result with one view gives the same
-PNG bytes and the same JSON from any of them. Every write is atomic (``render.write_atomic``) and never
-replaces a file the result was computed from.
+PNG bytes and the same JSON from any of them. Every write is atomic, a picture and its sidecar as a pair
+(``core.files.write_files_atomic``), and never replaces a file the result was computed from.
 """
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ from PIL import Image, ImageDraw
 from gradscope import render
 from gradscope.app.view import OverlayImages, ViewSettings
 from gradscope.core.errors import GradscopeError
-from gradscope.core.files import write_atomic, write_text_atomic
+from gradscope.core.files import write_atomic, write_files_atomic, write_text_atomic
 from gradscope.core.formats import SIDECAR_SCHEMA, SidecarFile, encode, read_file
 
 FLOW_COLUMNS = ("norm", "mean_abs", "max_abs", "zero_fraction", "nan_count", "inf_count")
@@ -169,12 +169,14 @@ def write_overlay(
     size = [int(picture.shape[1]), int(picture.shape[0])]
     export = {"size": size, "colorbar": colorbar, "map_only": map_only}
     positions = sidecar.get("positions") or []
-    if positions:  # a text or tabular input: its scores as a table too
+    companions = []
+    if positions:  # a text or tabular input: its scores as a table too, written with the picture
         table = path.with_name(path.stem + "_scores.csv")
         refuse_overwriting([table], inputs)
-        write_scores_csv(table, positions)
+        data = scores_csv_text(positions).encode("utf-8")
+        companions.append((table, lambda fh: fh.write(data)))
         export["scores_csv"] = table.name
-    return render.save_png(path, picture, {**sidecar, "export": export})
+    return render.save_png(path, picture, {**sidecar, "export": export}, companions)
 
 
 def position_rows(labels: Iterable[str], scores: np.ndarray, ids: Any = None) -> list[dict[str, Any]]:
@@ -188,16 +190,14 @@ def position_rows(labels: Iterable[str], scores: np.ndarray, ids: Any = None) ->
     return rows
 
 
-def write_scores_csv(path: str | Path, positions: list[dict[str, Any]]) -> Path:
-    """Per-position scores as CSV (index, label, id, score), atomically."""
+def scores_csv_text(positions: list[dict[str, Any]]) -> str:
+    """Per-position scores as CSV (index, label, id, score)."""
     out = io.StringIO()
     writer = csv.writer(out, lineterminator="\n")
     writer.writerow(["index", "label", "id", "score"])
     for p in positions:
         writer.writerow([p["index"], p["label"], "" if p.get("id") is None else p["id"], repr(float(p["score"]))])
-    path = Path(path)
-    write_text_atomic(path, out.getvalue())
-    return path
+    return out.getvalue()
 
 
 def write_comparison(path: str | Path, picture: np.ndarray, sidecar: dict[str, Any], *, inputs: Iterable = ()) -> Path:
@@ -216,8 +216,10 @@ def write_signal(path: str | Path, signal: np.ndarray, sidecar: dict[str, Any], 
     text = render.sidecar_text(
         {**sidecar, "export": {"kind": "signal", "shape": list(array.shape), "dtype": "float32"}}
     )
-    write_atomic(path, lambda f: np.save(f, array, allow_pickle=False))
-    write_text_atomic(render.sidecar_path(path), text)
+    data = text.encode("utf-8")
+    write_files_atomic(
+        [(path, lambda f: np.save(f, array, allow_pickle=False)), (render.sidecar_path(path), lambda f: f.write(data))]
+    )
     return path
 
 

@@ -14,6 +14,7 @@ from gradscope.core.errors import GradscopeError
 from gradscope.core.files import write_text_atomic
 from gradscope.core.formats import SESSION_SCHEMA, SessionFile, encode, read_file
 from gradscope.core.graph import LayerGraph
+from gradscope.core.json_text import read_json_file
 from gradscope.core.targets import Target
 from gradscope.rules.plan import Plan
 
@@ -153,8 +154,8 @@ def find_class_names(model_path: str | Path) -> list[str]:
     candidates = [p.with_suffix(".json"), p.parent / f"{p.stem}_meta.json", *sorted(p.parent.glob("*_meta.json"))]
     for c in candidates:
         try:
-            data = json.loads(c.read_text())
-        except (OSError, ValueError):
+            data = read_json_file(c, "model description", max_bytes=1 << 20) if c.is_file() else None
+        except GradscopeError:
             continue
         if not isinstance(data, dict) or not isinstance(data.get("class_names"), list):
             continue

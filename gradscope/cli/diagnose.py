@@ -137,7 +137,6 @@ def cmd_diagnose(args: Any) -> int:
     """
     import json
 
-
     engine = _engine(args)
     xs = _cli_inputs(args, engine)
     labels = _cli_labels(getattr(args, "label", None))

@@ -11,20 +11,22 @@ and ~110-170 ms for jsonschema (measured on this project's 2-core machine, see C
 from __future__ import annotations
 
 import difflib
-import json
 import re
 import typing
 from pathlib import Path
-from typing import Any, Union
+from typing import Annotated, Any, Union
 
 import msgspec
 
 from gradscope.core.errors import GradscopeError
+from gradscope.core.json_text import parse_json, read_json_file
 
 PLAN_SCHEMA = 2  # 2: a fused layer's id is its output (the activation), "<id>:pre" its linear part (1: "<id>:act")
 SESSION_SCHEMA = 3  # 3: typed tokens and the vocabulary; 2: node ids as in plan schema 2
 SIDECAR_SCHEMA = 4  # 4: per-position scores (tokens, features); 3: node ids as in plan schema 2; 2: one schema
 # for every front end (view settings)
+
+MAX_PLAN_NAME = 200
 
 # Editors validate a file against the schema its "$schema" key names; gradscope accepts and ignores the key.
 _EDITOR_SCHEMA = msgspec.field(name="$schema", default=None)
@@ -43,7 +45,7 @@ class PlanFile(msgspec.Struct, forbid_unknown_fields=True):
 
     entries: list[PlanEntryFile]
     schema: int = PLAN_SCHEMA
-    name: str = ""
+    name: Annotated[str, msgspec.Meta(max_length=MAX_PLAN_NAME)] = ""  # it names files and fills messages
     editor_schema: str | None = _EDITOR_SCHEMA
 
 
@@ -135,45 +137,26 @@ class FormatError(GradscopeError):
     """A file does not follow its declared format (the message names the place and the problem)."""
 
 
-def read_text(data: bytes | str) -> str:
-    """Text of a file the user may have saved from any editor: UTF-8, with or without a byte-order mark."""
-    if isinstance(data, bytes):
-        data = data.decode("utf-8-sig")
-    return data.removeprefix("\ufeff")
-
-
 def decode(
     data: bytes | str | Any, kind: Any, *, what: str, error: type[GradscopeError] = FormatError, parsed: bool = False
 ) -> Any:
     """``data`` as ``kind``, else ``error`` with one line. ``data`` is JSON text or bytes, or with ``parsed``
     already-parsed JSON values (then a string is a value, not a document)."""
+    value = parse_json(data, what, error) if not parsed and isinstance(data, (bytes, str)) else data
     try:
-        if not parsed and isinstance(data, (bytes, str)):
-            text = read_text(data)
-            try:
-                value = json.loads(text)
-            except json.JSONDecodeError as exc:
-                raise error(f"{what} is not valid JSON: {exc}") from None
-        else:
-            value = data
         return msgspec.convert(value, kind, strict=True)
     except msgspec.ValidationError as exc:
         raise error(f"{what}: {explain(str(exc), kind)}") from None
-    except UnicodeDecodeError as exc:
-        raise error(f"{what} is not UTF-8 text ({exc.reason} at byte {exc.start}).") from None
+    except RecursionError:
+        raise error(f"{what} is nested too deeply to read.") from None
 
 
 def read_file(path: str | Path, kind: Any, *, what: str, error: type[GradscopeError] = FormatError) -> Any:
     """The file at ``path`` decoded as ``kind`` (``what``: "plan file", "session file", "sidecar"), every failure
-    an ``error`` with one line: not a regular file, unreadable, not UTF-8 / JSON, or not the format."""
-    p = Path(path)
-    if p.exists() and not p.is_file():
-        raise error(f"{p} is not a regular file.")
-    try:
-        raw = p.read_bytes()
-    except OSError as exc:
-        raise error(f"Cannot read the {what} {p}: {exc.strerror}") from None
-    return decode(raw, kind, what=f"{what[:1].upper()}{what[1:]} {p.name}", error=error)
+    an ``error`` with one line: not a regular file, unreadable, too large or deep, not UTF-8 / JSON, or not the
+    format."""
+    value = read_json_file(path, what, error)
+    return decode(value, kind, what=f"{what[:1].upper()}{what[1:]} {Path(path).name}", error=error, parsed=True)
 
 
 def encode(value: Any) -> Any:

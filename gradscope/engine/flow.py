@@ -8,6 +8,7 @@ The per-layer picture of one backward pass; ``gradscope.engine.paths`` says why 
 from __future__ import annotations
 
 import csv
+import io
 import math
 import re
 from collections.abc import Sequence
@@ -18,6 +19,7 @@ from typing import Any
 import numpy as np
 
 from gradscope.core.errors import GraphError
+from gradscope.core.files import write_atomic, write_text_atomic
 from gradscope.core.results import NodeStats
 from gradscope.core.targets import Target
 from gradscope.engine.paths import as_engine, variable_owners
@@ -163,25 +165,23 @@ class FlowReport:
 
     def to_csv(self, path: str | Path) -> Path:
         """One row per node (columns ``FLOW_COLUMNS``); empty cells where a value does not apply."""
-        path = Path(path)
-        with path.open("w", newline="") as f:
-            writer = csv.DictWriter(f, fieldnames=FLOW_COLUMNS)
-            writer.writeheader()
-            for d in self.table():
-                writer.writerow({k: _csv_cell(v) for k, v in d.items()})
-        return path
+        f = io.StringIO(newline="")
+        writer = csv.DictWriter(f, fieldnames=FLOW_COLUMNS)
+        writer.writeheader()
+        for d in self.table():
+            writer.writerow({k: _csv_cell(v) for k, v in d.items()})
+        return write_text_atomic(path, f.getvalue())  # a full disk leaves the old CSV whole
 
     def weights_to_csv(self, path: str | Path) -> Path:
-        path = Path(path)
         names = [f.name for f in WeightFlow.__dataclass_fields__.values()]
-        with path.open("w", newline="") as f:
-            writer = csv.DictWriter(f, fieldnames=names)
-            writer.writeheader()
-            for w in self.weights:
-                d = asdict(w)
-                d["shape"] = "x".join(str(s) for s in w.shape)
-                writer.writerow({k: _csv_cell(v) for k, v in d.items()})
-        return path
+        f = io.StringIO(newline="")
+        writer = csv.DictWriter(f, fieldnames=names)
+        writer.writeheader()
+        for w in self.weights:
+            d = asdict(w)
+            d["shape"] = "x".join(str(s) for s in w.shape)
+            writer.writerow({k: _csv_cell(v) for k, v in d.items()})
+        return write_text_atomic(path, f.getvalue())
 
     def to_text(self) -> str:
         head = f"Gradient flow of {self.model_name!r}, target {self.target}"
@@ -289,8 +289,7 @@ def _flow_png(report: FlowReport, path: Path) -> Path:
         if r.flags:
             draw.text((label_w + 2 * (panel_w + 20), y + 2), " ".join(r.flags), fill=color)
     path.parent.mkdir(parents=True, exist_ok=True)
-    img.save(path)
-    return path
+    return write_atomic(path, lambda fh: img.save(fh, format="PNG"))
 
 
 def _csv_cell(v: Any) -> Any:

@@ -4,7 +4,7 @@ Nothing here imports Qt or TensorFlow, so the CLI and the API can export picture
 """
 
 from gradscope.render.colormap import DIVERGING, apply_colormap, available_colormaps, is_diverging, lut
-from gradscope.render.export import load_sidecar, save_png, sidecar_path, sidecar_text, write_atomic
+from gradscope.render.export import load_sidecar, save_png, sidecar_path, sidecar_text
 from gradscope.render.normalize import (
     NORMALIZATIONS,
     RESIZE_METHODS,
@@ -43,5 +43,4 @@ __all__ = [
     "sidecar_path",
     "sidecar_text",
     "smoothing_sigma",
-    "write_atomic",
 ]

@@ -10,14 +10,16 @@ from __future__ import annotations
 import dataclasses
 import json
 import math
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 from PIL import Image
 
-from gradscope.core.files import write_atomic, write_text_atomic
+from gradscope.core.files import Writer, write_files_atomic
 from gradscope.core.formats import SIDECAR_SCHEMA
+from gradscope.core.json_text import read_json_file
 
 
 def sidecar_path(path: str | Path) -> Path:
@@ -59,8 +61,14 @@ def _jsonable(obj: Any) -> Any:
     raise TypeError(f"Cannot store a {type(obj).__name__} in the sidecar: {obj!r}")
 
 
-def save_png(path: str | Path, rgb_uint8: np.ndarray, sidecar: dict[str, Any] | None = None) -> Path:
-    """Write ``rgb_uint8`` ((H, W), (H, W, 3) or (H, W, 4) uint8) as PNG, plus ``sidecar`` as JSON beside it.
+def save_png(
+    path: str | Path,
+    rgb_uint8: np.ndarray,
+    sidecar: dict[str, Any] | None = None,
+    companions: Sequence[tuple[Path, Writer]] = (),
+) -> Path:
+    """Write ``rgb_uint8`` ((H, W), (H, W, 3) or (H, W, 4) uint8) as PNG, plus ``sidecar`` as JSON beside it
+    and any ``companions`` (a scores table), all or none (``write_files_atomic``).
 
     The sidecar gets ``schema`` and ``gradscope_version`` fields. Missing parent folders are created.
     Returns the PNG path.
@@ -78,9 +86,11 @@ def save_png(path: str | Path, rgb_uint8: np.ndarray, sidecar: dict[str, Any] | 
     text = None if sidecar is None else sidecar_text(sidecar)  # before anything is written: it may fail
     path.parent.mkdir(parents=True, exist_ok=True)
     picture = Image.fromarray(np.ascontiguousarray(a))
-    write_atomic(path, lambda fh: picture.save(fh, format="PNG"))
+    files: list[tuple[Path, Writer]] = [(path, lambda fh: picture.save(fh, format="PNG"))]
     if text is not None:
-        write_text_atomic(sidecar_path(path), text)
+        data = text.encode("utf-8")
+        files.append((sidecar_path(path), lambda fh: fh.write(data)))
+    write_files_atomic([*files, *companions])
     return path
 
 
@@ -94,4 +104,4 @@ def load_sidecar(path: str | Path) -> dict[str, Any]:
     """The sidecar of a PNG (pass the PNG or the JSON path)."""
     p = Path(path)
     p = p if p.suffix.lower() == ".json" else sidecar_path(p)
-    return json.loads(p.read_text(encoding="utf-8"))
+    return read_json_file(p, "sidecar")
