@@ -29,6 +29,9 @@ BASELINES = ("center", "random")  # reference "methods": the image centre, a uni
 SMOOTHED = ("gradient", "guided_backprop", "deconvnet")  # TorchRay's benchmark blurs these maps (smooth=0.02)
 
 
+MAX_BATCH = 4096  # images per batch: more only costs memory (maps of every method are held per batch)
+
+
 class EvaluationError(GradscopeError):
     """The evaluation cannot run as asked (an unknown method or metric, an output folder of another run)."""
 
@@ -59,10 +62,20 @@ class EvalSettings:
             raise EvaluationError("No method to evaluate: give --method and/or --plan.")
         if len(set(self.methods)) != len(self.methods):
             raise EvaluationError(f"A method is named twice: {', '.join(self.methods)}.")
-        if self.batch < 1 or self.steps < 1 or self.fidelity_samples < 2 or self.fidelity_grid < 1:
-            raise EvaluationError("batch and steps must be >= 1, fidelity samples >= 2 and the grid >= 1.")
-        if not 0 < self.fidelity_subset < 1 or self.tolerance <= 0:
-            raise EvaluationError("The fidelity subset must lie in (0, 1) and the tolerance be > 0.")
+        # Bounds before anything is allocated: the last batch is padded to a full one (a batch of 10^8 images
+        # asked for terabytes), and the curves hold steps + 1 points per image.
+        for name, value, low, high in (
+            ("batch", self.batch, 1, MAX_BATCH),
+            ("steps", self.steps, 1, 10_000),
+            ("fidelity samples", self.fidelity_samples, 2, 100_000),
+            ("fidelity grid", self.fidelity_grid, 1, 1_000),
+        ):
+            if not (isinstance(value, int) and low <= value <= high):
+                raise EvaluationError(f"The {name} must be a whole number from {low} to {high}; got {value}.")
+        if not 0 < self.fidelity_subset < 1:
+            raise EvaluationError(f"The fidelity subset must lie in (0, 1); got {self.fidelity_subset}.")
+        if not 0 < self.tolerance < 1e6:  # NaN fails too
+            raise EvaluationError(f"The tolerance must be a distance in pixels above 0; got {self.tolerance}.")
 
     def to_dict(self) -> dict:
         return dataclasses.asdict(self)

@@ -28,10 +28,12 @@ FAILURE_TITLES = {
     "sanity": "Sanity checks failed",
     "evaluate": "The evaluation failed",
     "vocab": "Cannot read the vocabulary",
+    "rule_file": "Cannot load the rule file",
+    "rule_plugins": "Cannot load the rule plugins",
 }
 
 #: Job kinds a new model does not make pointless (an exclusive job leaves them be).
-MODEL_INDEPENDENT = {"vocab"}
+MODEL_INDEPENDENT = {"vocab", "rule_file", "rule_plugins"}
 
 
 class Jobs:

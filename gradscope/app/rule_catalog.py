@@ -13,7 +13,6 @@ from typing import Any
 
 from gradscope.app.feedback import Feedback
 from gradscope.app.jobs import Jobs
-from gradscope.core.errors import GradscopeError
 from gradscope.core.events import Signal
 
 
@@ -45,24 +44,24 @@ class RuleCatalog:
             self.ready = True
             self.changed.emit([])
 
-    def load_file(self, path: str | Path) -> list[str]:
-        """Import a user's rule file (it is code: only files the user chose). Returns the new rule names."""
+    def load_file(self, path: str | Path) -> None:
+        """Import a user's rule file (it is code: only files the user chose) on the worker: its top-level code
+        may loop or wait, and the window must stay responsive and its Cancel must stop it. ``changed`` says
+        which rules it added."""
         from gradscope.rules.base import load_rule_file
 
-        return self._load(lambda: load_rule_file(path), "the rule file", f"from {Path(path).name}")
+        name = Path(path).name
+        self._load("rule_file", f"Loading rules from {name}…", lambda token: load_rule_file(path), f"from {name}")
 
-    def load_plugins(self) -> list[str]:
-        """Import the rule plugins installed packages offer (the user's explicit choice). Returns new names."""
+    def load_plugins(self) -> None:
+        """Import the rule plugins installed packages offer (the user's explicit choice), on the worker."""
         from gradscope.rules.base import load_rule_plugins
 
-        return self._load(load_rule_plugins, "the rule plugins", "from the installed plugins")
+        self._load("rule_plugins", "Loading rule plugins…", lambda token: load_rule_plugins(), "from the plugins")
 
-    def _load(self, load: Any, what: str, where: str) -> list[str]:
-        try:
-            names = load()
-        except GradscopeError as exc:
-            self._feedback.error(f"Cannot load {what}", str(exc), exc)
-            return []
-        self.changed.emit(names)
-        self._feedback.say(f"Loaded rule(s) {', '.join(names) or '(none new)'} {where}")
-        return names
+    def _load(self, kind: str, label: str, load: Any, where: str) -> None:
+        def done(names: list[str]) -> None:
+            self.changed.emit(names)
+            self._feedback.say(f"Loaded rule(s) {', '.join(names) or '(none new)'} {where}")
+
+        self._jobs.submit(kind, label, load, done)

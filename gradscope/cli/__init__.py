@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from gradscope.core.errors import EXIT_BUG, EXIT_USER_ERROR, GradscopeError, ImageLoadError
+from gradscope.core.files import inside, safe_file_name, shorten
 
 __all__ = ["EXIT_BUG", "EXIT_USER_ERROR", "main"]
 
@@ -262,7 +263,7 @@ def cmd_explain(args: argparse.Namespace) -> int:
         if not many:
             _info(
                 args,
-                f"{e.method.name}: target {e.target.describe()} (class {e.predicted_class}), "
+                f"{shorten(e.method.name)}: target {e.target.describe()} (class {e.predicted_class}), "
                 f"{len(e.result.rules)} node(s) with rules, map at {e.node or 'input'} -> {dest}",
             )
     if many:
@@ -285,21 +286,23 @@ def cmd_explain(args: argparse.Namespace) -> int:
 
 
 def _batch_output(out: Path, image: Path, method: str, stems: list[str], taken: set[str], renamed: list[str]) -> Path:
-    """``<stem>_<method>.png`` in ``out``; images that share a stem (cat.png, cat.jpg) keep their extension in
-    the name, and a name already written in this batch gets a number. Every such change is listed."""
-    method = method.replace(" ", "_")
-    name = f"{image.stem}_{method}.png"
-    why = ""
-    if stems.count(image.stem) > 1:
-        name, why = f"{image.name.replace('.', '_')}_{method}.png", "another image has the same name"
-    base, n = name[: -len(".png")], 1
-    while name.lower() in taken:
+    """``<stem>_<method>.png`` in ``out``, made a safe file name (a plan's name is data: ``../x``, ``/etc/x``, a
+    NUL or 100 MB of text never leave ``out``); images that share a stem (cat.png, cat.jpg) keep their
+    extension in the name, and a name this batch already wrote (an overlay or its sidecar) gets a number: no
+    output replaces another. Every change is listed."""
+    stem = image.name.replace(".", "_") if stems.count(image.stem) > 1 else image.stem
+    why = "another image has the same name" if stems.count(image.stem) > 1 else ""
+    base = safe_file_name(f"{stem}_{method.replace(' ', '_')}")
+    if base != f"{stem}_{method.replace(' ', '_')}" and not why:
+        why = "the plan's or image's name is not a safe file name"
+    name, n = f"{base}.png", 1
+    while name.lower() in taken or f"{name[:-4]}.json".lower() in taken:
         n += 1
         name, why = f"{base}_{n}.png", "an earlier image's overlay has this name"
-    taken.add(name.lower())
+    taken.update({name.lower(), f"{name[:-4]}.json".lower()})  # the sidecar's name is taken with it
     if why:
-        renamed.append(f"{image.name} -> {name} ({why})")
-    return out / name
+        renamed.append(f"{shorten(image.name)} -> {shorten(name)} ({why})")
+    return inside(out, name)
 
 
 def _delegate(module: str, function: str) -> Callable[[argparse.Namespace], int]:
@@ -389,6 +392,20 @@ class _VersionAction(argparse.Action):
         parser.exit(message=version_line() + "\n")
 
 
+def _common_options() -> argparse.ArgumentParser:
+    """Options every command also takes after its name (``explain ... --debug``, as the bug message advises);
+    SUPPRESS keeps the top-level value when a command is given none."""
+    common = argparse.ArgumentParser(add_help=False)
+    common.add_argument("--debug", action="store_true", default=argparse.SUPPRESS, help=argparse.SUPPRESS)
+    common.add_argument("-q", "--quiet", action="store_true", default=argparse.SUPPRESS, help=argparse.SUPPRESS)
+    return common
+
+
+def add_command(sub: Any, name: str, **kwargs: Any) -> argparse.ArgumentParser:
+    """A command's parser, with the options every command takes (``_common_options``)."""
+    return sub.add_parser(name, parents=[_common_options()], **kwargs)
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="gradscope", description="Visual debugger for gradients of Keras 3 models (TensorFlow backend)."
@@ -405,13 +422,13 @@ def build_parser() -> argparse.ArgumentParser:
     )
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
-    p = sub.add_parser("graph", help="print the model's layer graph as a table")
+    p = add_command(sub, "graph", help="print the model's layer graph as a table")
     _model_argument(p)
     p.add_argument("--json", action="store_true", help="print the graph as JSON")
     _model_options(p)
     p.set_defaults(func=cmd_graph)
 
-    p = sub.add_parser("explain", help="write a saliency overlay PNG (+ JSON sidecar) for an image or a folder")
+    p = add_command(sub, "explain", help="write a saliency overlay PNG (+ JSON sidecar) for an image or a folder")
     _model_argument(p)
     p.add_argument(
         "image",
@@ -468,7 +485,7 @@ def build_parser() -> argparse.ArgumentParser:
     _model_options(p)
     p.set_defaults(func=cmd_explain)
 
-    p = sub.add_parser("snippet", help="write a Python training script that uses a plan (plan_model)")
+    p = add_command(sub, "snippet", help="write a Python training script that uses a plan (plan_model)")
     _model_argument(p)
     p.add_argument("--method", help="method preset whose plan to use (see `gradscope methods`)")
     p.add_argument("--plan", help="plan JSON file (overrides --method)")
@@ -476,7 +493,7 @@ def build_parser() -> argparse.ArgumentParser:
     _model_options(p)
     p.set_defaults(func=cmd_snippet)
 
-    p = sub.add_parser("sanity", help="sanity checks of a method or plan: conservation, randomisation, finite diffs")
+    p = add_command(sub, "sanity", help="sanity checks of a method or plan: conservation, randomisation, finite diffs")
     _model_argument(p)
     p.add_argument("image", nargs="?", help="image file (default: a bundled demo image)")
     p.add_argument("--method", help="method preset (default: gradient)")
@@ -492,13 +509,13 @@ def build_parser() -> argparse.ArgumentParser:
     _model_options(p)
     p.set_defaults(func=cmd_sanity)
 
-    p = sub.add_parser("methods", help="list method presets")
+    p = add_command(sub, "methods", help="list method presets")
     p.set_defaults(func=cmd_methods)
-    p = sub.add_parser("rules", help="list backward rules and their parameters")
+    p = add_command(sub, "rules", help="list backward rules and their parameters")
     p.add_argument("--rules", action="append", metavar="FILE", help="also load user rules from FILE")
     p.set_defaults(func=cmd_rules)
 
-    p = sub.add_parser("flow", help="per-layer gradient flow (of a training loss with --label) as a table, CSV, PNG")
+    p = add_command(sub, "flow", help="per-layer gradient flow (of a training loss with --label) as a table, CSV, PNG")
     _model_argument(p)
     _diagnostic_options(p)
     p.add_argument("--plan", help="plan JSON file: the flow under these rules (default: the plain gradient)")
@@ -508,7 +525,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--png", metavar="FILE", help="write a chart of the flow to FILE")
     p.set_defaults(func=_delegate("gradscope.cli.diagnose", "cmd_flow"))
 
-    p = sub.add_parser(
+    p = add_command(
+        sub,
         "diagnose",
         help="find trainable variables that get no gradient and the op that cuts the path (exit code 1 if any)",
     )
@@ -516,12 +534,14 @@ def build_parser() -> argparse.ArgumentParser:
     _diagnostic_options(p)
     p.set_defaults(func=_delegate("gradscope.cli.diagnose", "cmd_diagnose"))
 
-    p = sub.add_parser(
+    p = add_command(
+        sub,
         "train-report",
         help="alerts of a GradientMonitor log: first NaN/Inf, vanishing/exploding layers, dead ReLUs (exit 1 on NaN)",
     )
     p.add_argument("logdir", help="the log_dir given to gradscope.GradientMonitor")
     p.add_argument("--step", type=int, help="also print the per-layer flow of this recorded step")
+    p.add_argument("--run", metavar="ID", help="the run to report when the folder holds several (default: the latest)")
     p.add_argument("--json", action="store_true", help="print the report as JSON")
     p.add_argument("--csv", metavar="FILE", help="write the flow of --step (default: the last record) to FILE")
     p.add_argument("--png", metavar="FILE", help="write a chart of the flow of --step (default: the last record)")
@@ -532,7 +552,8 @@ def build_parser() -> argparse.ArgumentParser:
     add_evaluate(sub, _model_argument, _model_options)
 
     # Listed for --help only: main() hands `gui ...` to the window's own parser (qt.app) before parsing.
-    sub.add_parser(
+    add_command(
+        sub,
         "gui",
         help="open the desktop GUI",
         description="Open the desktop GUI. It also takes the window's options: --screenshot PNG, --size WxH, "

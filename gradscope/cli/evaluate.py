@@ -99,7 +99,10 @@ def cmd_evaluate(args: Any) -> int:
 
 
 def add_parser(sub: Any, model_argument: Any, model_options: Any) -> None:
-    p = sub.add_parser(
+    from gradscope.cli import add_command
+
+    p = add_command(
+        sub,
         "evaluate",
         help="score methods over a dataset: Pointing Game, deletion, insertion, MuFidelity (resumable; exit 2 on "
         "bad data)",

@@ -12,6 +12,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from gradscope.core.errors import InputError
+
 #: The TensorBoard plugin name the matrices and the meta data are written under (TensorBoard keeps, not shows, them).
 PLUGIN = "gradscope"
 META_TAG = "gradscope/meta"
@@ -85,6 +87,17 @@ class StepRecord:
         return not (bad.any() or wbad.any() or self.data_nonfinite) and bool(np.isfinite(self.loss))
 
 
+@dataclass(frozen=True)
+class RunInfo:
+    """One run in a log folder (a monitor's meta and what followed it): two processes logging into one folder
+    are two runs."""
+
+    id: str
+    started: float  # wall time of its meta event
+    model_name: str
+    records: int
+
+
 @dataclass
 class TrainingLog:
     """A log folder read back: the model's nodes and weights, the records in step order, the alerts the monitor
@@ -103,6 +116,10 @@ class TrainingLog:
     before_weights: list[str] = field(default_factory=list)  # nodes no gradient reaches in training, by design
     #: (file name in ``folder``, the last step whose update it holds), as the monitor saw them appear
     checkpoints: list[tuple[str, int]] = field(default_factory=list)
+    run_id: str | None = None  # the run shown (the latest in the folder unless another was asked for)
+    runs: list[RunInfo] = field(default_factory=list)  # every run in the folder, oldest first
+    failure: str | None = None  # why the run recorded nothing, as the monitor wrote it (no trainable weights...)
+    problems: list[str] = field(default_factory=list)  # damaged records, named and skipped
 
     @property
     def steps(self) -> list[int]:
@@ -112,7 +129,15 @@ class TrainingLog:
         for r in self.records:
             if r.step == step:
                 return r
-        raise KeyError(f"No record of step {step} in {self.folder} (recorded: every {self.every} steps).")
+        if not self.records:
+            raise InputError(f"{self.folder} holds no recorded step yet.")
+        steps = self.steps
+        near = min(steps, key=lambda s: abs(s - step))
+        shown = ", ".join(map(str, steps[:5])) + (f", ... {steps[-1]}" if len(steps) > 5 else "")
+        raise InputError(
+            f"Step {step} was not recorded in {self.folder}; recorded steps: {shown} (every {self.every}; nearest: "
+            f"{near})."
+        )
 
     def node_index(self, node_id: str) -> int:
         for i, n in enumerate(self.nodes):

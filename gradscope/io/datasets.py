@@ -17,6 +17,8 @@ from pathlib import Path
 import numpy as np
 
 from gradscope.core.errors import GradscopeError, ImageLoadError
+from gradscope.core.files import shorten
+from gradscope.core.json_text import read_json_file
 from gradscope.io.images import list_images, load_image, prepare_input
 
 BACKGROUND, IGNORE = -1, -2  # what mask pixels that name no class hold in ``Sample.mask``
@@ -48,12 +50,7 @@ class Sample:
 def load_class_map(path: str | Path) -> dict[int, int]:
     """``{mask value: model class index}`` from a JSON object (``{"1": 0, "15": 14}``)."""
     p = Path(path).expanduser()
-    try:
-        doc = json.loads(p.read_text(encoding="utf-8"))
-    except OSError as exc:
-        raise GradscopeError(f"Cannot read the class map {p}: {exc.strerror or exc}.") from exc
-    except ValueError as exc:
-        raise GradscopeError(f"The class map {p} is not valid JSON: {exc}.") from exc
+    doc = read_json_file(p, "class map", unique_keys=True)  # "1" twice: which class did the user mean?
     if not isinstance(doc, dict) or not doc:
         raise GradscopeError(f"The class map {p} must be a JSON object {{mask value: class index}}.")
     out: dict[int, int] = {}
@@ -61,7 +58,9 @@ def load_class_map(path: str | Path) -> dict[int, int]:
         try:
             value, cls = int(k), v
         except ValueError:
-            raise GradscopeError(f"Class map {p}: key {k!r} is not a mask value (0-255).") from None
+            raise GradscopeError(f"Class map {p}: key {shorten(k)!r} is not a mask value (0-255).") from None
+        if value in out:  # "1" and "01"
+            raise GradscopeError(f"Class map {p}: mask value {value} is given twice.")
         if not 0 < value < 255 or isinstance(cls, bool) or not isinstance(cls, int) or cls < 0:
             raise GradscopeError(
                 f"Class map {p}: {k!r}: {v!r} must map a mask value 1-254 to a class index >= 0 "

@@ -72,6 +72,18 @@ def token_input(graph: LayerGraph, ids: Any, *, vocab: Vocabulary | None = None,
         what = f"id 0 ({vocab.tokens[0]!r})" if pad_token else "id 0, hidden by the padding mask"
         note = f"Padded {length - len(ids)} position(s) at the end with {what}."
         ids = np.concatenate([ids, np.zeros(length - len(ids), np.int64)])
+    _check_vocabulary(graph, input_id, ids)
+    tokens = tuple(vocab.decode(ids)) if vocab is not None else tuple(str(i) for i in ids.tolist())
+    real = np.arange(len(ids)) < given
+    if pad_token:
+        real &= ids != 0
+    arrays = {input_id: ids, **{i: _companion(kind, real) for i, kind in companions.items()}}
+    return ModelInput(
+        tuple(arrays[i][None] for i in graph.input_ids), "tokens", source, ids=ids, tokens=tokens, note=note
+    )
+
+
+def _check_vocabulary(graph: LayerGraph, input_id: str, ids: np.ndarray) -> None:
     size = graph.vocabulary_size(input_id)
     bad = [(p, int(i)) for p, i in enumerate(ids) if i < 0 or (size is not None and i >= size)]
     if bad:
@@ -81,14 +93,6 @@ def token_input(graph: LayerGraph, ids: Any, *, vocab: Vocabulary | None = None,
             f"Token {pos} of input {input_id!r} is id {value}, outside the embedding's vocabulary ({allowed})"
             + (f"; {len(bad)} such ids." if len(bad) > 1 else ".")
         )
-    tokens = tuple(vocab.decode(ids)) if vocab is not None else tuple(str(i) for i in ids.tolist())
-    real = np.arange(len(ids)) < given
-    if pad_token:
-        real &= ids != 0
-    arrays = {input_id: ids, **{i: _companion(kind, real) for i, kind in companions.items()}}
-    return ModelInput(
-        tuple(arrays[i][None] for i in graph.input_ids), "tokens", source, ids=ids, tokens=tokens, note=note
-    )
 
 
 def _companion(kind: str, real: np.ndarray) -> np.ndarray:
@@ -113,13 +117,19 @@ def table_input(graph: LayerGraph, row: TableRow, source: str = "<row>") -> Mode
     return ModelInput((row.values[None],), "table", source, names=row.names)
 
 
-def array_input(graph: LayerGraph, path: str | Path) -> ModelInput:
+def array_input(graph: LayerGraph, path: str | Path, vocab: Vocabulary | None = None) -> ModelInput:
     """Arrays from ``.npy`` (a one-input model) or ``.npz`` (one array per model input, named as the inputs,
-    else in order), a single sample or a batch."""
+    else in order), a single sample or a batch. Token ids for a token model (one integer sequence) are token
+    input, as ``--tokens`` with the same ids: the map is read per token, companions derived."""
     from gradscope.io.arrays import read_arrays
 
     p = Path(path).expanduser()
     named = read_arrays(p)
+    token = graph.token_input
+    if token is not None and len(named) == 1:
+        (only,) = named.values()
+        if only.dtype.kind in "iu" and (only.ndim == 1 or (only.ndim == 2 and only.shape[0] == 1)):
+            return token_input(graph, only.reshape(-1), vocab=vocab, source=str(p))
     ids = list(graph.input_ids)
     if set(named) >= set(ids):
         arrays = [named[i] for i in ids]
@@ -140,6 +150,11 @@ def array_input(graph: LayerGraph, path: str | Path) -> ModelInput:
         if a.ndim != len(want) or any(w is not None and w != d for w, d in zip(want[1:], a.shape[1:])):
             raise InputError(f"Input {node_id!r} takes shape {want}; {p.name} holds {a.shape}.")
         fitted.append(a)
+    if token is not None and fitted[ids.index(token)].shape[0] == 1:  # all inputs given, one sequence: read per token
+        seq = fitted[ids.index(token)][0].astype(np.int64)
+        _check_vocabulary(graph, token, seq)
+        labels = tuple(vocab.decode(seq)) if vocab is not None else tuple(str(i) for i in seq.tolist())
+        return ModelInput(tuple(fitted), "tokens", str(p), ids=seq, tokens=labels)
     return ModelInput(tuple(fitted), "array", str(p))
 
 
@@ -151,7 +166,7 @@ def read_model_input(
     p = Path(source).expanduser()
     suffix = p.suffix.lower()
     if suffix in ARRAY_SUFFIXES:
-        return array_input(graph, p)
+        return array_input(graph, p, vocab)
     if suffix == ".csv":
         return table_input(graph, read_csv_row(p, row), str(p))
     if suffix in TOKEN_SUFFIXES:

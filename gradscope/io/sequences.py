@@ -11,7 +11,7 @@ folder holding ``tokenizer.json``) splits text as its model was trained.
 from __future__ import annotations
 
 import csv
-import json
+import io
 import re
 from dataclasses import dataclass
 from pathlib import Path
@@ -20,10 +20,13 @@ from typing import Any
 import numpy as np
 
 from gradscope.core.errors import InputError
+from gradscope.core.files import shorten
+from gradscope.core.json_text import parse_json
 
 UNKNOWN_TOKENS = ("[UNK]", "<unk>", "<UNK>", "[unk]", "<oov>", "[OOV]")
 _WORDS = re.compile(r"\w+|[^\w\s]")
 MAX_TEXT_FILE = 64 << 20  # a token or CSV file larger than this is not one input
+MAX_VOCABULARY = 1 << 24  # ids a JSON vocabulary may give (the largest language models have ~256k tokens)
 
 
 @dataclass(frozen=True)
@@ -39,24 +42,32 @@ class Vocabulary:
         if is_hub_tokenizer(path):
             return HubVocabulary.load_tokenizer(path)
         p = _readable(path, "vocabulary")
-        text = p.read_text(encoding="utf-8-sig")
+        text = _text(p)
         if p.suffix.lower() == ".json":
-            data = _json(p, text)
+            data = _json(p, text, unique_keys=True)
             if isinstance(data, list) and all(isinstance(t, str) for t in data):
+                _refuse_repeats(p, data, "item")
                 return cls(tuple(data), str(p))
             if isinstance(data, dict) and all(isinstance(i, int) and not isinstance(i, bool) for i in data.values()):
                 if not data:
                     raise InputError(f"{p.name} is an empty vocabulary.")
                 if min(data.values()) < 0:
                     raise InputError(f"{p.name} gives a token a negative id.")
+                if max(data.values()) >= MAX_VOCABULARY:
+                    raise InputError(
+                        f"{p.name} gives a token the id {max(data.values())}; ids stop below {MAX_VOCABULARY}."
+                    )
                 tokens: list[str | None] = [None] * (max(data.values()) + 1)
                 for token, i in data.items():
+                    if tokens[i] is not None:
+                        raise InputError(f"{p.name}: {shorten(tokens[i])!r} and {shorten(token)!r} both have id {i}.")
                     tokens[i] = token
                 return cls(tuple(tokens), str(p))
             raise InputError(f"{p.name}: a JSON vocabulary is a list of tokens or an object token -> id.")
         lines = text.splitlines()
         if not any(lines):
             raise InputError(f"{p.name} is an empty vocabulary.")
+        _refuse_repeats(p, lines, "line")
         return cls(tuple(lines), str(p))
 
     def __len__(self) -> int:
@@ -119,7 +130,7 @@ class HubVocabulary(Vocabulary):
     def load_tokenizer(cls, path: str | Path) -> HubVocabulary:
         p = Path(path).expanduser()
         folder, config_file = (p, p / HUB_TOKENIZER_FILE) if p.is_dir() else (p.parent, p)
-        config = _json(config_file, _readable(config_file, "keras_hub tokenizer config").read_text("utf-8"))
+        config = _json(config_file, _text(_readable(config_file, "keras_hub tokenizer config")))
         module = config.get("module", "") if isinstance(config, dict) else ""
         if not module.startswith("keras_hub."):  # only keras_hub's own classes, never a module a file names
             raise InputError(f"{config_file} is not a keras_hub tokenizer (its module is {module!r}).")
@@ -160,14 +171,14 @@ def parse_token_ids(text: str) -> np.ndarray:
                 f"Token {pos} {part!r} is not a token id (a whole number); to type words, give a vocabulary."
             ) from None
         ids.append(value)
-    return np.array(ids, np.int64)
+    return _id_array(ids)
 
 
 def read_token_file(path: str | Path) -> np.ndarray:
     """Token ids from a ``.txt`` (ids separated by spaces, commas or lines) or ``.json`` (a list of ids, or
     ``{"ids": [...]}``) file."""
     p = _readable(path, "token file")
-    text = p.read_text(encoding="utf-8-sig")
+    text = _text(p)
     if p.suffix.lower() == ".json":
         data = _json(p, text)
         data = data.get("ids") if isinstance(data, dict) else data
@@ -175,7 +186,7 @@ def read_token_file(path: str | Path) -> np.ndarray:
             raise InputError(f'{p.name}: give the token ids as a JSON list of whole numbers (or {{"ids": [...]}}).')
         if not data:
             raise InputError(f"{p.name} holds no token ids.")
-        return np.array(data, np.int64)
+        return _id_array(data, f"{p.name}: ")
     try:
         return parse_token_ids(text)
     except InputError as exc:
@@ -194,8 +205,7 @@ def read_csv_row(path: str | Path, row: int = 0) -> TableRow:
     """Row ``row`` (0: the first data row) of a CSV file of numbers, with its header if the first line has
     names. ``InputError`` naming the cell that is not a number."""
     p = _readable(path, "CSV file")
-    with p.open(newline="", encoding="utf-8-sig") as f:
-        rows = [r for r in csv.reader(f) if any(c.strip() for c in r)]
+    rows = [r for r in csv.reader(io.StringIO(_text(p), newline="")) if any(c.strip() for c in r)]
     if not rows:
         raise InputError(f"{p.name} has no rows.")
     header: tuple[str, ...] | None = None
@@ -213,11 +223,40 @@ def read_csv_row(path: str | Path, row: int = 0) -> TableRow:
     return TableRow(np.array([float(c) for c in cells], np.float32), names)
 
 
-def _json(p: Path, text: str) -> Any:
+def _id_array(ids: list[int], where: str = "") -> np.ndarray:
+    """int64 ids; one past int64's range is named (NumPy would raise OverflowError)."""
+    for pos, value in enumerate(ids):
+        if not -(2**63) <= value < 2**63:
+            raise InputError(f"{where}token {pos} ({shorten(str(value), 30)}) is far beyond any vocabulary.")
+    return np.array(ids, np.int64)
+
+
+def _json(p: Path, text: str, unique_keys: bool = False) -> Any:
+    return parse_json(text, p.name, InputError, unique_keys=unique_keys)
+
+
+def _text(p: Path) -> str:
+    """A text file's content: UTF-8 (a byte-order mark allowed), else one line saying where it is not."""
     try:
-        return json.loads(text)
-    except json.JSONDecodeError as exc:
-        raise InputError(f"{p.name} is not valid JSON: {exc.msg} (line {exc.lineno}).") from None
+        return p.read_bytes().decode("utf-8-sig")
+    except UnicodeDecodeError as exc:
+        line = p.read_bytes()[: exc.start].count(b"\n") + 1
+        raise InputError(f"{p.name} is not UTF-8 text (byte {exc.start}, line {line}: {exc.reason}).") from None
+
+
+def _refuse_repeats(p: Path, tokens: list[str], where: str) -> None:
+    """A token listed twice gets two ids, and text would silently use the first: name both places."""
+    first: dict[str, int] = {}
+    for i, token in enumerate(tokens):
+        if not token:
+            continue  # blank lines hold no token
+        if token in first:
+            n = 1 if where == "line" else 0  # lines count from 1, JSON items from 0 (as ids)
+            raise InputError(
+                f"{p.name}: the token {shorten(token)!r} is on {where} {first[token] + n} and {where} {i + n}; "
+                "a vocabulary lists each token once (its position is its id)."
+            )
+        first[token] = i
 
 
 def _is_number(cell: str) -> bool:

@@ -9,14 +9,16 @@ Only the gradscope plugin's events are decoded; scalars and histograms are Tenso
 
 from __future__ import annotations
 
-import json
 import struct
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import google_crc32c
 import numpy as np
 
 from gradscope.core.errors import InputError
+from gradscope.core.json_text import parse_json
 from gradscope.core.training_log import (
     ALERT_TAG,
     CHECKPOINT_TAG,
@@ -28,6 +30,7 @@ from gradscope.core.training_log import (
     WEIGHTS_TAG,
     LogNode,
     LogWeight,
+    RunInfo,
     StepRecord,
     TrainingLog,
 )
@@ -36,18 +39,32 @@ _EVENT_GLOB = "events.out.tfevents.*"
 _OWN_TAGS = (META_TAG, ALERT_TAG, CHECKPOINT_TAG, NODES_TAG, WEIGHTS_TAG, LOSS_TAG)
 
 
-def _records(data: bytes, start: int) -> tuple[list[tuple[int, bytes]], int]:
-    """(offset, body) of the complete TFRecords in ``data`` from ``start``; the offset after the last one.
-    A record is a little-endian u64 length, its u32 CRC, the body and the body's u32 CRC."""
-    out, pos = [], start
+def masked_crc(data: bytes) -> int:
+    """TFRecord's checksum: CRC32C, rotated right by 15 bits, plus a constant (so that a CRC of CRCs differs)."""
+    crc = google_crc32c.value(data)
+    return (((crc >> 15) | (crc << 17)) + 0xA282EAD8) & 0xFFFFFFFF
+
+
+def _records(data: bytes, start: int) -> tuple[list[tuple[int, bytes | None]], int, str | None]:
+    """(offset, body) of the complete TFRecords in ``data`` from ``start``; the offset after the last one; what
+    is damaged, if anything. A record is a little-endian u64 length, its masked CRC32C (u32), the body and the
+    body's masked CRC32C. A body whose checksum fails is returned as None (named and skipped by the caller); a
+    length whose checksum fails ends the file's reading (nothing after it can be found)."""
+    out: list[tuple[int, bytes | None]] = []
+    pos = start
     while pos + 12 <= len(data):
         (length,) = struct.unpack_from("<Q", data, pos)
+        (length_crc,) = struct.unpack_from("<I", data, pos + 8)
+        if masked_crc(data[pos : pos + 8]) != length_crc:
+            return out, len(data), f"the record at byte {pos} has a damaged length; the rest of the file is skipped"
         end = pos + 12 + length + 4
         if end > len(data):
-            break
-        out.append((pos, data[pos + 12 : pos + 12 + length]))
+            break  # the writer has not finished it: the next update reads it
+        body = data[pos + 12 : pos + 12 + length]
+        (body_crc,) = struct.unpack_from("<I", data, pos + 12 + length)
+        out.append((pos, body if masked_crc(body) == body_crc else None))
         pos = end
-    return out, pos
+    return out, pos, None
 
 
 def _tensor(value: Any) -> np.ndarray:
@@ -56,20 +73,37 @@ def _tensor(value: Any) -> np.ndarray:
     return tf.make_ndarray(value.tensor)
 
 
+def _json_of(value: Any) -> Any:
+    return parse_json(_tensor(value).item(), "a gradscope event", InputError)
+
+
+@dataclass
+class _Run:
+    """What one run (one monitor's meta and the events after it in its file) wrote."""
+
+    id: str
+    meta: dict
+    started: float
+    steps: dict[int, dict[str, Any]] = field(default_factory=dict)
+    alerts: list[dict] = field(default_factory=list)
+    checkpoints: dict[str, int] = field(default_factory=dict)
+    histograms: dict[tuple[str, int], tuple[Path, int]] = field(default_factory=dict)  # (tag, step) -> where
+
+
 class TrainingLogReader:
-    """Incremental reader of one log folder: ``update()`` reads what was appended since the last call."""
+    """Incremental reader of one log folder: ``update()`` reads what was appended since the last call. Runs are
+    kept apart (a folder two processes logged into holds two); ``log()`` returns the latest unless asked for
+    another. Every record's checksum is verified: a damaged one is named in ``problems`` and skipped."""
 
     def __init__(self, folder: str | Path) -> None:
         self.folder = Path(folder)
         if not self.folder.is_dir():
             raise InputError(f"{self.folder} is not a folder (expected a GradientMonitor log_dir).")
         self._offsets: dict[Path, int] = {}
-        self._meta: dict | None = None
-        self._steps: dict[int, dict[str, Any]] = {}
-        self._alerts: list[dict] = []
-        self._checkpoints: dict[str, int] = {}
+        self._runs: dict[str, _Run] = {}
+        self._file_run: dict[Path, _Run] = {}  # the run whose events a file holds now (its last meta)
         self._histogram_tags: set[str] = set()
-        self._histograms: dict[tuple[str, int], tuple[Path, int]] = {}  # (tag, step) -> where its record is
+        self.problems: list[str] = []
 
     def files(self) -> list[Path]:
         return sorted(self.folder.glob(_EVENT_GLOB))
@@ -87,12 +121,20 @@ class TrainingLogReader:
                 data = path.read_bytes()
             except OSError:
                 continue
-            bodies, end = _records(data, start)
+            bodies, end, damage = _records(data, start)
             self._offsets[path] = end
+            if damage:
+                self.problems.append(f"{path.name}: {damage}")
             for offset, body in bodies:
-                event = tf.compat.v1.Event.FromString(body)
-                for value in event.summary.value:
-                    changed |= self._take(event, value, path, offset)
+                if body is None:
+                    self.problems.append(f"{path.name}: the record at byte {offset} fails its checksum; skipped")
+                    continue
+                try:
+                    event = tf.compat.v1.Event.FromString(body)
+                    for value in event.summary.value:
+                        changed |= self._take(event, value, path, offset)
+                except Exception as exc:  # noqa: BLE001 - a record that passed its checksum yet does not decode
+                    self.problems.append(f"{path.name}: the record at byte {offset} does not decode ({exc}); skipped")
         return changed
 
     def _take(self, event: Any, value: Any, path: Path, offset: int) -> bool:
@@ -101,48 +143,73 @@ class TrainingLogReader:
         plugin = value.metadata.plugin_data.plugin_name
         if plugin == "histograms":
             self._histogram_tags.add(tag)
-        if tag in self._histogram_tags:
-            self._histograms[(tag, step)] = (path, offset)
-            return False
-        if tag not in _OWN_TAGS:
-            return False
         if tag == META_TAG:
-            meta = json.loads(_tensor(value).item().decode())
-            if self._meta is not None and [n["id"] for n in meta["nodes"]] != [n["id"] for n in self._meta["nodes"]]:
-                self._steps.clear()  # another model trained into the same folder: its records replace these
-                self._alerts.clear()
-            self._meta = meta
-        elif tag == ALERT_TAG:
-            self._alerts.append(json.loads(_tensor(value).item().decode()))
+            meta = _json_of(value)
+            run_id = str((meta.get("run") or {}).get("id") or f"file {path.name}")  # logs before run ids
+            run = self._runs.get(run_id)
+            if run is None:
+                run = self._runs[run_id] = _Run(run_id, meta, float(event.wall_time))
+            run.meta = meta
+            self._file_run[path] = run
+            return True
+        run = self._file_run.get(path)
+        if run is None:
+            return False  # events before any meta: not a gradscope log's
+        if tag in self._histogram_tags:
+            run.histograms[(tag, step)] = (path, offset)
+            return False
+        if tag == ALERT_TAG:
+            run.alerts.append(_json_of(value))
         elif tag == CHECKPOINT_TAG:
-            self._checkpoints[json.loads(_tensor(value).item().decode())["name"]] = step
+            run.checkpoints[_json_of(value)["name"]] = step
         elif tag in (NODES_TAG, WEIGHTS_TAG, LOSS_TAG):
-            entry = self._steps.setdefault(step, {"wall_time": event.wall_time})
+            entry = run.steps.setdefault(step, {"wall_time": event.wall_time})
             entry[tag] = _tensor(value)
         else:
             return False
         return True
 
-    def log(self) -> TrainingLog:
-        if self._meta is None:
+    def runs(self) -> list[RunInfo]:
+        """Every run in the folder, oldest first."""
+        return [
+            RunInfo(r.id, r.started, str(r.meta.get("model_name", "model")), len(r.steps))
+            for r in sorted(self._runs.values(), key=lambda r: r.started)
+        ]
+
+    def _run(self, run: str | None) -> _Run:
+        if not self._runs:
             raise InputError(
                 f"{self.folder} has no gradscope training log yet (no GradientMonitor events): pass the log_dir "
                 "given to GradientMonitor."
             )
-        meta = self._meta
+        if run is None:
+            return max(self._runs.values(), key=lambda r: r.started)
+        found = [r for r in self._runs.values() if r.id.startswith(run)]
+        if len(found) != 1:
+            known = ", ".join(r.id for r in self._runs.values())
+            raise InputError(
+                f"{'No' if not found else 'More than one'} run {run!r} in {self.folder}; its runs: {known}."
+            )
+        return found[0]
+
+    def log(self, run: str | None = None) -> TrainingLog:
+        """The latest run's log (or the run whose id starts with ``run``)."""
+        chosen = self._run(run)
+        meta = chosen.meta
         nodes = [
             LogNode(n["id"], n.get("layer"), n.get("op_type", ""), tuple(n.get("inputs", ())), n.get("activation"))
-            for n in meta["nodes"]
+            for n in meta.get("nodes", [])
         ]
-        weights = [LogWeight(w["path"], w.get("node"), tuple(w.get("shape", ()))) for w in meta["weights"]]
+        weights = [LogWeight(w["path"], w.get("node"), tuple(w.get("shape", ()))) for w in meta.get("weights", [])]
         records = []
-        for step in sorted(self._steps):
-            entry = self._steps[step]
-            node_rows = entry.get(NODES_TAG, np.zeros((0, len(NODE_COLUMNS))))
-            weight_rows = entry.get(WEIGHTS_TAG, np.zeros((0, len(WEIGHT_COLUMNS))))
+        for step in sorted(chosen.steps):
+            entry = chosen.steps[step]
+            if not all(tag in entry for tag in (NODES_TAG, WEIGHTS_TAG, LOSS_TAG)):
+                continue  # cut short, or a part skipped as damaged: never a record with a made-up NaN loss
+            node_rows, weight_rows = entry[NODES_TAG], entry[WEIGHTS_TAG]
             if node_rows.shape != (len(nodes), len(NODE_COLUMNS)) or weight_rows.shape[0] != len(weights):
-                continue  # a step of an older run whose model differed, or one cut short
-            loss_row = np.atleast_1d(entry.get(LOSS_TAG, np.array([np.nan, 0.0])))
+                continue
+            loss_row = np.atleast_1d(entry[LOSS_TAG])
             data_bad = float(loss_row[1]) if loss_row.size > 1 else 0.0
             records.append(
                 StepRecord(step, float(entry["wall_time"]), node_rows, weight_rows, float(loss_row[0]), data_bad)
@@ -155,18 +222,25 @@ class TrainingLogReader:
             output_nodes=list(meta.get("outputs", [])),
             every=int(meta.get("every", 1)),
             records=records,
-            alerts=list(self._alerts),
+            alerts=list(chosen.alerts),
             plan=meta.get("plan"),
             before_weights=list(meta.get("before_weights", [])),
             statistics=meta.get("statistics", "all"),
-            checkpoints=sorted(self._checkpoints.items(), key=lambda item: item[1]),
+            checkpoints=sorted(chosen.checkpoints.items(), key=lambda item: item[1]),
+            run_id=chosen.id,
+            runs=self.runs(),
+            failure=meta.get("failure"),
+            problems=list(self.problems),
         )
 
-    def histogram(self, tag: str, step: int) -> np.ndarray | None:
-        """The (buckets, 3) [left, right, count] histogram TensorBoard shows for ``tag`` at ``step`` (None: none)."""
+    def histogram(self, tag: str, step: int, run: str | None = None) -> np.ndarray | None:
+        """The (buckets, 3) [left, right, count] histogram TensorBoard shows for ``tag`` at ``step`` (None: none,
+        or its record is damaged)."""
         from gradscope.backend import tf
 
-        where = self._histograms.get((tag, step))
+        if not self._runs:
+            return None
+        where = self._run(run).histograms.get((tag, step))
         if where is None:
             return None
         path, offset = where
@@ -174,14 +248,18 @@ class TrainingLogReader:
             f.seek(offset)
             head = f.read(12)
             (length,) = struct.unpack_from("<Q", head, 0)
-            event = tf.compat.v1.Event.FromString(f.read(length))
+            body = f.read(length)
+            crc = f.read(4)
+        if len(body) != length or len(crc) != 4 or masked_crc(body) != struct.unpack("<I", crc)[0]:
+            return None
+        event = tf.compat.v1.Event.FromString(body)
         for value in event.summary.value:
             if value.tag == tag:
                 return _tensor(value)
         return None
 
 
-def read_training_log(folder: str | Path) -> TrainingLog:
+def read_training_log(folder: str | Path, run: str | None = None) -> TrainingLog:
     reader = TrainingLogReader(folder)
     reader.update()
-    return reader.log()
+    return reader.log(run)

@@ -25,7 +25,7 @@ from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 from typing import Any, ClassVar
 
-from gradscope.core.errors import GradscopeError, PlanError, RuleError, RuleFileError
+from gradscope.core.errors import Cancelled, GradscopeError, PlanError, RuleError, RuleFileError
 from gradscope.core.graph import NodeSpec
 
 
@@ -100,8 +100,11 @@ def register_rule(name: str, *, replace: bool = False) -> Callable[[type[Rule]],
             source = _current_source.get("value", "builtin")
             same_source = _SOURCES.get(name) == source and source != "builtin"  # re-loading a user file
             existing = _SOURCES.get(name, "?")
-            if name in _REGISTRY and _REGISTRY[name] is not cls and source.startswith("plugin ") and (
-                existing == "builtin" or not existing.startswith("plugin ")
+            if (
+                name in _REGISTRY
+                and _REGISTRY[name] is not cls
+                and source.startswith("plugin ")
+                and (existing == "builtin" or not existing.startswith("plugin "))
             ):
                 raise RuleError(
                     f"Rule {source} registers {name!r}, which is already the {existing} rule {name!r}; "
@@ -109,6 +112,13 @@ def register_rule(name: str, *, replace: bool = False) -> Callable[[type[Rule]],
                 )
             if name in _REGISTRY and _REGISTRY[name] is not cls and not (replace or same_source):
                 raise RuleError(f"A rule named {name!r} is already registered (from {existing}).")
+            if name in _loading and not replace:  # two classes under one name in one file: which one was meant?
+                raise RuleError(
+                    f"@register_rule({name!r}) decorates two classes ({_loading[name]} and {cls.__name__}); "
+                    "give each rule its own name."
+                )
+            if _current_source:
+                _loading[name] = cls.__name__
             cls.name = name
             _REGISTRY[name] = cls
             _SOURCES[name] = source
@@ -118,6 +128,7 @@ def register_rule(name: str, *, replace: bool = False) -> Callable[[type[Rule]],
 
 
 _current_source: dict[str, str] = {}
+_loading: dict[str, str] = {}  # rule name -> class name, registered by the file or plugin being loaded now
 
 
 def _ensure_loaded() -> None:
@@ -166,6 +177,7 @@ def load_rule_plugins(names: Iterable[str] | None = None) -> list[str]:
         dist = getattr(ep, "dist", None)
         source = f"plugin {ep.name} (package {getattr(dist, 'name', None) or '?'})"
         _current_source["value"] = source
+        _loading.clear()
         try:
             ep.load()
         except GradscopeError:
@@ -174,6 +186,7 @@ def load_rule_plugins(names: Iterable[str] | None = None) -> list[str]:
             raise RuleError(f"Cannot load rule {source}: {type(exc).__name__}: {exc}") from exc
         finally:
             _current_source.pop("value", None)
+            _loading.clear()
     return sorted(set(_REGISTRY) - before)
 
 
@@ -257,11 +270,15 @@ def load_rule_file(path: str | Path) -> list[str]:
         raise RuleFileError(f"{path.name} is not a Python file that can be imported.")
     module = importlib.util.module_from_spec(spec)
     _current_source["value"] = str(path)
+    _loading.clear()
     try:
         sys.modules[module_name] = module
         spec.loader.exec_module(module)
     except RuleError as exc:
         raise RuleFileError(f"{path.name}: {exc}") from exc
+    except Cancelled:  # the user stopped a file that did not finish importing (the window's Cancel)
+        sys.modules.pop(module_name, None)
+        raise
     except (Exception, SystemExit) as exc:  # sys.exit() in a rule file must not end the app
         sys.modules.pop(module_name, None)
         line = ""
@@ -273,6 +290,7 @@ def load_rule_file(path: str | Path) -> list[str]:
         raise RuleFileError(f"{path.name} failed to import{line}: {type(exc).__name__}: {exc}") from exc
     finally:
         _current_source.pop("value", None)
+        _loading.clear()
     added = sorted(n for n, src in _SOURCES.items() if src == str(path))
     if not added:
         raise RuleFileError(f"{path.name} defines no new rules: decorate Rule subclasses with @register_rule.")

@@ -103,3 +103,27 @@ def test_a_rule_blocked_in_c_is_abandoned_and_no_second_thread_runs_tensorflow()
         never.set()
         s.jobs.executor.shutdown(timeout=10)
         never.clear()
+
+
+def test_a_rule_file_that_loops_at_import_is_loaded_off_the_gui_thread_and_cancelled(tmp_path):
+    """File > Load rule file with a top-level ``while True``: the caller returns at once (the window stays
+    responsive), the worker shows it busy, and Cancel interrupts the import; the rules work afterwards."""
+    s, messages = _session()
+    errors: list[str] = []
+    s.feedback.error_raised.connect(lambda *a: errors.append(" ".join(str(x) for x in a)))
+    loops = tmp_path / "loops.py"
+    loops.write_text("import threading\nthreading.Event()  # imported\nwhile True:\n    pass\n")
+    try:
+        t0 = time.monotonic()
+        s.catalog.load_file(loops)
+        assert time.monotonic() - t0 < 1.0  # nothing of the file ran on the caller's thread
+        deadline = time.monotonic() + 30
+        while s.jobs.busy is None or "loops.py" not in s.jobs.busy:
+            assert time.monotonic() < deadline
+            time.sleep(0.01)
+        time.sleep(0.2)  # inside the loop now
+        s.cancel(grace=10.0)
+        assert s.jobs.executor.abandoned == 0 and s.jobs.busy is None and not errors
+        _still_works(s)
+    finally:
+        s.jobs.executor.shutdown()
