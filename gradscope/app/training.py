@@ -63,9 +63,16 @@ class TrainingWatch:
             if alerts and alerts[0].first_step in log.steps:  # open where it went wrong first
                 self.select(alerts[0].first_step, alerts[0].node)
             bad = [a for a in alerts if a.kind == "nonfinite"]
+            notes = [f"first NaN/Inf at step {bad[0].first_step}"] if bad else []
+            if log.failure and not log.records:
+                notes.append(f"nothing recorded: {log.failure}")
+            if len(log.runs) > 1:
+                notes.append(f"the latest of {len(log.runs)} runs in the folder (run {log.run_id})")
+            if log.problems:
+                notes.append(f"{len(log.problems)} damaged record(s) skipped")
             self._feedback.say(
                 f"Training log {folder.name}: {len(log.records)} records, {len(alerts)} alert(s)"
-                + (f"; first NaN/Inf at step {bad[0].first_step}" if bad else "")
+                + "".join(f"; {n}" for n in notes)
             )
 
         self._jobs.submit("training", f"Reading the training log {folder.name}...", job, done)

@@ -9,16 +9,23 @@ from typing import Any
 def cmd_train_report(args: Any) -> int:
     """Print the alerts of a training log; ``--step N``: also that step's per-layer flow; ``--csv``/``--png``:
     write that step's flow (the last record without ``--step``). Exit 1 when a NaN/Inf occurred."""
+    from gradscope.core.errors import EXIT_USER_ERROR
     from gradscope.engine.training_report import report_text, step_flow, training_alerts
     from gradscope.io.training_events import read_training_log
 
-    log = read_training_log(args.logdir)
+    log = read_training_log(args.logdir, run=args.run)
+    if log.failure and not log.records:  # a run that ended before its first record is not one yet to come
+        print(report_text(log, []))
+        return EXIT_USER_ERROR
     alerts = training_alerts(log)
     step = args.step if args.step is not None else (log.steps[-1] if log.records else None)
     flow = step_flow(log, step) if step is not None and (args.step is not None or args.csv or args.png) else None
     if args.json:
         data: dict[str, Any] = {
             "folder": log.folder,
+            "run": log.run_id,
+            "runs": [r.__dict__ for r in log.runs],
+            "problems": log.problems,
             "model_name": log.model_name,
             "every": log.every,
             "steps": log.steps,

@@ -27,9 +27,10 @@ A model trained through ``plan_model`` is monitored with its plan: the recorded 
 
 from __future__ import annotations
 
-import json
+import math
 import re
 import time
+import warnings
 from pathlib import Path
 from typing import Any
 
@@ -49,6 +50,7 @@ from gradscope.core.training_log import (
     tensorboard_tag,
 )
 from gradscope.engine.flow import RELU_ACTIVATIONS
+from gradscope.engine.monitor_log import MonitorLog, MonitorWarning, is_write_failure
 from gradscope.engine.paths import variable_owners
 from gradscope.engine.stats import magnitude_rows, nan_inf_counts, stats_rows
 
@@ -57,14 +59,14 @@ _DETECTED = re.compile(r'Detected (.+?) in output \d+ of .*?op "([^"]+)"')
 _VARIABLE = re.compile(r'ResourceHandle\(name="([^"]+)"')
 
 
-def _metadata(plugin: str = PLUGIN, data_class: int = 2) -> Any:
-    """Summary metadata as TensorBoard's own writers set it (``data_class``: 1 scalar, 2 tensor). Written with
-    ``tf.summary.write`` so that recording needs no TensorBoard installed (``tf.summary.scalar`` does)."""
+def _metadata(plugin: str = PLUGIN, data_class: int = 2) -> bytes:
+    """Summary metadata as TensorBoard's own writers set it (``data_class``: 1 scalar, 2 tensor), serialised.
+    Written with the summary op itself, so that recording needs no TensorBoard installed."""
     meta = tf.compat.v1.SummaryMetadata()
     meta.plugin_data.plugin_name = plugin
     meta.plugin_data.content = str(LOG_VERSION).encode() if plugin == PLUGIN else b""
     meta.data_class = data_class
-    return meta
+    return meta.SerializeToString()
 
 
 _BUCKETS = 30
@@ -111,6 +113,21 @@ def _dead_fraction(value: Any) -> Any:
     return tf.reduce_mean(tf.cast(tf.equal(tf.reduce_max(v, axis=0), 0.0), tf.float32))
 
 
+def keras_function(train_function: Any) -> Any:
+    """Keras' own train function under any monitors' wrappers (a stale one of a fit that ended by an exception)."""
+    while getattr(train_function, "gradscope_monitor", None) is not None:
+        train_function = train_function.gradscope_keras_function
+    return train_function
+
+
+def _whole(name: str, value: Any, minimum: int) -> int:
+    """A count argument checked before use: ``every=float("nan")`` names ``every``, not int()'s complaint."""
+    number = value if isinstance(value, (int, float)) and not isinstance(value, bool) else None
+    if number is None or not math.isfinite(number) or number != int(number) or number < minimum:
+        raise GradscopeError(f"{name} must be a whole number >= {minimum}; got {value!r}.")
+    return int(number)
+
+
 def _before_weights(graph: Any, nodes: list[str], owners: set[str]) -> list[str]:
     trained: set[str] = set()
     for n in graph.nodes:  # topological order
@@ -141,18 +158,19 @@ class GradientMonitor(keras.callbacks.Callback):
         locate_ops: bool = True,
     ):
         super().__init__()
-        if int(every) < 1:
-            raise GradscopeError(f"every must be 1 or more (record every N steps); got {every}.")
+        every = _whole("every", every, 1)
+        histograms = _whole("histograms", histograms, 0)
         if statistics not in ("all", "magnitude"):
             raise GradscopeError(f'statistics must be "all" or "magnitude"; got {statistics!r}.')
         self.statistics = statistics
         self.log_dir = Path(log_dir)
-        self.every = int(every)
-        self.histograms = max(0, int(histograms))
+        self.every = every
+        self.histograms = histograms
         self.locate_ops = locate_ops
         self.alerts: list[dict] = []
-        self._saved_function: Any = None
-        self._writer: Any = None
+        self._log: MonitorLog | None = None
+        self._armed = False  # set by this fit's on_train_batch_begin, used up by the step it announces
+        self._fit_params: Any = None  # the params dict Keras gave this fit's callbacks (one per fit)
 
     # ------------------------------------------------------------------------------------------- set-up
     def on_train_begin(self, logs: Any = None) -> None:
@@ -170,37 +188,98 @@ class GradientMonitor(keras.callbacks.Callback):
                 f"This Keras ({keras.__version__}) lacks what GradientMonitor runs its train step with "
                 f"({', '.join(missing)}); gradscope supports the Keras versions `gradscope --version` names."
             )
-        if getattr(self, "_built_for", None) is not model:  # a second fit of the same model reuses the trace
+        current = model.train_function
+        other = getattr(current, "gradscope_monitor", None)
+        if other is not None and other is not self and other._fit_params is self.params:
+            model.train_function = keras_function(current)  # the fit goes no further; leave Keras' step in place
+            raise GradscopeError(
+                "Two GradientMonitors in one fit: each runs the train step, so only one can. Pass one monitor "
+                "(its every=, histograms= and statistics= set what it records)."
+            )
+        if not model.trainable_variables:
+            warnings.warn(
+                f"GradientMonitor: {model.name} has no trainable weights, so fit computes no gradients and there "
+                "is nothing to record.",
+                MonitorWarning,
+                stacklevel=2,
+            )
+            self._note_failure(model, "the model has no trainable weights: fit computes no gradients to record")
+            return
+        # A second fit of the same model and optimizer reuses the trace; a recompiled model needs a new one.
+        if getattr(self, "_built_for", None) != (model, model.optimizer):
             self._build(model)
-        self._saved_function = model.train_function
-        model.train_function = self._train_function
+        self._fit_params = self.params
+        model.train_function = self._attached(keras_function(current))
         self._checkpoints_seen = {p.name for p in self.log_dir.glob("*.keras")}
 
     def on_train_batch_begin(self, batch: int, logs: Any = None) -> None:
+        self._armed = True
         self._note_checkpoints()
+
+    def on_train_batch_end(self, batch: int, logs: Any = None) -> None:
+        if self._log is not None:
+            self._log.flush()  # every FLUSH_EVERY_S, from here: a failure is caught, not raised inside the step
+
+    def _attached(self, keras_step: Any) -> Any:
+        """The train function ``fit`` calls while this monitor is attached. It runs the monitored step only when
+        this monitor announced it (``on_train_batch_begin`` of the same fit): after a fit that ended by an
+        exception or Ctrl-C (Keras then skips ``on_train_end``), the next plain ``fit`` finds it unannounced,
+        puts Keras' own function back and runs that: the monitor never outlives its fit."""
+        model = self.model
+
+        def train_function(iterator: Any) -> Any:
+            if not self._armed:
+                self._detach(model)
+                return keras_step(iterator)
+            self._armed = False
+            try:
+                return self._train_function(iterator)
+            except tf.errors.OpError as exc:  # the writer flushed inside the step (its queue full) and failed
+                if self._log is None or not is_write_failure(exc):
+                    raise
+                self._log.fail(exc)  # recording off: the next steps cannot fail so; this batch was not trained
+                return model.get_metrics_result()
+
+        train_function.gradscope_monitor = self  # type: ignore[attr-defined]
+        train_function.gradscope_keras_function = keras_step  # type: ignore[attr-defined]
+        return train_function
+
+    def _detach(self, model: Any) -> None:
+        """Keras' own train function back (if this monitor's is still there), the log flushed."""
+        if getattr(model.train_function, "gradscope_monitor", None) is self:
+            model.train_function = keras_function(model.train_function)
+        self._armed = False
+        self._fit_params = None
+        if self._log is not None:
+            self._log.flush(force=True)
+
+    def _note_failure(self, model: Any, why: str) -> None:
+        """A run that records nothing says why in its log (``train-report`` shows it), not only in a warning."""
+        log = MonitorLog(self.log_dir)
+        meta = {"version": LOG_VERSION, "model_name": model.name, "run": log.run, "nodes": [], "weights": []}
+        log.write_json(META_TAG, {**meta, "failure": why}, 0, _metadata())
+        log.close()
 
     def _note_checkpoints(self) -> None:
         """Name the ``.keras`` files that appeared in the log folder since the last step (a ModelCheckpoint's)
         with the last step whose update they hold. Step numbers, not file times: a file system's clock may
         differ from the one that stamps events (20 s apart on this project's machine)."""
+        if self._log is None or self._log.failure is not None:
+            return
         new = sorted(p.name for p in self.log_dir.glob("*.keras") if p.name not in self._checkpoints_seen)
-        if not new or self._writer is None:
+        if not new:
             return
         step = int(self.model.optimizer.iterations.numpy()) - 1
-        with self._writer.as_default():
-            for name in new:
-                tf.summary.write(
-                    CHECKPOINT_TAG, tf.constant(json.dumps({"name": name})), step=step, metadata=_metadata()
-                )
+        for name in new:
+            self._log.write_json(CHECKPOINT_TAG, {"name": name}, step, _metadata())
         self._checkpoints_seen.update(new)
-        self._writer.flush()
 
     def _build(self, model: Any) -> None:
         from gradscope.engine.runner import Engine
         from gradscope.engine.training import PlanModel
 
-        if self._writer is not None:
-            self._writer.close()
+        if self._log is not None:
+            self._log.close()
         if isinstance(model, PlanModel):
             self._engine, self._rules, plan = model.engine, model._gs.rules, model.plan.to_dict()
         else:
@@ -215,10 +294,7 @@ class GradientMonitor(keras.callbacks.Callback):
         # BiasAdd + Relu), which cost every step, recording or not (demo CNN: 1.16 -> 1.10x at every=10). The
         # activation's value carries a NaN on (ReLU, sigmoid, GELU... propagate it); the report names the layer.
         self._value_checked = [i for i, n in enumerate(self._nodes) if not engine.graph.node(n).fused_activation]
-        self.log_dir.mkdir(parents=True, exist_ok=True)
-        # TF's default (a queue of 10 events, then a flush that syncs the file) flushed ~4 times per record of the
-        # demo CNN; 2 s keeps the Training view current (it reads every 2 s) at a sync per 2 s.
-        self._writer = tf.summary.create_file_writer(str(self.log_dir), max_queue=100_000, flush_millis=2000)
+        self._log = log = MonitorLog(self.log_dir)
         self._first_bad = tf.Variable(-1, dtype=tf.int64, trainable=False, name="gradscope_first_bad")
         self._backup = (
             [tf.Variable(v, trainable=False, name="gradscope_backup") for v in self._variables]
@@ -229,6 +305,7 @@ class GradientMonitor(keras.callbacks.Callback):
         meta = {
             "version": LOG_VERSION,
             "model_name": model.name,
+            "run": log.run,
             "every": self.every,
             "statistics": self.statistics,
             "plan": plan,
@@ -249,21 +326,15 @@ class GradientMonitor(keras.callbacks.Callback):
             # nodes no trainable variable acts before: no gradient reaches them in training, by design
             "before_weights": _before_weights(graph, self._nodes, set(owners.values())),
         }
-        with self._writer.as_default():
-            tf.summary.write(META_TAG, tf.constant(json.dumps(meta)), step=0, metadata=_metadata())
-        self._writer.flush()
+        log.write_json(META_TAG, meta, 0, _metadata())
         self._train_function = self._make_train_function()
-        self._built_for = model
+        self._built_for = (model, model.optimizer)
 
     def on_train_end(self, logs: Any = None) -> None:
         """Keras' train function back; the log flushed (the writer stays open for the next fit, whose steps
         continue the log: the compiled step holds it)."""
-        if self._saved_function is not None:
-            self.model.train_function = self._saved_function
-            self._saved_function = None
         self._note_checkpoints()  # the one saved at the last step or epoch end
-        if self._writer is not None:
-            self._writer.flush()
+        self._detach(self.model)
 
     # ------------------------------------------------------------------------------------------- the step
     def _make_train_function(self) -> Any:
@@ -334,7 +405,8 @@ class GradientMonitor(keras.callbacks.Callback):
             if zeros:
                 sentinel = tf.logical_and(sentinel, tf.math.is_finite(tf.add_n(zeros)))
         first_bad = tf.logical_and(tf.logical_not(sentinel), self._first_bad < 0)
-        record = tf.equal(step % self.every, 0)
+        recording = self._log.recording  # off for good after a failed write
+        record = tf.logical_and(tf.equal(step % self.every, 0), recording)
         with_histograms = tf.equal(step % (self.every * max(self.histograms, 1)), 0)
         # What a record reads is held until its branch is decided: decided by the step number, it is decided at
         # once, and a step that does not record lets go of its signals as plain fit does. Waiting for the sentinel
@@ -343,7 +415,7 @@ class GradientMonitor(keras.callbacks.Callback):
         # recorded in full by its replay (_locate), and here only where there is no replay.
         count_values = None
         if not self.locate_ops:
-            record = tf.logical_or(record, first_bad)
+            record = tf.logical_or(record, tf.logical_and(first_bad, recording))
             with_histograms = tf.logical_or(with_histograms, first_bad)
             count_values = first_bad
 
@@ -439,36 +511,35 @@ class GradientMonitor(keras.callbacks.Callback):
 
         meta = _metadata()
         scalar = _metadata("scalars", 1)
-        with self._writer.as_default(step=step):
-            tf.summary.write(LOSS_TAG, tf.stack([tf.cast(loss, tf.float32), data_bad]), metadata=meta)
-            if nodes is not None:
-                tf.summary.write(NODES_TAG, nodes, metadata=meta)
-            tf.summary.write(WEIGHTS_TAG, weights, metadata=meta)
-            tf.summary.write("loss", tf.cast(loss, tf.float32), metadata=scalar)
-            # one unstack, not a slice per node (three constants and an op each, in a step of thousands)
-            for n, value in zip(self._nodes, tf.unstack(rows[:, 1]) if node_outs else []):
-                tf.summary.write(tensorboard_tag("grad_mean_abs", n), value, metadata=scalar)
-            ratios = tf.unstack(wrows[:, 0] / tf.maximum(norms, 1e-30)) if variables else []
-            for v, ratio in zip(variables, ratios):
-                tf.summary.write(tensorboard_tag("weight_ratio", v.path), ratio, metadata=scalar)
-            if self.histograms:
-                named = [
-                    (tensorboard_tag("grad", n), g)
-                    for n, g, raw in zip(self._nodes, measured["filled"], node_grads)
-                    if raw is not None
-                ]
-                named += [
-                    (tensorboard_tag("weight_grad", v.path), g)
-                    for v, g, raw in zip(variables, measured["wfilled"], weight_grads)
-                    if raw is not None
-                ]
-                tf.cond(histograms, lambda: self._write_histograms(named), lambda: tf.constant(False))
+        event = self._log.event
+        event(LOSS_TAG, tf.stack([tf.cast(loss, tf.float32), data_bad]), step, meta)
+        if nodes is not None:
+            event(NODES_TAG, nodes, step, meta)
+        event(WEIGHTS_TAG, weights, step, meta)
+        event("loss", tf.cast(loss, tf.float32), step, scalar)
+        # one unstack, not a slice per node (three constants and an op each, in a step of thousands)
+        for n, value in zip(self._nodes, tf.unstack(rows[:, 1]) if node_outs else []):
+            event(tensorboard_tag("grad_mean_abs", n), value, step, scalar)
+        ratios = tf.unstack(wrows[:, 0] / tf.maximum(norms, 1e-30)) if variables else []
+        for v, ratio in zip(variables, ratios):
+            event(tensorboard_tag("weight_ratio", v.path), ratio, step, scalar)
+        if self.histograms:
+            named = [
+                (tensorboard_tag("grad", n), g)
+                for n, g, raw in zip(self._nodes, measured["filled"], node_grads)
+                if raw is not None
+            ]
+            named += [
+                (tensorboard_tag("weight_grad", v.path), g)
+                for v, g, raw in zip(variables, measured["wfilled"], weight_grads)
+                if raw is not None
+            ]
+            tf.cond(histograms, lambda: self._write_histograms(named, step), lambda: tf.constant(False))
 
-    @staticmethod
-    def _write_histograms(named: list) -> Any:
+    def _write_histograms(self, named: list, step: Any) -> Any:
         histogram = _metadata("histograms", 2)
         for tag, values in named:
-            tf.summary.write(tag, _histogram(values), metadata=histogram)
+            self._log.event(tag, _histogram(values), step, histogram)
         return tf.constant(True)
 
     # ------------------------------------------------------------------------------------------- the NaN's op
@@ -550,7 +621,5 @@ class GradientMonitor(keras.callbacks.Callback):
             alert["phase"] = "unknown"
         alert["wall_time"] = time.time()
         self.alerts.append(alert)
-        if self._writer is not None:
-            with self._writer.as_default():
-                tf.summary.write(ALERT_TAG, tf.constant(json.dumps(alert)), step=step, metadata=_metadata())
-            self._writer.flush()
+        if self._log is not None:
+            self._log.write_json(ALERT_TAG, alert, step, _metadata())

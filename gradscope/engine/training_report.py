@@ -14,6 +14,7 @@
 from __future__ import annotations
 
 import math
+import time
 from dataclasses import asdict, dataclass, replace
 
 import numpy as np
@@ -122,6 +123,11 @@ def _nonfinite_origin(log: TrainingLog, record: StepRecord) -> tuple[str | None,
                 else f"{n.id} ({n.op_type})"
             )
             bad_weights = [w for node in (n, *parts) for w in bad_weights_of.get(node.id, [])]
+            if bad_weights and record.step == 0:  # no update has run yet: they came with the model
+                return n.id, (
+                    f"forward value of {what} is NaN/Inf because its weights {', '.join(bad_weights)} were NaN/Inf "
+                    "before training began: the model was built, loaded or set with them (no update had run)"
+                )
             if bad_weights:
                 return n.id, (
                     f"forward value of {what} is NaN/Inf because its weights "
@@ -217,6 +223,22 @@ def training_alerts(log: TrainingLog, thresholds: FlowThresholds | None = None) 
     return alerts
 
 
+def _run_lines(log: TrainingLog) -> list[str]:
+    """Which run is shown when the folder holds several (two processes logging into one folder)."""
+    if len(log.runs) < 2:
+        return []
+    when = time.strftime
+    listed = "; ".join(
+        f"{r.id} ({r.model_name}, started {when('%Y-%m-%d %H:%M:%S', time.localtime(r.started))}, {r.records} records)"
+        for r in log.runs
+    )
+    latest = log.run_id == log.runs[-1].id
+    return [
+        f"This folder holds {len(log.runs)} runs: {listed}.",
+        f"Showing run {log.run_id}{', the latest' if latest else ''} (--run ID shows another).",
+    ]
+
+
 def report_text(log: TrainingLog, alerts: list[TrainingAlert]) -> str:
     records = log.records
     head = f"Training log {log.folder}: model {log.model_name!r}, {len(log.nodes)} nodes"
@@ -227,11 +249,13 @@ def report_text(log: TrainingLog, alerts: list[TrainingAlert]) -> str:
         head += f", trained with a plan of {len(entries)} rule(s): " + "; ".join(
             f"{e.get('select')} -> {e.get('rule')}" for e in entries
         )
+    lines = [head, *_run_lines(log), *(f"warning: {p}" for p in log.problems)]
+    if log.failure and not records:
+        return "\n".join([*lines, f"Nothing recorded: {log.failure}."])
     if not records:
-        return head + "\nNo step recorded yet."
+        return "\n".join([*lines, "No step recorded yet."])
     losses = [r.loss for r in records if math.isfinite(r.loss)]
-    lines = [
-        head,
+    lines += [
         f"{len(records)} records (every {log.every} steps), steps {records[0].step}..{records[-1].step}"
         + (f"; loss {losses[0]:.4g} -> {losses[-1]:.4g}" if losses else ""),
     ]
