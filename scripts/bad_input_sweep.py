@@ -19,6 +19,7 @@ import os
 import subprocess
 import sys
 import tempfile
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
@@ -37,6 +38,7 @@ class Case:
     args: list[str]
     expect: str = "error"  # "error": exit 2 with one line; "ok": exit 0; "strict": exit 1 (--strict's failure)
     must_say: str = ""  # text the output must contain (case-insensitive)
+    check: Callable[[], str] | None = None  # after the run: "" when all is well, else what went wrong
 
 
 def write(path: Path, text: str | bytes) -> str:
@@ -258,8 +260,217 @@ def cases(d: Path) -> list[Case]:
             must_say="takes shape",
         ),
         Case("window", "a text file as the image", [*shot[:1], model, text, *shot[1:]], must_say="text.png"),
+        Case(
+            "window",
+            "session nested 100,000 deep",
+            [*shot[:1], write(d / "deep.gradscope.json", '{"model": ' * 100_000 + "1" + "}" * 100_000), *shot[1:]],
+            must_say="levels deep",
+        ),
     ]
+    out_cases += round_four(d, demo, img)
     return out_cases
+
+
+def round_four(d: Path, demo: str, img: str) -> list[Case]:
+    """Issue 35's classes: names that became paths, internal errors, lossy writes, silent surprises."""
+    images = d / "r4_images"
+    images.mkdir()
+    for i in range(3):
+        (images / f"im{i}.png").write_bytes(Path(img).read_bytes())
+    victim = d / "victimdir"
+    victim.mkdir()
+    (victim / "settings.json").write_text("precious")
+
+    def untouched() -> str:
+        if (victim / "settings.json").read_text() != "precious" or len(list(victim.iterdir())) != 1:
+            return "wrote outside --out"
+        return ""
+
+    def named(name: str, tag: str) -> Case:
+        out = d / f"r4_out_{tag}"
+
+        def check() -> str:
+            files = list(out.iterdir()) if out.is_dir() else []
+            if untouched() or len([f for f in files if f.suffix == ".png"]) != 3 or len(files) != 6:
+                return untouched() or f"{len(files)} files in --out, expected 3 overlays + 3 sidecars"
+            return ""
+
+        plan = plan_file(d, f"named_{tag}", {"name": name, "entries": [{"select": "conv1", "rule": "zero"}]})
+        return Case(
+            "output names",
+            f"plan name {tag}",
+            ["explain", demo, str(images), "--plan", plan, "--out", str(out)],
+            "ok",
+            check=check,
+        )
+
+    deep = write(d / "deep.json", "[" * 100_000 + "]" * 100_000)
+    vocab_noise = write(d / "noise_vocab.txt", bytes(range(256)) * 8)
+    repeated = write(d / "repeated_vocab.txt", "[PAD]\nthe\ncat\nthe\n")
+    class_map = write(d / "twice_map.json", '{"1": 0,\n"1": 2}')
+    masks = d / "r4_data"
+    (masks / "masks").mkdir(parents=True)
+    Image.open(img).save(masks / "a.png")
+    Image.fromarray(np.ones((64, 64), np.uint8)).save(masks / "masks" / "a.png")
+    a_file = write(d / "results.txt", "mine")
+    twice_rules = write(
+        d / "twice_rules.py",
+        "from gradscope.rules.base import Rule, register_rule\n@register_rule('r4')\nclass A(Rule):\n    pass\n"
+        "@register_rule('r4')\nclass B(Rule):\n    pass\n",
+    )
+    text_model, ids_npy, log = _text_model_and_log(d)
+    ev = ["evaluate", demo, str(masks)]
+    return [
+        named("../../../victimdir/settings", "with .."),
+        named(str(victim / "settings"), "absolute"),
+        named("a\x00b", "with NUL"),
+        named("x" * 200, "of 200 characters"),
+        named("sub/dir\\name", "with separators"),
+        Case(
+            "output names",
+            "plan name of 5 MB",
+            [
+                "explain",
+                demo,
+                img,
+                "--plan",
+                plan_file(d, "huge_name", {"name": "n" * 5_000_000, "entries": []}),
+                "--out",
+                str(d / "h.png"),
+            ],
+            must_say="200",
+        ),
+        Case(
+            "deep JSON",
+            "plan nested 100,000 deep",
+            ["explain", demo, img, "--plan", deep, "--out", str(d / "o.png")],
+            must_say="levels deep",
+        ),
+        Case(
+            "deep JSON",
+            "class map nested 100,000 deep",
+            [*ev, "--class-map", deep, "--out", str(d / "e1")],
+            must_say="levels deep",
+        ),
+        Case(
+            "numbers",
+            "evaluate --batch 100000000",
+            [*ev, "--batch", "100000000", "--out", str(d / "e2")],
+            must_say="4096",
+        ),
+        Case(
+            "outputs",
+            "evaluate --out naming a file",
+            [*ev, "--out", a_file],
+            must_say="is a file",
+            check=lambda: "" if Path(a_file).read_text() == "mine" else "replaced the file",
+        ),
+        Case(
+            "outputs",
+            "flow --png naming a folder",
+            ["flow", demo, "--label", "0", "--png", str(d)],
+            must_say="is a folder",
+        ),
+        Case(
+            "outputs",
+            "flow --csv on a read-only file system",
+            ["flow", demo, "--label", "0", "--csv", "/proc/flow.csv"],
+            must_say="cannot write",
+        ),
+        Case(
+            "text input",
+            "vocabulary of random bytes",
+            ["explain", text_model, "--text", "a b", "--vocab", vocab_noise, "--out", str(d / "t.png")],
+            must_say="UTF-8",
+        ),
+        Case(
+            "text input",
+            "a word twice in the vocabulary",
+            ["explain", text_model, "--text", "the cat", "--vocab", repeated, "--out", str(d / "t.png")],
+            must_say="line 2",
+        ),
+        Case(
+            "text input",
+            "token id past int64",
+            ["explain", text_model, "--tokens", "1 " + "9" * 30, "--out", str(d / "t.png")],
+            must_say="far beyond",
+        ),
+        Case(
+            "text input",
+            "token ids as .npy",
+            ["explain", text_model, ids_npy, "--out", str(d / "npy.png")],
+            "ok",
+            check=lambda: _per_token(d / "npy.png"),
+        ),
+        Case(
+            "class map",
+            "a mask value given twice",
+            [*ev, "--class-map", class_map, "--out", str(d / "e3")],
+            must_say="given twice",
+        ),
+        Case(
+            "rule file",
+            "one rule name on two classes",
+            ["explain", demo, img, "--rules", twice_rules, "--out", str(d / "r.png")],
+            must_say="two classes",
+        ),
+        Case(
+            "training log",
+            "train-report --step 99999",
+            ["train-report", log, "--step", "99999"],
+            must_say="not recorded",
+        ),
+        Case("training log", "train-report --step -1", ["train-report", log, "--step", "-1"], must_say="not recorded"),
+        Case(
+            "training log",
+            "a record changed without its checksum",
+            ["train-report", _damaged(d, log)],
+            "ok",
+            must_say="checksum",
+        ),
+        Case("cli", "--debug after the command", ["explain", demo, img, "--out", str(d / "dbg.png"), "--debug"], "ok"),
+    ]
+
+
+def _per_token(png: Path) -> str:
+    side = json.loads(png.with_suffix(".json").read_text())
+    scores = [p["score"] for p in side.get("positions", [])]
+    return "" if scores and any(s != 0 for s in scores) else "no per-token scores"
+
+
+def _text_model_and_log(d: Path) -> tuple[str, str, str]:
+    """A saved text model, its token ids as .npy, and a GradientMonitor log (made in a child process: TensorFlow
+    stays out of the sweep's own process)."""
+    script = f"""
+import numpy as np
+from gradscope.backend import keras
+from gradscope import GradientMonitor
+i = keras.Input((6,), dtype="int32", name="tokens")
+h = keras.layers.GlobalAveragePooling1D()(keras.layers.Embedding(20, 4)(i))
+m = keras.Model(i, keras.layers.Dense(3)(h))
+m.save({str(d / "text.keras")!r})
+np.save({str(d / "ids.npy")!r}, np.array([2, 3, 4, 5, 6, 7]))
+x = np.random.rand(16, 4).astype("float32")
+mlp = keras.Sequential([keras.Input((4,)), keras.layers.Dense(3, activation="relu"), keras.layers.Dense(2)])
+mlp.compile("sgd", "mse")
+mlp.fit(x, x[:, :2], batch_size=4, epochs=2, verbose=0, callbacks=[GradientMonitor({str(d / "log")!r}, every=2)])
+"""
+    subprocess.run([sys.executable, "-c", script], check=True, capture_output=True, cwd=ROOT)
+    return str(d / "text.keras"), str(d / "ids.npy"), str(d / "log")
+
+
+def _damaged(d: Path, log: str) -> str:
+    """A copy of the log with one record's body changed and its checksum left as it was."""
+    import shutil
+
+    copy = d / "log_damaged"
+    shutil.copytree(log, copy)
+    (path,) = copy.glob("events.out.tfevents.*")
+    data = bytearray(path.read_bytes())
+    at = data.find(b"gradscope/loss")
+    data[at + 40] ^= 0xFF
+    path.write_bytes(bytes(data))
+    return str(copy)
 
 
 def _npy(array: np.ndarray) -> bytes:
@@ -291,6 +502,11 @@ def run(case: Case, env: dict[str, str]) -> tuple[Case, str, str]:
     last = text.splitlines()[-1] if text else ""
     if "Traceback" in text:
         return case, "other", f"exit {p.returncode}, traceback: {last}"
+    problem = case.check() if case.check is not None else ""
+    if problem:
+        return case, "other", f"exit {p.returncode}: {problem}"
+    if len(text) > 20_000:
+        return case, "other", f"exit {p.returncode}: {len(text)} characters of output"
     if case.expect in ("ok", "strict"):
         outcome = "correct" if p.returncode == {"ok": 0, "strict": 1}[case.expect] and said else "other"
         return case, outcome, f"exit {p.returncode}: {last}"
