@@ -14,7 +14,8 @@ from typing import Any
 
 from gradscope.core.errors import PlanError
 from gradscope.core.graph import LayerGraph
-from gradscope.rules.plan import Plan
+from gradscope.rules.base import _ensure_loaded, get_rule_class, make_params
+from gradscope.rules.plan import Plan, PlanEntry
 
 
 @dataclass(frozen=True)
@@ -48,16 +49,12 @@ def register_method(name: str, summary: str = "") -> Callable[[MethodBuilder], M
 
 def available_methods() -> dict[str, str]:
     """Method name -> one-line summary."""
-    from gradscope.rules.base import _ensure_loaded
-
     _ensure_loaded()
     return {k: v[1] for k, v in sorted(_METHODS.items())}
 
 
 def build_method(name: str, graph: LayerGraph, **options: Any) -> Method:
     """The preset ``name`` applied to ``graph`` (raises PlanError for an unknown name or bad options)."""
-    from gradscope.rules.base import _ensure_loaded
-
     _ensure_loaded()
     if name not in _METHODS:
         raise PlanError(f"Unknown method {name!r}. Known methods: {', '.join(sorted(_METHODS))}.")
@@ -223,8 +220,6 @@ def deconvnet(graph: LayerGraph) -> Method:
 def mwp(
     graph: LayerGraph, signed_input: str = "mwp_split", batchnorm: str = "identity", readout: str | None = None
 ) -> Method:
-    from gradscope.rules.builtin.excitation import mwp_method
-
     return mwp_method(graph, signed_input=signed_input, batchnorm=batchnorm, readout=readout)
 
 
@@ -236,8 +231,6 @@ def cmwp(
     readout: str | None = None,
     min_size: int | None = None,
 ) -> Method:
-    from gradscope.rules.builtin.excitation import mwp_method
-
     return mwp_method(
         graph, contrastive=True, signed_input=signed_input, batchnorm=batchnorm, readout=readout, min_size=min_size
     )
@@ -246,8 +239,6 @@ def cmwp(
 # ------------------------------------------------------------------------- LRP (§2.5-2.6)
 @register_method("lrp_epsilon", "LRP-epsilon: x*W^T(g/(z+eps*sign(z))), bias included (Bach et al. 2015)")
 def lrp_epsilon(graph: LayerGraph, epsilon: float = 0.1, bias: bool = True, readout: str | None = None) -> Method:
-    from gradscope.rules.builtin.lrp import lrp_method
-
     return lrp_method(graph, "lrp_epsilon", "lrp_epsilon", {"epsilon": epsilon, "bias": bias}, readout)
 
 
@@ -260,14 +251,128 @@ def lrp_alpha_beta(
     stabilizer: float = 1e-6,
     readout: str | None = None,
 ) -> Method:
-    from gradscope.rules.builtin.lrp import lrp_method
-
     params = {"alpha": alpha, "beta": beta, "bias": bias, "stabilizer": stabilizer}
     return lrp_method(graph, "lrp_alpha_beta", "lrp_alpha_beta", params, readout)
 
 
 @register_method("lrp_zplus", "LRP-z+ (alpha1-beta0): positive contributions only (Montavon et al. 2017)")
 def lrp_zplus(graph: LayerGraph, bias: bool = True, stabilizer: float = 1e-6, readout: str | None = None) -> Method:
-    from gradscope.rules.builtin.lrp import lrp_method
-
     return lrp_method(graph, "lrp_zplus", "lrp_zplus", {"bias": bias, "stabilizer": stabilizer}, readout)
+
+
+# ------------------------------------------------------------------------- the rule-based presets' plans
+def gate_entries(graph: LayerGraph) -> tuple[list[PlanEntry], set[str]]:
+    """Plan entries giving every gating Multiply the signal-take-all rule, and their node ids."""
+    from gradscope.rules.builtin.linear_ops import gate_nodes
+
+    gates = gate_nodes(graph)
+    return [PlanEntry(node_id, "signal_take_all", {"gate": k}) for node_id, k in gates.items()], set(gates)
+
+
+#: Node kinds that get the ``mwp`` rule in the presets (the others keep the true gradient, which is their rule).
+MWP_KINDS = ("linear", "separable", "avg_pool", "sum", "batchnorm", "scale", "activation")
+
+
+def mwp_method(
+    graph: LayerGraph,
+    *,
+    contrastive: bool = False,
+    signed_input: str = "mwp_split",
+    batchnorm: str = "identity",
+    readout: str | None = None,
+    min_size: int | None = None,
+) -> Method:
+    """The ``mwp`` / ``cmwp`` presets: the plan, the read-out node and what the plan could not handle.
+    ``min_size``: smallest side of c-MWP's default read-out map (default ``readout_min_size``: 7, or 1/8 of a
+    smaller input)."""
+    from gradscope.rules.builtin.excitation import MWPParams
+    from gradscope.rules.builtin.linear_ops import (
+        classifier_node,
+        feature_map_node,
+        large_enough_map,
+        node_kind,
+        readout_min_size,
+        rule_selectors,
+        stripped_softmax_ids,
+        unhandled_warnings,
+    )
+
+    name = "cmwp" if contrastive else "mwp"
+    try:
+        MWPParams(signed_input, batchnorm)
+    except ValueError as exc:
+        raise PlanError(f"Method {name!r}: {exc}.") from None
+    params: dict[str, Any] = {}
+    if signed_input != "mwp_split":
+        params["signed_input"] = signed_input
+    if batchnorm != "identity":
+        params["batchnorm"] = batchnorm
+    kinds = set(MWP_KINDS) - ({"batchnorm"} if batchnorm == "true_gradient" else set())
+    gates, gate_ids = gate_entries(graph)
+    skip = stripped_softmax_ids(graph) | gate_ids
+    ids = [n.id for n in graph.nodes if node_kind(n) in kinds and n.id not in skip]
+    entries = [PlanEntry(s, "mwp", params) for s in rule_selectors(graph, ids)] + gates
+    warnings = list(unhandled_warnings(graph, name, skip=tuple(gate_ids)))
+    readout_node = readout
+    if contrastive:
+        top = classifier_node(graph)
+        if top is None:
+            raise PlanError(
+                "c-MWP needs a linear classifier layer (Dense or 1x1 conv) that produces the logits; "
+                f"model {graph.model_name!r} has none. Use 'mwp' instead."
+            )
+        cparams = {"signed_input": signed_input} if signed_input != "mwp_split" else {}
+        entries.append(PlanEntry(top.id, "cmwp", cparams))
+        if readout is None:
+            feature = feature_map_node(graph, top)
+            if feature is not None:
+                feature = large_enough_map(graph, feature, readout_min_size(graph) if min_size is None else min_size)
+            if feature is None:
+                warnings.append(
+                    "cmwp: found no spatial feature map under the classifier; the map is read at the input."
+                )
+            readout_node = feature.id if feature is not None else None
+    if readout_node in ("input", ""):
+        readout_node = None
+    if readout_node is not None:
+        graph.node(readout_node)  # a clear error for a typo
+    plan = Plan(tuple(entries), name=name)
+    return Method(
+        name,
+        plan,
+        reduction="sum_clamped" if contrastive else "sum",
+        readout_node=readout_node,
+        changed=changed_nodes(graph, plan),
+        warnings=tuple(warnings),
+        options={"signed_input": signed_input, "batchnorm": batchnorm, "readout": readout, "min_size": min_size},
+    )
+
+
+#: Node kinds that get the LRP rule in the presets (ReLU, max pools and reshapes keep their true gradient).
+LRP_KINDS = ("linear", "separable", "avg_pool", "sum", "batchnorm", "scale", "activation")
+
+
+def lrp_method(graph: LayerGraph, name: str, rule: str, params: dict[str, Any], readout: str | None = None) -> Method:
+    """An LRP preset: ``rule`` with ``params`` on every node kind in ``LRP_KINDS``; signed ``Σ_c`` map."""
+    from gradscope.rules.builtin.linear_ops import node_kind, rule_selectors, stripped_softmax_ids, unhandled_warnings
+
+    make_params(get_rule_class(rule), params)  # bad options fail here, with the rule's message
+    gates, gate_ids = gate_entries(graph)
+    skip = stripped_softmax_ids(graph) | gate_ids
+    ids = [n.id for n in graph.nodes if node_kind(n) in LRP_KINDS and n.id not in skip]
+    entries = [PlanEntry(s, rule, dict(params)) for s in rule_selectors(graph, ids)] + gates
+    plan = Plan(tuple(entries), name=name)
+    if readout in ("input", ""):
+        readout = None
+    if readout is not None:
+        graph.node(readout)
+    return Method(
+        name,
+        plan,
+        reduction="sum",
+        signed=True,
+        readout_node=readout,
+        changed=changed_nodes(graph, plan),
+        warnings=unhandled_warnings(graph, name, skip=tuple(gate_ids)),
+        options=dict(params),
+    )

@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from gradscope.backend import keras, tf
 from gradscope.core.errors import PlanError
 from gradscope.core.graph import NodeSpec
-from gradscope.rules.base import Rule, register_rule
+from gradscope.rules.registry import Rule, register_rule
 
 
 @register_rule("identity")

@@ -19,14 +19,10 @@ from dataclasses import dataclass
 from typing import Any, ClassVar
 
 from gradscope.core.errors import PlanError
-from gradscope.core.graph import LayerGraph, NodeSpec
-from gradscope.rules.base import Rule, register_rule
+from gradscope.core.graph import NodeSpec
 from gradscope.rules.builtin.linear_ops import (
     LinearOp,
-    classifier_node,
     divide_mwp,
-    feature_map_node,
-    large_enough_map,
     layer_op,
     negative,
     no_autograph,
@@ -35,14 +31,11 @@ from gradscope.rules.builtin.linear_ops import (
     pass_to_gated,
     pool_op,
     positive,
-    readout_min_size,
     redistribute,
     redistribute_sum,
-    rule_selectors,
     separable_ops,
-    stripped_softmax_ids,
-    unhandled_warnings,
 )
+from gradscope.rules.registry import Rule, register_rule
 
 SIGNED_INPUT_MODES = ("mwp_split", "torchray", "clamp")
 BATCHNORM_MODES = ("identity", "true_gradient")
@@ -82,7 +75,7 @@ class MWPParams:
         if self.batchnorm not in BATCHNORM_MODES:
             raise ValueError(
                 f"batchnorm must be one of {', '.join(BATCHNORM_MODES)}; to fold BatchNorm into the layer below "
-                "it, explain the folded copy from gradscope.engine.canonize.fold_batchnorm(model) instead"
+                "it, explain the folded copy from gradscope.engine.backward.canonize.fold_batchnorm(model) instead"
             )
 
 
@@ -165,76 +158,3 @@ class ContrastiveMWP(_MWPBase):
         g, mode, x = grad_outputs[0], self.params.signed_input, ctx.inputs[0]
         op = layer_op(ctx)
         return [mwp_linear(op, x, g, mode) - mwp_linear(op, x, g, mode, negate=True)]
-
-
-# ---------------------------------------------------------------------------------------------- presets
-#: Node kinds that get the ``mwp`` rule in the presets (the others keep the true gradient, which is their rule).
-MWP_KINDS = ("linear", "separable", "avg_pool", "sum", "batchnorm", "scale", "activation")
-
-
-def mwp_method(
-    graph: LayerGraph,
-    *,
-    contrastive: bool = False,
-    signed_input: str = "mwp_split",
-    batchnorm: str = "identity",
-    readout: str | None = None,
-    min_size: int | None = None,
-) -> Any:
-    """The ``mwp`` / ``cmwp`` presets: the plan, the read-out node and what the plan could not handle.
-    ``min_size``: smallest side of c-MWP's default read-out map (default ``readout_min_size``: 7, or 1/8 of a
-    smaller input)."""
-    from gradscope.rules.methods import Method, changed_nodes
-    from gradscope.rules.plan import Plan, PlanEntry
-
-    name = "cmwp" if contrastive else "mwp"
-    try:
-        MWPParams(signed_input, batchnorm)
-    except ValueError as exc:
-        raise PlanError(f"Method {name!r}: {exc}.") from None
-    params: dict[str, Any] = {}
-    if signed_input != "mwp_split":
-        params["signed_input"] = signed_input
-    if batchnorm != "identity":
-        params["batchnorm"] = batchnorm
-    kinds = set(MWP_KINDS) - ({"batchnorm"} if batchnorm == "true_gradient" else set())
-    from gradscope.rules.builtin.lrp import gate_entries
-
-    gates, gate_ids = gate_entries(graph)
-    skip = stripped_softmax_ids(graph) | gate_ids
-    ids = [n.id for n in graph.nodes if node_kind(n) in kinds and n.id not in skip]
-    entries = [PlanEntry(s, "mwp", params) for s in rule_selectors(graph, ids)] + gates
-    warnings = list(unhandled_warnings(graph, name, skip=tuple(gate_ids)))
-    readout_node = readout
-    if contrastive:
-        top = classifier_node(graph)
-        if top is None:
-            raise PlanError(
-                "c-MWP needs a linear classifier layer (Dense or 1x1 conv) that produces the logits; "
-                f"model {graph.model_name!r} has none. Use 'mwp' instead."
-            )
-        cparams = {"signed_input": signed_input} if signed_input != "mwp_split" else {}
-        entries.append(PlanEntry(top.id, "cmwp", cparams))
-        if readout is None:
-            feature = feature_map_node(graph, top)
-            if feature is not None:
-                feature = large_enough_map(graph, feature, readout_min_size(graph) if min_size is None else min_size)
-            if feature is None:
-                warnings.append(
-                    "cmwp: found no spatial feature map under the classifier; the map is read at the input."
-                )
-            readout_node = feature.id if feature is not None else None
-    if readout_node in ("input", ""):
-        readout_node = None
-    if readout_node is not None:
-        graph.node(readout_node)  # a clear error for a typo
-    plan = Plan(tuple(entries), name=name)
-    return Method(
-        name,
-        plan,
-        reduction="sum_clamped" if contrastive else "sum",
-        readout_node=readout_node,
-        changed=changed_nodes(graph, plan),
-        warnings=tuple(warnings),
-        options={"signed_input": signed_input, "batchnorm": batchnorm, "readout": readout, "min_size": min_size},
-    )

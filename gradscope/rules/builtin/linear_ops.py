@@ -97,7 +97,7 @@ STRUCTURAL_TYPES = frozenset(
         "Squeeze",
         "ExpandDims",
         "GetItem",
-        "RemovedLayer",  # what gradscope.engine.canonize leaves where it folded a BatchNorm: an identity
+        "RemovedLayer",  # what gradscope.engine.backward.canonize leaves where it folded a BatchNorm: an identity
     }
 )
 #: ``keras.ops`` activations called inside a functional model (no ``activation`` name on the node).

@@ -21,12 +21,10 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from gradscope.core.graph import LayerGraph, NodeSpec
-from gradscope.rules.base import Rule, register_rule
+from gradscope.core.graph import NodeSpec
 from gradscope.rules.builtin.linear_ops import (
     LinearOp,
     divide_signeps,
-    gate_nodes,
     layer_op,
     negative,
     no_autograph,
@@ -37,11 +35,9 @@ from gradscope.rules.builtin.linear_ops import (
     positive,
     redistribute,
     redistribute_sum,
-    rule_selectors,
     separable_ops,
-    stripped_softmax_ids,
-    unhandled_warnings,
 )
+from gradscope.rules.registry import Rule, register_rule
 
 NORM_EPS = 1e-6  # zennit's default stabiliser (Norm, ZPlus, AlphaBeta)
 
@@ -234,44 +230,3 @@ class SignalTakeAll(Rule):
     @no_autograph
     def backward(self, ctx: Any, grad_outputs: list[Any]) -> list[Any]:
         return pass_to_gated(ctx, grad_outputs, None if self.params.gate < 0 else self.params.gate)
-
-
-def gate_entries(graph: LayerGraph) -> tuple[list[Any], set[str]]:
-    """Plan entries giving every gating Multiply the signal-take-all rule, and their node ids."""
-    from gradscope.rules.plan import PlanEntry
-
-    gates = gate_nodes(graph)
-    return [PlanEntry(node_id, "signal_take_all", {"gate": k}) for node_id, k in gates.items()], set(gates)
-
-
-# ---------------------------------------------------------------------------------------------- presets
-#: Node kinds that get the LRP rule in the presets (ReLU, max pools and reshapes keep their true gradient).
-LRP_KINDS = ("linear", "separable", "avg_pool", "sum", "batchnorm", "scale", "activation")
-
-
-def lrp_method(graph: LayerGraph, name: str, rule: str, params: dict[str, Any], readout: str | None = None) -> Any:
-    """An LRP preset: ``rule`` with ``params`` on every node kind in ``LRP_KINDS``; signed ``Σ_c`` map."""
-    from gradscope.rules.base import get_rule_class, make_params
-    from gradscope.rules.methods import Method, changed_nodes
-    from gradscope.rules.plan import Plan, PlanEntry
-
-    make_params(get_rule_class(rule), params)  # bad options fail here, with the rule's message
-    gates, gate_ids = gate_entries(graph)
-    skip = stripped_softmax_ids(graph) | gate_ids
-    ids = [n.id for n in graph.nodes if node_kind(n) in LRP_KINDS and n.id not in skip]
-    entries = [PlanEntry(s, rule, dict(params)) for s in rule_selectors(graph, ids)] + gates
-    plan = Plan(tuple(entries), name=name)
-    if readout in ("input", ""):
-        readout = None
-    if readout is not None:
-        graph.node(readout)
-    return Method(
-        name,
-        plan,
-        reduction="sum",
-        signed=True,
-        readout_node=readout,
-        changed=changed_nodes(graph, plan),
-        warnings=unhandled_warnings(graph, name, skip=tuple(gate_ids)),
-        options=dict(params),
-    )

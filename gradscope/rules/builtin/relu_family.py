@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from gradscope.backend import tf
 from gradscope.core.graph import NodeSpec
-from gradscope.rules.base import Rule, register_rule
+from gradscope.rules.registry import Rule, register_rule
 
 #: ``NodeSpec.activation`` names of ReLU-like nodes (``relu_custom``: ReLU with a threshold or another cap).
 RELU_ACTIVATIONS = ("relu", "relu6", "leaky_relu", "relu_custom")

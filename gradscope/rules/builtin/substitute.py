@@ -12,8 +12,8 @@ from dataclasses import dataclass
 
 from gradscope.backend import tf
 from gradscope.core.graph import NodeSpec
-from gradscope.rules.base import Rule, register_rule
 from gradscope.rules.builtin.basic import activation_fn
+from gradscope.rules.registry import Rule, register_rule
 
 
 def _derivative_vjp(fn, x, g):

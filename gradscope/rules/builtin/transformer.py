@@ -25,8 +25,8 @@ from dataclasses import dataclass
 from gradscope.backend import keras, tf
 from gradscope.core.errors import RuleError
 from gradscope.core.graph import NodeSpec
-from gradscope.rules.base import Rule, register_rule
 from gradscope.rules.builtin.linear_ops import sign0
+from gradscope.rules.registry import Rule, register_rule
 
 LINEAR_TYPES = frozenset({"Dense", "EinsumDense", "Conv1D", "Conv2D", "Conv3D"})
 NORM_TYPES = frozenset({"LayerNormalization", "RMSNormalization"})
