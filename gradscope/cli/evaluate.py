@@ -8,6 +8,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+from gradscope.cli.common import PREPROCESSING, add_command, info, model_argument, model_options, open_engine, warn
+from gradscope.cli.interrupt import INTERRUPT_GRACE
 from gradscope.core.errors import EXIT_USER_ERROR
 
 
@@ -33,15 +35,14 @@ def _duration(seconds: float) -> str:
     return f"{s // 3600}h{s % 3600 // 60:02d}m" if s >= 3600 else f"{s // 60}m{s % 60:02d}s"
 
 
-def cmd_evaluate(args: Any) -> int:
+def run(args: Any) -> int:
     """Run (or resume) an evaluation into ``--out``; print the table; list the images that could not be used."""
     from gradscope.api import evaluate
-    from gradscope.cli import _engine, _info, _warn
     from gradscope.core.errors import GradscopeError
 
     ray = None
     if args.ray is not None:
-        from gradscope.app.evaluation_ray import RayOptions
+        from gradscope.app.evaluation.on_ray import RayOptions
 
         if not args.model:
             raise GradscopeError("--ray needs the model's file: each Ray worker loads it.")
@@ -53,12 +54,10 @@ def cmd_evaluate(args: Any) -> int:
             rules=list(args.rules or []),
             actors=args.ray_actors,
         )
-    from gradscope.cli import INTERRUPT_GRACE
-
     INTERRUPT_GRACE["seconds"] = 120.0  # Ctrl-C: the batch in flight ends, the report of what is done is written
-    engine = _engine(args)  # also here: the settings are checked and the report is built in this process
+    engine = open_engine(args)  # also here: the settings are checked and the report is built in this process
     out = Path(args.out)
-    _info(args, f"evaluating {args.method or ''}{' + plan ' + args.plan if args.plan else ''} on {args.data} -> {out}")
+    info(args, f"evaluating {args.method or ''}{' + plan ' + args.plan if args.plan else ''} on {args.data} -> {out}")
     report = evaluate(
         engine,
         args.data,
@@ -85,11 +84,11 @@ def cmd_evaluate(args: Any) -> int:
         + (", curves.png" if report.curves else "")
     )
     if report.bad:
-        _warn(args, f"\n{len(report.bad)} image(s) could not be used:")
+        warn(args, f"\n{len(report.bad)} image(s) could not be used:")
         for item in report.bad:
-            _warn(args, f"  {item['key']}: {item['reason']}")
+            warn(args, f"  {item['key']}: {item['reason']}")
     if not report.complete:
-        _warn(
+        warn(
             args,
             f"stopped after {report.images + len(report.bad)} of {report.total} images; run the same "
             "command again to resume",
@@ -98,12 +97,11 @@ def cmd_evaluate(args: Any) -> int:
     return EXIT_USER_ERROR if report.bad else 0
 
 
-def add_parser(sub: Any, model_argument: Any, model_options: Any) -> None:
-    from gradscope.cli import add_command
-
+def add_parser(sub: Any) -> None:
     p = add_command(
         sub,
         "evaluate",
+        run,
         help="score methods over a dataset: Pointing Game, deletion, insertion, MuFidelity (resumable; exit 2 on "
         "bad data)",
         description="Score methods over a folder of images. For the Pointing Game, masks/<image stem>.png holds "
@@ -126,7 +124,7 @@ def add_parser(sub: Any, model_argument: Any, model_options: Any) -> None:
     p.add_argument(
         "--preprocessing",
         default="unit",
-        choices=["unit", "raw", "caffe", "minus_one_one"],
+        choices=PREPROCESSING,
         help="how pixels are scaled for the model (default unit: /255)",
     )
     p.add_argument("--batch", type=int, default=16, help="images per batch (default 16)")
@@ -143,4 +141,3 @@ def add_parser(sub: Any, model_argument: Any, model_options: Any) -> None:
     )
     p.add_argument("--ray-actors", type=int, help="Ray workers, each holding one model (default: one per CPU, max 8)")
     model_options(p)
-    p.set_defaults(func=cmd_evaluate)

@@ -5,12 +5,29 @@ from __future__ import annotations
 import json
 from typing import Any
 
+from gradscope.cli.common import add_command
 
-def cmd_train_report(args: Any) -> int:
+
+def add_parser(sub: Any) -> None:
+    p = add_command(
+        sub,
+        "train-report",
+        run,
+        help="alerts of a GradientMonitor log: first NaN/Inf, vanishing/exploding layers, dead ReLUs (exit 1 on NaN)",
+    )
+    p.add_argument("logdir", help="the log_dir given to gradscope.GradientMonitor")
+    p.add_argument("--step", type=int, help="also print the per-layer flow of this recorded step")
+    p.add_argument("--run", metavar="ID", help="the run to report when the folder holds several (default: the latest)")
+    p.add_argument("--json", action="store_true", help="print the report as JSON")
+    p.add_argument("--csv", metavar="FILE", help="write the flow of --step (default: the last record) to FILE")
+    p.add_argument("--png", metavar="FILE", help="write a chart of the flow of --step (default: the last record)")
+
+
+def run(args: Any) -> int:
     """Print the alerts of a training log; ``--step N``: also that step's per-layer flow; ``--csv``/``--png``:
     write that step's flow (the last record without ``--step``). Exit 1 when a NaN/Inf occurred."""
     from gradscope.core.errors import EXIT_USER_ERROR
-    from gradscope.engine.training_report import report_text, step_flow, training_alerts
+    from gradscope.engine.training.report import report_text, step_flow, training_alerts
     from gradscope.io.training_events import read_training_log
 
     log = read_training_log(args.logdir, run=args.run)

@@ -1,0 +1,116 @@
+"""What every command shares: the options every command takes, the model argument and options, opening the
+model, the bundled demo's files, and plain-text output (info, warnings, a progress bar)."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from collections.abc import Callable, Iterable, Sequence
+from typing import Any
+
+
+def demo_model() -> str:
+    from gradscope.io.demo import demo_model_path
+
+    return str(demo_model_path())
+
+
+def demo_image() -> str:
+    from gradscope.io.demo import demo_image_paths
+
+    return str(demo_image_paths()[0])
+
+
+def _custom_objects(args: argparse.Namespace) -> dict | None:
+    if not getattr(args, "custom_objects", None):
+        return None
+    from gradscope.io.models import load_custom_objects_file
+
+    objects: dict = {}
+    for path in args.custom_objects:
+        objects.update(load_custom_objects_file(path))
+    return objects
+
+
+def open_engine(args: argparse.Namespace) -> Any:
+    """The model of ``args.model`` (default: the demo), in safe mode unless ``--unsafe``, after the user's rule
+    files (``--rules``) are loaded."""
+    from gradscope.api import open_engine as open_model
+
+    for path in getattr(args, "rules", None) or []:
+        from gradscope.rules.base import load_rule_file
+
+        names = load_rule_file(path)
+        info(args, f"loaded rules from {path}: {', '.join(names)}")
+    from gradscope.app.work.heap import settle_after_load
+
+    model = args.model or demo_model()
+    engine = open_model(model, safe_mode=not args.unsafe, custom_objects=_custom_objects(args))
+    settle_after_load()  # one model per process: full collections skip it from here on (see app.work.heap)
+    return engine
+
+
+def warn(args: argparse.Namespace, message: str) -> None:
+    """Warnings reach stderr even with --quiet: they say the result may mislead."""
+    print(message, file=sys.stderr)
+
+
+def info(args: argparse.Namespace, message: str) -> None:
+    if not getattr(args, "quiet", False):
+        print(message, file=sys.stderr)
+
+
+def progress(items: Sequence[Any], label: Callable[[Any], str], enabled: bool = True) -> Iterable[Any]:
+    """A plain-text progress bar on stderr (multi-image runs)."""
+    n = len(items)
+    start = time.perf_counter()
+    for i, item in enumerate(items):
+        yield item
+        if enabled:
+            done = int(30 * (i + 1) / n)
+            rate = (time.perf_counter() - start) / (i + 1)
+            eta = rate * (n - i - 1)
+            sys.stderr.write(f"\r[{'#' * done}{'.' * (30 - done)}] {i + 1}/{n} {label(item)[:40]:<40} ETA {eta:4.0f}s")
+            sys.stderr.flush()
+    if enabled and n:
+        sys.stderr.write("\n")
+
+
+# ------------------------------------------------------------------------------------------------- parsers
+def _common_options() -> argparse.ArgumentParser:
+    """Options every command also takes after its name (``explain ... --debug``, as the bug message advises);
+    SUPPRESS keeps the top-level value when a command is given none."""
+    common = argparse.ArgumentParser(add_help=False)
+    common.add_argument("--debug", action="store_true", default=argparse.SUPPRESS, help=argparse.SUPPRESS)
+    common.add_argument("-q", "--quiet", action="store_true", default=argparse.SUPPRESS, help=argparse.SUPPRESS)
+    return common
+
+
+def add_command(sub: Any, name: str, run: Callable[[argparse.Namespace], int], **kwargs: Any) -> Any:
+    """A command's parser, with the options every command takes; ``run(args)`` is what it does."""
+    p = sub.add_parser(name, parents=[_common_options()], **kwargs)
+    p.set_defaults(func=run)
+    return p
+
+
+def model_argument(p: argparse.ArgumentParser) -> None:
+    p.add_argument("model", nargs="?", help=".keras or .h5 file (default: the bundled demo model)")
+
+
+def model_options(p: argparse.ArgumentParser) -> None:
+    p.add_argument(
+        "--unsafe",
+        action="store_true",
+        help="allow unsafe deserialization (Lambda layers run code from the file): only for files you trust",
+    )
+    p.add_argument(
+        "--custom-objects",
+        action="append",
+        metavar="FILE",
+        help="Python file registering the model's custom layers (repeatable)",
+    )
+    p.add_argument("--rules", action="append", metavar="FILE", help="Python file of user rules to load (repeatable)")
+
+
+PREPROCESSING = ["unit", "raw", "caffe", "minus_one_one"]
