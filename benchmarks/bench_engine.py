@@ -30,10 +30,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import numpy as np  # noqa: E402
 
-from gradscope.app.heap import release_replaced, settle_after_load  # noqa: E402
+from gradscope.app.work.heap import release_replaced, settle_after_load  # noqa: E402
 from gradscope.backend import keras, tf  # noqa: E402
 from gradscope.core.targets import Target  # noqa: E402
-from gradscope.engine.runner import Engine  # noqa: E402
+from gradscope.engine.backward.runner import Engine  # noqa: E402
 from gradscope.rules.methods import available_methods, build_method  # noqa: E402
 from gradscope.rules.plan import Plan  # noqa: E402
 
@@ -155,7 +155,7 @@ def bench_latency(name: str, ctor, size: int, repeats: int, rounds: int = 3) -> 
     in the same run. Each edit is a never-seen plan. A cold edit is timed once per engine, so the "cold" rows
     are the median over ``rounds`` fresh engines (each a new activation, so no round repeats a plan); the first
     result is the first engine's (the process's first: every one-time cost included), timed from the engine's
-    construction and ``settle_after_load`` (what the app's load job ends with: ``gradscope.app.heap``) to the
+    construction and ``settle_after_load`` (what the app's load job ends with: ``gradscope.app.work.heap``) to the
     result. "Warm" rows ran after the Session's background step (``Engine.compile``: kernels + whole plan)
     for the previous plan."""
     keras.utils.set_random_seed(0)
@@ -182,7 +182,7 @@ def bench_latency(name: str, ctor, size: int, repeats: int, rounds: int = 3) -> 
             release_replaced()  # the app frees a replaced model once the new one is shown (untimed)
         t0 = time.perf_counter()
         engine = Engine(model)
-        settle_after_load()  # as the app's load job ends (gradscope.app.heap)
+        settle_after_load()  # as the app's load job ends (gradscope.app.work.heap)
         t, r = timed(Plan())
         if not cold:
             record("first result after opening (engine + forward + sweep)", time.perf_counter() - t0, r.meta["mode"])

@@ -94,7 +94,7 @@ def _tape_fn(model):
 
 
 def evaluate_run(engine, source, keys, batch, tolerance):
-    from gradscope.app.evaluation import EvalSettings, run_evaluation
+    from gradscope.app.evaluation.run import EvalSettings, run_evaluation
 
     settings = EvalSettings(methods=["gradient"], metrics=["pointing"], batch=batch, tolerance=tolerance)
     with tempfile.TemporaryDirectory() as out:
@@ -118,7 +118,7 @@ class _Subset:
 
 
 def case(name, model, size, n, batch, rounds, work):
-    from gradscope.engine.runner import Engine
+    from gradscope.engine.backward.runner import Engine
     from gradscope.io.datasets import ImageFolder
 
     folder = work / name
@@ -151,8 +151,8 @@ def case(name, model, size, n, batch, rounds, work):
 
 def memory_run(n, batch, work):
     """RSS (MB) after each batch of a long evaluation of the demo model: flat means no growth with images."""
-    from gradscope.app.evaluation import EvalSettings, run_evaluation
-    from gradscope.engine.runner import Engine
+    from gradscope.app.evaluation.run import EvalSettings, run_evaluation
+    from gradscope.engine.backward.runner import Engine
     from gradscope.io.datasets import ImageFolder
     from gradscope.io.demo import demo_model_path
     from gradscope.io.models import load_model

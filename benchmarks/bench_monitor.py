@@ -31,7 +31,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 import numpy as np  # noqa: E402
 
 from gradscope.backend import keras, tf  # noqa: E402
-from gradscope.engine.monitor import GradientMonitor  # noqa: E402
+from gradscope.engine.training.monitor import GradientMonitor  # noqa: E402
 
 RESULTS = Path(__file__).resolve().parent / "results"
 

@@ -34,10 +34,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import numpy as np  # noqa: E402
 
-from gradscope.app.heap import release_replaced, settle_after_load  # noqa: E402
+from gradscope.app.work.heap import release_replaced, settle_after_load  # noqa: E402
 from gradscope.backend import keras, tf  # noqa: E402
 from gradscope.core.targets import Target  # noqa: E402
-from gradscope.engine.runner import Engine  # noqa: E402
+from gradscope.engine.backward.runner import Engine  # noqa: E402
 from gradscope.rules.methods import build_method  # noqa: E402
 from gradscope.rules.plan import Plan  # noqa: E402
 
@@ -154,7 +154,7 @@ def bench(name: str, model: keras.Model, x: Any, start: str | None, repeats: int
     record("plain GradientTape gradient (compiled)", base)
     t0 = time.perf_counter()
     engine = Engine(model)
-    settle_after_load()  # as the app's load job ends (gradscope.app.heap)
+    settle_after_load()  # as the app's load job ends (gradscope.app.work.heap)
     r = engine.backward(x, Target(index=1), Plan(), capture="all")
     record("first map after opening (engine + forward + sweep)", time.perf_counter() - t0, r.meta["mode"])
     t0 = time.perf_counter()

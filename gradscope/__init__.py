@@ -23,21 +23,21 @@ from gradscope.rules.plan import Plan, PlanEntry
 __version__ = "0.1.0"
 
 _LAZY = {
-    "Engine": "gradscope.engine.runner",
+    "Engine": "gradscope.engine.backward.runner",
     "load_model": "gradscope.io.models",
     "explain": "gradscope.api",
     "Explanation": "gradscope.api",
     "open_engine": "gradscope.api",
-    "read_sidecar": "gradscope.app.export",
+    "read_sidecar": "gradscope.app.files.exports",
     "build_method": "gradscope.rules.methods",
     "available_methods": "gradscope.rules.methods",
-    "plan_model": "gradscope.engine.training",
-    "gradient_flow": "gradscope.engine.flow",
-    "GradientMonitor": "gradscope.engine.monitor",
+    "plan_model": "gradscope.engine.training.plan_model",
+    "gradient_flow": "gradscope.engine.diagnostics.flow",
+    "GradientMonitor": "gradscope.engine.training.monitor",
     "evaluate": "gradscope.api",
     "read_training_log": "gradscope.io.training_events",
-    "training_alerts": "gradscope.engine.training_report",
-    "step_flow": "gradscope.engine.training_report",
+    "training_alerts": "gradscope.engine.training.report",
+    "step_flow": "gradscope.engine.training.report",
 }
 
 __all__ = [

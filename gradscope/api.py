@@ -22,7 +22,7 @@ from gradscope.rules.plan import Plan
 
 def open_engine(model: Any, *, safe_mode: bool = True, custom_objects: dict | None = None) -> Any:
     """An ``Engine`` for a model object, an ``Engine`` (returned as is) or a path to a ``.keras``/``.h5`` file."""
-    from gradscope.engine.runner import Engine
+    from gradscope.engine.backward.runner import Engine
 
     if isinstance(model, Engine):
         return model
@@ -86,7 +86,7 @@ class Explanation:
     def warnings(self) -> list[str]:
         """What may make this map misleading: the method's own warnings, plan selectors that matched no node,
         non-finite logits, a degenerate map (all zero, constant, NaN/Inf). Empty when there is nothing to say."""
-        from gradscope.app.view import degenerate_note
+        from gradscope.app.rendering.view import degenerate_note
 
         out = list(self.method.warnings) + self.result.warnings()
         note = degenerate_note(self.saliency, self.method.name)
@@ -108,7 +108,7 @@ class Explanation:
     ) -> Any:
         """The ``ViewSettings`` this explanation is drawn with: the method's read-out defaults (a signed method
         gets a diverging colormap and signed normalisation), then the caller's choices."""
-        from gradscope.app.view import INPUT_KEY, ViewSettings
+        from gradscope.app.rendering.view import INPUT_KEY, ViewSettings
 
         if self.labels:  # token and feature scores are signed (x input): red for, blue against the target
             cmap, normalization = cmap or "bwr", normalization or "signed"
@@ -120,8 +120,8 @@ class Explanation:
 
     def images(self, **view_options: Any) -> Any:
         """The ``OverlayImages`` (heat map, blend) through the same pipeline as the GUI and its exports."""
-        from gradscope.app.positions import position_picture
-        from gradscope.app.view import ViewError, overlay_images
+        from gradscope.app.rendering.positions import position_picture
+        from gradscope.app.rendering.view import ViewError, overlay_images
 
         unknown = sorted(set(view_options) - _VIEW_OPTIONS)
         if unknown:
@@ -147,11 +147,11 @@ class Explanation:
         map_only: bool = False,
         **view_options: Any,
     ) -> Path:
-        """Write the overlay PNG and its JSON sidecar (the schema every front end writes, ``app.export``).
+        """Write the overlay PNG and its JSON sidecar (the schema every front end writes, ``app.files.exports``).
         ``inputs``: more files this result was computed from (e.g. a plan file), never overwritten;
         ``long_side``: the PNG's long side (default: the image's, at least 512 px); ``colorbar``: a colour bar
         with the map's range under the picture; ``map_only``: the coloured map without the image."""
-        from gradscope.app.export import write_overlay
+        from gradscope.app.files.exports import write_overlay
 
         images = self.images(**view_options)
         own = [self.sidecar.get("model_file"), self.sidecar.get("image")]
@@ -163,13 +163,13 @@ class Explanation:
     def save_signal(self, path: str | Path, *, inputs: Any = ()) -> Path:
         """The raw signal behind the map (``self.signal``: float32, before channel reduction) as ``.npy``, with
         a JSON sidecar of the same schema as the overlay's."""
-        from gradscope.app.export import write_signal
+        from gradscope.app.files.exports import write_signal
 
         own = [self.sidecar.get("model_file"), self.sidecar.get("image")]
         return write_signal(path, self.signal, self._export_sidecar(), inputs=[*own, *inputs])
 
     def _export_sidecar(self, **view_options: Any) -> dict[str, Any]:
-        from gradscope.app.export import overlay_sidecar, position_rows
+        from gradscope.app.files.exports import overlay_sidecar, position_rows
 
         view = self.view(**view_options)
         ids = self.fed.ids if self.fed is not None else None
@@ -258,7 +258,7 @@ def explain(
     For token ids the map is read where the signal exists, at the embedding's output (unless ``layer`` says
     otherwise), as one score per token.
     """
-    from gradscope.app.view import REDUCTIONS, ViewError, token_grid
+    from gradscope.app.rendering.view import REDUCTIONS, ViewError, token_grid
     from gradscope.render import reduce_channels
 
     if reduction is not None and reduction not in REDUCTIONS:
@@ -282,7 +282,7 @@ def explain(
                 f"Node {node!r} has output shape {engine.graph.node(node).output_shape}: a map needs a spatial "
                 "(H, W[, C]) or (L, C) output. Pick a convolutional layer or the input."
             )
-    from gradscope.engine.attribution import sampled_input_grad, token_scores, weighted_signal
+    from gradscope.engine.backward.attribution import sampled_input_grad, token_scores, weighted_signal
     from gradscope.rules.base import carries_relevance
 
     if m.sampling is not None:
@@ -331,10 +331,10 @@ def sanity(
     tolerance: float = 0.05,
     safe_mode: bool = True,
 ) -> Any:
-    """Sanity checks of a method or plan on one image (``gradscope.engine.sanity``): layer-wise conservation,
-    the model-randomisation test (Adebayo et al. 2018) and finite differences on the paths no rule changes.
-    Returns a ``SanityReport`` (``to_text()``, ``to_dict()``)."""
-    from gradscope.engine.sanity import sanity_checks
+    """Sanity checks of a method or plan on one image (``gradscope.engine.diagnostics.sanity``): layer-wise
+    conservation, the model-randomisation test (Adebayo et al. 2018) and finite differences on the paths no rule
+    changes. Returns a ``SanityReport`` (``to_text()``, ``to_dict()``)."""
+    from gradscope.engine.diagnostics.sanity import sanity_checks
 
     engine = open_engine(model, safe_mode=safe_mode)
     _, x, target = _inputs(engine, image, preprocessing, target)
@@ -373,12 +373,12 @@ def evaluate(
     ``methods``: presets, ``"preset@node"`` (read at a node), ``"center"``, ``"random"``;
     ``plan``: the user's plan, evaluated too (named by its name or file). ``out``: the folder of batch records
     and results (a run with the same ``out`` resumes; None: a temporary folder). ``ray``: a
-    ``gradscope.app.evaluation_ray.RayOptions`` to run the batches on a Ray cluster (``model`` must be a path).
+    ``gradscope.app.evaluation.on_ray.RayOptions`` to run the batches on a Ray cluster (``model`` must be a path).
     ``progress(done, total, seconds_left)`` is called after every batch; ``should_stop()`` ends the run cleanly.
     """
     import tempfile
 
-    from gradscope.app.evaluation import evaluation_settings, run_evaluation, source_of
+    from gradscope.app.evaluation.run import evaluation_settings, run_evaluation, source_of
 
     engine = open_engine(model, safe_mode=safe_mode)
     settings = evaluation_settings(
@@ -397,7 +397,7 @@ def evaluate(
     model_name = str(model) if isinstance(model, (str, Path)) else getattr(ray, "model", "")
     if ray is not None and not getattr(ray, "model", ""):
         if not isinstance(model, (str, Path)):
-            from gradscope.app.evaluation import EvaluationError
+            from gradscope.app.evaluation.run import EvaluationError
 
             raise EvaluationError("A Ray evaluation loads the model in every worker: pass the model's file.")
         ray = dataclasses.replace(ray, model=str(model), safe_mode=safe_mode)

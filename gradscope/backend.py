@@ -111,7 +111,7 @@ _check_versions()
 @functools.cache
 def check_keras_internals() -> None:
     """Raise a clear GraphError when this Keras lacks the private graph API the engine walks models with
-    (``engine/keras_graph.py``): without it every functional model would look like one opaque layer."""
+    (``engine/backward/keras_graph.py``): without it every functional model would look like one opaque layer."""
     from gradscope.core.errors import GraphError
 
     inp = keras.Input((2,))

@@ -52,5 +52,5 @@ say "identity == tape checks against the installed package"
 "$py" -m pip install -qq pytest
 cp -r "$repo/tests" "$work/tests"
 printf '[pytest]\naddopts = -p no:cacheprovider\nfilterwarnings = ignore::DeprecationWarning\n' > "$work/pytest.ini"
-QT_QPA_PLATFORM=offscreen "$py" -m pytest -q "$work/tests/engine/test_identity.py"
+QT_QPA_PLATFORM=offscreen "$py" -m pytest -q "$work/tests/engine/backward/test_identity.py"
 say "passed"

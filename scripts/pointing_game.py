@@ -1,5 +1,6 @@
 """Pointing Game (RULES_SPEC §6) on the synthetic shapes task with the bundled demo model: a thin call of
-``gradscope.evaluate`` (the protocol lives in ``gradscope.engine.faithfulness``; the rows below are its methods).
+``gradscope.evaluate`` (the protocol lives in ``gradscope.engine.evaluation.faithfulness``; the rows below are its
+methods).
 
 For every image and its ground-truth class (the prediction is not used), compute the method's map for that
 class, resize it to the image (bilinear, as TorchRay), take its maximum (first in raster order) and count a hit
@@ -27,7 +28,7 @@ import numpy as np
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from gradscope.app.evaluation import SMOOTHED  # noqa: E402
+from gradscope.app.evaluation.run import SMOOTHED  # noqa: E402
 from gradscope.io.datasets import BACKGROUND  # noqa: E402
 from gradscope.io.demo import demo_meta, demo_model_path  # noqa: E402
 from gradscope.io.models import load_model  # noqa: E402
@@ -63,7 +64,7 @@ def main(argv: list[str] | None = None) -> int:
     args = ap.parse_args(argv)
 
     import gradscope
-    from gradscope.engine.runner import Engine
+    from gradscope.engine.backward.runner import Engine
 
     meta = demo_meta()
     size = tuple(meta["input_size"][:2])

@@ -54,7 +54,7 @@ def build(case: str):
 def run(case: str, logdir: str | Path, *, epochs: int = 3, images: int = 256, every: int = 2, verbose: int = 0):
     """Train ``case`` with a GradientMonitor into ``logdir``; returns the Keras history."""
     from gradscope.backend import keras
-    from gradscope.engine.monitor import GradientMonitor
+    from gradscope.engine.training.monitor import GradientMonitor
     from gradscope.io.synthetic import make_shapes_dataset
 
     logdir = Path(logdir)

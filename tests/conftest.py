@@ -28,7 +28,7 @@ def no_thread_left_running():
 
 @pytest.fixture(autouse=True)
 def nothing_left_frozen():
-    """The app freezes a loaded model out of full collections (gradscope.app.heap); in one test process of
+    """The app freezes a loaded model out of full collections (gradscope.app.work.heap); in one test process of
     hundreds of models that would keep every one of them: each test's frozen objects are released after it."""
     import gc
 

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from gradscope.backend import gradient_function, input_only_conv_gradients, tape_vjp, tf
-from gradscope.engine.kernels import missing_kernel_cause, missing_kernel_op
+from gradscope.engine.backward.kernels import missing_kernel_cause, missing_kernel_op
 
 CONVS = [
     dict(strides=1, padding="SAME", dilations=1),
@@ -121,7 +121,7 @@ def test_a_cold_live_sweep_computes_no_filter_gradient(monkeypatch):
     from tensorflow.python.ops import gen_nn_ops
 
     from gradscope.core.targets import Target
-    from gradscope.engine.runner import Engine
+    from gradscope.engine.backward.runner import Engine
     from gradscope.rules.plan import Plan
     from tests.engine.fixtures import tiny_cnn
 

@@ -60,11 +60,25 @@ def test_explain_writes_overlay_and_sidecar(model_file, image_dir, tmp_path, cap
 
 def test_explain_with_plan_file_and_layer(model_file, image_dir, tmp_path, capsys):
     plan = tmp_path / "plan.json"
-    plan.write_text(json.dumps({"entries": [{"select": "activation:relu", "rule": "backward_as",
-                                              "params": {"activation": "sigmoid"}}]}))
+    plan.write_text(
+        json.dumps(
+            {"entries": [{"select": "activation:relu", "rule": "backward_as", "params": {"activation": "sigmoid"}}]}
+        )
+    )
     out = tmp_path / "o.png"
-    code = main(["explain", str(model_file), str(image_dir / "coffee.jpg"), "--plan", str(plan), "--layer", "conv",
-                 "--out", str(out)])
+    code = main(
+        [
+            "explain",
+            str(model_file),
+            str(image_dir / "coffee.jpg"),
+            "--plan",
+            str(plan),
+            "--layer",
+            "conv",
+            "--out",
+            str(out),
+        ]
+    )
     assert code == 0, capsys.readouterr().err
     sidecar = json.loads(out.with_suffix(".json").read_text())
     assert sidecar["readout_node"] == "conv"
@@ -127,8 +141,18 @@ def test_ctrl_c_ends_a_rule_stuck_in_native_code(tmp_path):
     plan.write_text(json.dumps({"entries": [{"select": "conv1", "rule": "spin_forever"}]}))
     marker = tmp_path / "started"
     env = {**os.environ, "SPIN_MARKER": str(marker)}
-    cmd = [sys.executable, "-m", "gradscope", "explain", "--rules", str(rules), "--plan", str(plan),
-           "--out", str(tmp_path / "o.png")]
+    cmd = [
+        sys.executable,
+        "-m",
+        "gradscope",
+        "explain",
+        "--rules",
+        str(rules),
+        "--plan",
+        str(plan),
+        "--out",
+        str(tmp_path / "o.png"),
+    ]
     # stderr goes to a file: a pipe nobody reads until the child exits fills up (64 KB of TensorFlow warnings)
     # and then blocks the child's last message, so the child never ends (seen once in CI)
     err_path = tmp_path / "stderr.txt"
@@ -157,8 +181,9 @@ def test_ctrl_c_ends_a_rule_stuck_in_native_code(tmp_path):
 
 def test_explain_at_a_chosen_size_with_a_colour_bar(model_file, image_dir, tmp_path, capsys):
     out = tmp_path / "big.png"
-    code = main(["explain", str(model_file), str(image_dir / "astronaut.png"), "--size", "80", "--colorbar",
-                 "--out", str(out)])
+    code = main(
+        ["explain", str(model_file), str(image_dir / "astronaut.png"), "--size", "80", "--colorbar", "--out", str(out)]
+    )
     assert code == 0, capsys.readouterr().err
     img = np.asarray(Image.open(out))
     assert img.shape[1] == 80 and img.shape[0] > 64  # 80x64 picture plus the bar below it

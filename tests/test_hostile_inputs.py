@@ -10,10 +10,10 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from gradscope.app.session_files import SessionFileError, read_session_file
+from gradscope.app.files.session_files import SessionFileError, read_session_file
 from gradscope.core.errors import ImageLoadError, ModelLoadError, PlanError, RuleError, RuleFileError
 from gradscope.core.targets import Target
-from gradscope.engine.runner import Engine
+from gradscope.engine.backward.runner import Engine
 from gradscope.io import images
 from gradscope.io.models import load_model
 from gradscope.rules.base import Rule, load_rule_file, register_rule

@@ -153,7 +153,7 @@ def test_json_nested_100000_deep_is_one_line_for_plans_and_sessions(tmp_path, ca
     deep.write_text("[" * 100_000 + "]" * 100_000)
     assert main(["explain", "--plan", str(deep), "--out", str(tmp_path / "o.png")]) == EXIT_USER_ERROR
     assert "nested 100000 levels deep" in capsys.readouterr().err
-    from gradscope.app.session_files import SessionFileError, read_session_file
+    from gradscope.app.files.session_files import SessionFileError, read_session_file
 
     session = tmp_path / "deep.gradscope.json"
     session.write_text('{"model": ' * 50_000 + "1" + "}" * 50_000)

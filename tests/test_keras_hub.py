@@ -127,7 +127,7 @@ def test_a_keras_hub_vit_opens_its_blocks_and_keeps_its_true_gradient():
     noted; the encoder's blocks open, and AttnLRP reaches their attention."""
     from gradscope.backend import tf
     from gradscope.core.targets import Target
-    from gradscope.engine.runner import Engine
+    from gradscope.engine.backward.runner import Engine
     from gradscope.rules.methods import build_method
     from gradscope.rules.plan import Plan
 

@@ -61,7 +61,10 @@ def test_entry_point_starts_headless(tmp_path):
     shot = tmp_path / "window.png"
     out = subprocess.run(
         [sys.executable, str(ROOT / "main.py"), "--screenshot", str(shot)],
-        capture_output=True, text=True, timeout=240, env=env,
+        capture_output=True,
+        text=True,
+        timeout=240,
+        env=env,
     )
     assert out.returncode == 0, out.stderr[-2000:]
     from PIL import Image

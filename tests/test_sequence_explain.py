@@ -82,7 +82,7 @@ def test_words_through_a_vocabulary_are_padded_and_exported_with_their_scores(te
     assert side["export"]["scores_csv"] == "t_scores.csv" and side["view"]["normalization"] == "signed"
     rows = (tmp_path / "t_scores.csv").read_text().splitlines()
     assert rows[0] == "index,label,id,score" and rows[1].startswith("0,the,2,")
-    from gradscope.app.export import read_sidecar
+    from gradscope.app.files.exports import read_sidecar
 
     assert read_sidecar(png)["positions"][3]["label"] == "great"  # the schema reads it back
 
@@ -128,7 +128,7 @@ def test_the_session_shows_and_exports_the_same_token_scores_as_the_api(text_mod
     import shutil
 
     from gradscope.app.session import Session
-    from gradscope.app.worker import InlineExecutor
+    from gradscope.app.work.worker import InlineExecutor
 
     model = tmp_path / "clf.keras"
     shutil.copy(text_model, model)
@@ -157,9 +157,9 @@ def test_the_session_shows_and_exports_the_same_token_scores_as_the_api(text_mod
 
 
 def test_a_session_file_keeps_typed_tokens_and_their_vocabulary(text_model, vocab_file, tmp_path):
+    from gradscope.app.files.session_files import read_session_file
     from gradscope.app.session import Session
-    from gradscope.app.session_files import read_session_file
-    from gradscope.app.worker import InlineExecutor
+    from gradscope.app.work.worker import InlineExecutor
 
     s = Session(InlineExecutor())
     s.open_model(text_model)
@@ -177,7 +177,7 @@ def test_a_session_file_keeps_typed_tokens_and_their_vocabulary(text_model, voca
 def test_a_schema_2_session_keeps_its_ids(tmp_path):
     """Schema 3 only added tokens and the vocabulary: a schema-2 file's ids are today's (no schema-1 upgrade)."""
     from gradscope.app.session import Session
-    from gradscope.app.worker import InlineExecutor
+    from gradscope.app.work.worker import InlineExecutor
     from tests.engine.fixtures import tiny_cnn
 
     model = tmp_path / "tiny.keras"

@@ -8,10 +8,10 @@ import runpy
 import numpy as np
 import pytest
 
-from gradscope.app.export import ExportError, write_plan_snippet
+from gradscope.app.files.exports import ExportError, write_plan_snippet
 from gradscope.cli import main
 from gradscope.core.targets import Target
-from gradscope.engine.runner import Engine
+from gradscope.engine.backward.runner import Engine
 from gradscope.io.models import load_model
 from gradscope.rules.plan import Plan
 from tests.engine.fixtures import tape_input_gradient, tiny_cnn

@@ -9,11 +9,11 @@ import json
 import numpy as np
 import pytest
 
-from gradscope.app.export import ExportError, read_sidecar
-from gradscope.app.session_files import SessionFileError, read_session_file
+from gradscope.app.files.exports import ExportError, read_sidecar
+from gradscope.app.files.session_files import SessionFileError, read_session_file
 from gradscope.cli import EXIT_USER_ERROR, main
 from gradscope.core.errors import PlanError, TargetError
-from gradscope.engine.runner import Engine
+from gradscope.engine.backward.runner import Engine
 from gradscope.rules.plan import Plan
 from tests.engine.fixtures import tiny_cnn
 
@@ -115,8 +115,11 @@ def test_a_npy_whose_header_promises_more_than_the_limit_is_refused_unread(tmp_p
 
 @pytest.mark.parametrize(
     "array, dtype",
-    [(np.zeros((1, 12, 12, 3), np.complex64), "complex64"), (np.array([["a"]]), "<U1"),
-     (np.array([None], dtype=object), "object")],
+    [
+        (np.zeros((1, 12, 12, 3), np.complex64), "complex64"),
+        (np.array([["a"]]), "<U1"),
+        (np.array([None], dtype=object), "object"),
+    ],
 )
 def test_inputs_that_are_not_real_numbers_are_refused_not_cast(array, dtype):
     """Complex inputs lost their imaginary part with a NumPy warning; strings were an internal error."""

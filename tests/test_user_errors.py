@@ -11,7 +11,7 @@ import pytest
 
 from gradscope.api import explain, open_engine
 from gradscope.app.session import Session
-from gradscope.app.worker import InlineExecutor
+from gradscope.app.work.worker import InlineExecutor
 from gradscope.core.errors import GradscopeError, ImageLoadError, PlanError, TargetError
 from gradscope.core.targets import Target
 from gradscope.io.demo import demo_image_paths, demo_model_path

@@ -20,27 +20,28 @@ from typing import Any
 
 import numpy as np
 
-from gradscope.app.compare import Comparison
-from gradscope.app.comparing import PlanComparison
-from gradscope.app.document import ModelDocument
-from gradscope.app.editing import PlanEditor
-from gradscope.app.evaluating import Evaluations
-from gradscope.app.exporting import Exporter
-from gradscope.app.feedback import Feedback
-from gradscope.app.history import READOUT_FIELDS
-from gradscope.app.inputs import Inputs
-from gradscope.app.jobs import Jobs
-from gradscope.app.positions import position_images
-from gradscope.app.reports import Reports
-from gradscope.app.results import Results, RunOutput, readout_node, signal_of
-from gradscope.app.rule_catalog import RuleCatalog
-from gradscope.app.running import run_job, run_status, sampling_of
-from gradscope.app.selection import Selection
-from gradscope.app.session_files import Restore, find_vocabulary, read_session_file, session_data, write_session_file
-from gradscope.app.targeting import Targeting
-from gradscope.app.training import TrainingWatch
-from gradscope.app.view import OverlayImages, ViewSettings, overlay_images
-from gradscope.app.viewing import Viewing
+from gradscope.app.files import session_files
+from gradscope.app.files.session_exports import Exporter
+from gradscope.app.files.session_files import Restore
+from gradscope.app.models.comparison import PlanComparison
+from gradscope.app.models.document import ModelDocument
+from gradscope.app.models.editing import PlanEditor
+from gradscope.app.models.evaluations import Evaluations
+from gradscope.app.models.feedback import Feedback
+from gradscope.app.models.history import READOUT_FIELDS
+from gradscope.app.models.inputs import Inputs
+from gradscope.app.models.jobs import Jobs
+from gradscope.app.models.reports import Reports
+from gradscope.app.models.results import Results, readout_node, signal_of
+from gradscope.app.models.rule_catalog import RuleCatalog
+from gradscope.app.models.selection import Selection
+from gradscope.app.models.targeting import Targeting
+from gradscope.app.models.training_watch import TrainingWatch
+from gradscope.app.models.viewing import Viewing
+from gradscope.app.rendering.comparison import Comparison
+from gradscope.app.rendering.positions import position_images
+from gradscope.app.rendering.view import OverlayImages, ViewSettings, overlay_images
+from gradscope.app.work.running import RunOutput, run_job, run_status, sampling_of
 from gradscope.core.errors import GradscopeError
 from gradscope.core.graph import LayerGraph
 from gradscope.core.results import BackwardResult
@@ -159,7 +160,7 @@ class Session:
         )
         with self._runs_held():
             vocab = (restore.vocabulary if restore is not None else None) or (
-                find_vocabulary(doc.path) if doc.path else None
+                session_files.find_vocabulary(doc.path) if doc.path else None
             )
             if vocab is not None and self.fed.set_vocabulary(vocab):
                 self.feedback.say(f"Token ids are shown as words from {Path(vocab).name}.")
@@ -348,7 +349,7 @@ class Session:
 
     def overlay(self, node: str | None = ..., which: str = "current", *, width: int = 1024) -> OverlayImages:  # type: ignore[assignment]
         """The map at ``node`` (default: ``readout``): a heat map and blend over the image, or, for tokens and
-        table rows, one score per position drawn ``width`` pixels wide (``app.positions``)."""
+        table rows, one score per position drawn ``width`` pixels wide (``app.rendering.positions``)."""
         node = self.readout if node is ... else node
         view = self.shown_view
         per_position = position_images(self.results.of(which), node, self.fed.fed, view, width=width)
@@ -358,7 +359,7 @@ class Session:
 
     # ------------------------------------------------------------------------------------------- files
     def to_dict(self) -> dict[str, Any]:
-        return session_data(
+        return session_files.session_data(
             model=self.document.path,
             custom_objects=self.document.custom_objects_file,
             image=self.fed.image_path or self.fed.source,
@@ -373,7 +374,7 @@ class Session:
         )
 
     def save(self, path: str | Path) -> Path:
-        return write_session_file(path, self.to_dict())
+        return session_files.write_session_file(path, self.to_dict())
 
     def load(self, path: str | Path, *, allow_code: bool = False) -> bool:
         """Open a session file: its model loads on the worker, then plan, target, view and image apply.
@@ -383,7 +384,7 @@ class Session:
         says what a file names). Without it the model loads without custom objects, and if it needs them the
         error says so."""
         try:
-            data = read_session_file(path)
+            data = session_files.read_session_file(path)
         except GradscopeError as exc:
             self.feedback.error("Cannot open the session", str(exc), exc)
             return False

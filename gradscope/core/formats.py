@@ -65,7 +65,7 @@ class TargetFile(msgspec.Struct, forbid_unknown_fields=True):
 
 
 class ViewFile(msgspec.Struct, forbid_unknown_fields=True):
-    """How the map is read out and drawn (mirrors ``app.view.ViewSettings``; a test keeps them equal)."""
+    """How the map is read out and drawn (mirrors ``app.rendering.view.ViewSettings``; a test keeps them equal)."""
 
     colormap: str = "jet"
     alpha: float = 0.5

@@ -38,7 +38,7 @@ class Target:
     - ``neuron``: one element ``neuron`` (index without the batch axis) of node ``node``'s output.
     - ``channel``: the sum over all positions of channel ``channel`` (last axis) of node ``node``'s output.
     - ``loss``: a training loss (``loss``: "auto", "compiled", "crossentropy", "mse"; see
-      ``gradscope.engine.loss_targets``), batch mean, with labels given at run time (``engine.backward(...,
+      ``gradscope.engine.backward.loss_targets``), batch mean, with labels given at run time (``engine.backward(...,
       labels=...)``): labels are data, not part of the target.
     """
 

@@ -1,6 +1,6 @@
 """What a training log holds: the layout of the records ``GradientMonitor`` writes and the reader returns.
 
-Plain data, shared by the writer (``gradscope.engine.monitor``, in-graph) and the reader
+Plain data, shared by the writer (``gradscope.engine.training.monitor``, in-graph) and the reader
 (``gradscope.io.training_events``): one row per node and one per trainable variable, per recorded step, in the
 column order below. TensorBoard shows the scalars and histograms written beside them; gradscope reads these.
 """

@@ -26,7 +26,6 @@ from gradscope.core.training_log import (
     META_TAG,
     NODE_COLUMNS,
     NODES_TAG,
-    WEIGHT_COLUMNS,
     WEIGHTS_TAG,
     LogNode,
     LogWeight,

@@ -1,7 +1,7 @@
 """The diagnostics panel: which trainable variables get a gradient of the target, and where a path is cut.
 
 "Run diagnostics" asks the Session for ``diagnose_model`` on the worker thread; the report comes back as plain
-dataclasses (``gradscope.engine.paths.DiagnosisReport``), so nothing here imports TensorFlow. One row per
+dataclasses (``gradscope.engine.diagnostics.paths.DiagnosisReport``), so nothing here imports TensorFlow. One row per
 trainable variable; clicking a row selects its node in the graph (the "cut at" cell selects the node of the
 op that cuts the path), and the text beside the table says why and how to fix it.
 """

@@ -23,7 +23,7 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from gradscope.app.compare import norm_ratio
+from gradscope.app.rendering.comparison import norm_ratio
 from gradscope.app.session import Session
 
 METRICS = {"mean |g|": "mean_abs", "max |g|": "max_abs", "norm": "norm", "A/B norm ratio": "ratio"}

@@ -28,15 +28,15 @@ from PySide6.QtWidgets import (
     QVBoxLayout,
 )
 
+from gradscope.app.files.session_files import SESSION_SUFFIX, session_code_files
 from gradscope.app.session import Session
-from gradscope.app.session_files import SESSION_SUFFIX, session_code_files
 from gradscope.core.errors import CustomObjectError, UnsafeModelError
 from gradscope.qt import gui_gc
 from gradscope.qt.consent_dialogs import ask_custom_objects, ask_unsafe
 from gradscope.qt.diagnostics_panel import DiagnosticsPanel
 from gradscope.qt.evaluation_panel import EvaluationPanel
 from gradscope.qt.flow_plot import FlowPlot
-from gradscope.qt.graph_pane import GraphPane
+from gradscope.qt.graph.pane import GraphPane
 from gradscope.qt.inspector import InspectorWidget
 from gradscope.qt.overlay_view import OverlayView
 from gradscope.qt.reflow import VerticalScroll

@@ -20,8 +20,15 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
+from gradscope.app.rendering.view import (
+    INPUT_KEY,
+    NORMALIZATIONS,
+    PREPROCESSINGS,
+    REDUCTIONS,
+    colormaps,
+    degenerate_note,
+)
 from gradscope.app.session import Session
-from gradscope.app.view import INPUT_KEY, NORMALIZATIONS, PREPROCESSINGS, REDUCTIONS, colormaps, degenerate_note
 from gradscope.core.errors import GradscopeError
 from gradscope.qt.images import to_pixmap
 from gradscope.qt.reflow import ReflowGrid

@@ -5,7 +5,7 @@ Rows are the model's nodes in graph order, columns the recorded steps, the colou
 red x, a node an alert names with a red box at the step the alert starts. Clicking a cell (or an alert) shows
 that step's per-layer flow beside the heatmap (the same rows; flagged nodes red) and the node's histogram at that
 step; "Open checkpoint" opens, in the main view, the newest .keras file the training saved before that step.
-All reading runs on the worker (``app.training.TrainingWatch``); a timer asks it for new records every 2 s.
+All reading runs on the worker (``app.models.training_watch.TrainingWatch``); a timer asks it for new records every 2 s.
 """
 
 from __future__ import annotations

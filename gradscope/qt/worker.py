@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from PySide6.QtCore import QObject, Qt, Signal
 
-from gradscope.app.worker import ThreadExecutor
+from gradscope.app.work.worker import ThreadExecutor
 
 
 class _Bridge(QObject):

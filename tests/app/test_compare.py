@@ -7,10 +7,10 @@ import json
 import numpy as np
 import pytest
 
-from gradscope.app.compare import compare, node_cosines
+from gradscope.app.rendering.comparison import compare, node_cosines
+from gradscope.app.rendering.view import ViewSettings
 from gradscope.app.session import Session
-from gradscope.app.view import ViewSettings
-from gradscope.app.worker import InlineExecutor
+from gradscope.app.work.worker import InlineExecutor
 from tests.engine.fixtures import tiny_cnn
 
 

@@ -9,9 +9,9 @@ from importlib.metadata import EntryPoint
 
 import pytest
 
+from gradscope.app.files.session_files import session_code_files
 from gradscope.app.session import Session
-from gradscope.app.session_files import session_code_files
-from gradscope.app.worker import InlineExecutor
+from gradscope.app.work.worker import InlineExecutor
 from gradscope.core.errors import RuleError
 from gradscope.io.demo import demo_model_path
 from gradscope.rules import base

@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import numpy as np
 
+from gradscope.app.rendering.view import INPUT_KEY
 from gradscope.app.session import Session
-from gradscope.app.view import INPUT_KEY
-from gradscope.app.worker import InlineExecutor
+from gradscope.app.work.worker import InlineExecutor
 from gradscope.io.demo import demo_image_paths, demo_model_path
 
 
@@ -49,7 +49,7 @@ def test_undo_and_clear_give_back_the_readout_of_the_plan():
 
 
 def test_peer_methods_in_the_session():
-    from gradscope.engine.attribution import smoothgrad
+    from gradscope.engine.backward.attribution import smoothgrad
 
     s = _demo()
     plain = s.result.input_grad.copy()
@@ -67,7 +67,7 @@ def test_peer_methods_in_the_session():
 
 
 def test_a_degenerate_map_is_named_with_its_likely_cause():
-    from gradscope.app.view import degenerate_note
+    from gradscope.app.rendering.view import degenerate_note
 
     assert degenerate_note(np.zeros((4, 4)), "cmwp").startswith("The map is all zero")
     assert "stabiliser" in degenerate_note(np.zeros((4, 4)), "lrp_epsilon")

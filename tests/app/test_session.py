@@ -8,10 +8,10 @@ import threading
 import numpy as np
 import pytest
 
+from gradscope.app.files.session_files import SESSION_SCHEMA, SessionFileError, read_session_file
+from gradscope.app.rendering.view import INPUT_KEY, to_map
 from gradscope.app.session import Session
-from gradscope.app.session_files import SESSION_SCHEMA, SessionFileError, read_session_file
-from gradscope.app.view import INPUT_KEY, to_map
-from gradscope.app.worker import InlineExecutor, Job, ThreadExecutor
+from gradscope.app.work.worker import InlineExecutor, Job, ThreadExecutor
 from gradscope.core.errors import Cancelled, ModelLoadError, PlanError
 from gradscope.core.resources import resource_path
 from gradscope.core.targets import Target
@@ -552,7 +552,7 @@ def test_layout_collapses_nested_models():
 
 
 def test_class_names_from_a_description_beside_the_model(tmp_path):
-    from gradscope.app.session_files import find_class_names
+    from gradscope.app.files.session_files import find_class_names
 
     model = tmp_path / "net.keras"
     model.write_bytes(b"")
@@ -573,7 +573,7 @@ def test_session_imports_without_qt_or_tensorflow():
     code = (
         "import sys\n"
         "for m in ('PySide6', 'tensorflow', 'keras'): sys.modules[m] = None\n"
-        "import gradscope.app.session, gradscope.app.worker, gradscope.render.graph_layout\n"
+        "import gradscope.app.session, gradscope.app.work.worker, gradscope.render.graph_layout\n"
         "print('ok')\n"
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)

@@ -69,7 +69,7 @@ def test_targets_are_checked_not_coerced():
 
 
 def test_the_declarations_mirror_the_objects_they_build():
-    from gradscope.app.view import ViewSettings
+    from gradscope.app.rendering.view import ViewSettings
 
     view_fields = {f.name: f.default for f in dataclasses.fields(ViewSettings)}
     struct_fields = {name: getattr(formats.ViewFile(), name) for name in formats.ViewFile.__struct_fields__}

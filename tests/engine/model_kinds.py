@@ -1,5 +1,5 @@
 """Small versions of the model kinds users bring, one builder each (README "Supported models" is checked against
-what ``tests/engine/test_model_kinds.py`` measures on these)."""
+what ``tests/engine/backward/test_model_kinds.py`` measures on these)."""
 
 from __future__ import annotations
 

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from gradscope.core.errors import ModelLoadError, UnsafeModelError
-from gradscope.engine.runner import Engine
+from gradscope.engine.backward.runner import Engine
 from gradscope.io.models import load_model, load_model_in_steps
 from tests.engine.model_kinds import KINDS, inputs_for
 

@@ -238,9 +238,7 @@ def test_custom_objects_file_errors(tmp_path):
         load_custom_objects_file(bad)
     failing = tmp_path / "failing.py"
     failing.write_text("raise RuntimeError('needs a GPU')\n")
-    with pytest.raises(
-        CustomObjectError, match=r"failing\.py failed to import: RuntimeError: needs a GPU"
-    ) as info:
+    with pytest.raises(CustomObjectError, match=r"failing\.py failed to import: RuntimeError: needs a GPU") as info:
         load_custom_objects_file(failing)
     assert isinstance(info.value.__cause__, RuntimeError)
     empty = tmp_path / "empty.py"

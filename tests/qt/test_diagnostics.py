@@ -41,7 +41,7 @@ def _open_and_diagnose(window, qtbot, wait_idle, path: Path):
     s = window.session
     gui_thread = threading.get_ident()
     ran_on: list[int] = []
-    import gradscope.engine.paths as diagnose
+    import gradscope.engine.diagnostics.paths as diagnose
 
     real = diagnose.diagnose_model
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 import csv
 
 from gradscope.io.demo import demo_model_path
-from tests.app.test_evaluation import SIZE, write_folder
+from tests.app.evaluation.test_evaluation import SIZE, write_folder
 
 
 def test_evaluation_view_scores_the_current_plan_and_shows_what_is_exported(window, qtbot, wait_idle, tmp_path):

@@ -382,7 +382,7 @@ def _open_tall_chain(window, wait_idle, tmp_path):
 
 def test_fit_keeps_a_tall_graph_legible_and_shows_its_top(window, qtbot, wait_idle, tmp_path):
 
-    from gradscope.qt.graph_view import LEGIBLE_ZOOM
+    from gradscope.qt.graph.view import LEGIBLE_ZOOM
 
     _open_tall_chain(window, wait_idle, tmp_path)
     view = window.graph_view
@@ -564,7 +564,7 @@ def test_a_finished_job_leaves_no_stale_busy_text(window, qtbot, wait_idle, mode
 
 
 def test_fit_left_to_right_shows_as_many_boxes_as_stay_legible(window, qtbot, wait_idle, tmp_path):
-    from gradscope.qt.graph_view import LEGIBLE_ZOOM
+    from gradscope.qt.graph.view import LEGIBLE_ZOOM
 
     _open_tall_chain(window, wait_idle, tmp_path)
     window.lr_action.trigger()

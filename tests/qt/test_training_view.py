@@ -7,7 +7,7 @@ import shutil
 import numpy as np
 import pytest
 
-from tests.engine.test_monitor import _demo
+from tests.engine.training.test_monitor import _demo
 
 
 @pytest.fixture(scope="module")

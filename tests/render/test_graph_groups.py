@@ -51,7 +51,7 @@ def test_small_graphs_stay_flat():
 
 
 def test_nested_models_stay_their_own_groups():
-    from gradscope.engine.keras_graph import build_exec_graph
+    from gradscope.engine.backward.keras_graph import build_exec_graph
     from tests.engine.fixtures import nested
 
     graph: LayerGraph = build_exec_graph(nested()).graph

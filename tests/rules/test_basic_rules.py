@@ -7,7 +7,7 @@ import pytest
 
 from gradscope.core.errors import PlanError, RuleError
 from gradscope.core.targets import Target
-from gradscope.engine.runner import Engine
+from gradscope.engine.backward.runner import Engine
 from gradscope.rules.base import Rule, register_rule
 from gradscope.rules.plan import Plan
 from tests.engine.fixtures import FIXTURES, sample_input
@@ -62,7 +62,9 @@ CASES = {
     ),
     "sign": (Plan().with_entry("a", "sign"), {"a_rule": lambda g, z: np.sign(g * (1 - np.tanh(z) ** 2))}),
     "later_entry_wins": (
-        Plan().with_entry("*", "zero").with_entry("type:Dense,InputLayer,Concatenate,Multiply", "identity")
+        Plan()
+        .with_entry("*", "zero")
+        .with_entry("type:Dense,InputLayer,Concatenate,Multiply", "identity")
         .with_entry("a", "identity"),
         {"b_rule": lambda g, z: 0 * g},
     ),
@@ -126,8 +128,11 @@ class _WrongShape(Rule):
 
 @pytest.mark.parametrize(
     ("rule", "message"),
-    [("_test_raises", "ZeroDivisionError: boom"), ("_test_wrong_count", "returned 2 gradient"),
-     ("_test_wrong_shape", "has shape")],
+    [
+        ("_test_raises", "ZeroDivisionError: boom"),
+        ("_test_wrong_count", "returned 2 gradient"),
+        ("_test_wrong_shape", "has shape"),
+    ],
 )
 def test_failing_rules_raise_rule_error_and_leave_model_unchanged(rule, message):
     model = FIXTURES["chain"]()

@@ -13,7 +13,7 @@ import pytest
 from gradscope.backend import keras
 from gradscope.core.errors import PlanError
 from gradscope.core.targets import Target
-from gradscope.engine.runner import Engine
+from gradscope.engine.backward.runner import Engine
 from gradscope.rules.methods import available_methods, build_method
 from gradscope.rules.plan import Plan
 from tests.rules import reference_lrp as ref_lrp
@@ -213,7 +213,7 @@ def test_mwp_equals_lrp_zplus_without_bias_for_nonneg_input(name):
 
 def test_separable_two_steps_reproduce_the_layer():
     """The rules' depthwise-then-pointwise split of SeparableConv2D is the layer's own (linear) forward."""
-    from gradscope.engine.context import RuleContext
+    from gradscope.engine.backward.context import RuleContext
     from gradscope.rules.builtin.linear_ops import separable_ops
 
     net = get_net("exotic_net")
@@ -300,7 +300,7 @@ def test_unhandled_layers_are_reported_by_node_id_and_keep_their_gradient():
 def test_mwp_on_folded_batchnorm_equals_identity_batchnorm_for_positive_scales():
     """Folding BN (W' = a·W) before clamping: with the bias dropped, MWP is unchanged where a > 0 (a·W₊ = (aW)₊
     and the a cancels in x ⊙ (aW₊)ᵀ(g ⊘ a·z)), and changes where a < 0 (there (aW)₊ = a·W₋)."""
-    from gradscope.engine.canonize import fold_batchnorm
+    from gradscope.engine.backward.canonize import fold_batchnorm
 
     results = {}
     for positive_gamma in (True, False):

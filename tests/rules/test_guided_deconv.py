@@ -7,7 +7,7 @@ import pytest
 
 from gradscope.backend import keras
 from gradscope.core.targets import Target
-from gradscope.engine.runner import Engine
+from gradscope.engine.backward.runner import Engine
 from gradscope.rules.methods import build_method
 from gradscope.rules.plan import Plan
 from tests.rules.reference import ReferenceNet, RefNode, conv_params, dense_params

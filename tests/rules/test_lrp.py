@@ -10,7 +10,7 @@ import pytest
 from gradscope.backend import keras
 from gradscope.core.errors import PlanError
 from gradscope.core.targets import Target
-from gradscope.engine.runner import Engine
+from gradscope.engine.backward.runner import Engine
 from gradscope.rules.methods import build_method
 from tests.rules import reference_lrp as ref_lrp
 from tests.rules.test_excitation import Net, assert_matches_reference, get_net

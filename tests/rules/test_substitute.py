@@ -12,7 +12,7 @@ import pytest
 from gradscope.backend import keras, tf
 from gradscope.core.errors import PlanError
 from gradscope.core.targets import Target
-from gradscope.engine.runner import Engine
+from gradscope.engine.backward.runner import Engine
 from gradscope.rules.plan import Plan
 
 K = 2  # the class explained

@@ -131,13 +131,13 @@ def test_cp_attention_matches_the_reference_and_gives_the_query_nothing():
 
 def _node_backward(model, node, rule, g, **params):
     """A rule's backward on one node of ``model`` through the engine's own context (``RuleContext``)."""
-    from gradscope.engine.runner import Engine
+    from gradscope.engine.backward.runner import Engine
     from gradscope.rules.base import get_rule_class
 
     engine = Engine(model)
     layer = model.get_layer(node)
     x = tf.constant(np.random.default_rng(7).standard_normal((1, T, D)).astype(np.float32))
-    from gradscope.engine.context import RuleContext
+    from gradscope.engine.backward.context import RuleContext
 
     weights = [v.value for v in layer.variables]
     names = [v.path.split("/")[-1] for v in layer.variables]
@@ -217,8 +217,8 @@ def test_the_attnlrp_preset_puts_a_rule_on_every_transformer_part():
 
 
 def test_the_sanity_checks_cover_the_transformer_presets():
-    from gradscope.engine.runner import Engine
-    from gradscope.engine.sanity import sanity_checks
+    from gradscope.engine.backward.runner import Engine
+    from gradscope.engine.diagnostics.sanity import sanity_checks
     from gradscope.rules.methods import build_method
 
     model = tiny_transformer(bias=False, act="relu")

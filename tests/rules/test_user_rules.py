@@ -11,7 +11,7 @@ from gradscope.backend import keras, tf
 from gradscope.core.errors import RuleError, RuleFileError
 from gradscope.core.resources import resource_path
 from gradscope.core.targets import Target
-from gradscope.engine.runner import Engine
+from gradscope.engine.backward.runner import Engine
 from gradscope.rules.base import Rule, available_rules, load_rule_file, register_rule, rule_source
 from gradscope.rules.plan import Plan
 
@@ -79,9 +79,7 @@ def test_weight_aware_examples_match_numpy():
     np.testing.assert_allclose(pos.input_grad, expected, rtol=1e-5, atol=1e-6)
 
     # one MWP step on the classifier layer only, read at its input (d1): a1 ⊙ W₊ (g / (a1 W₊))
-    mwp = engine.backward(
-        x, Target(index=2), Plan().with_entry("d2", "example_excitation_backprop"), capture=["d1"]
-    )
+    mwp = engine.backward(x, Target(index=2), Plan().with_entry("d2", "example_excitation_backprop"), capture=["d1"])
     wp = np.maximum(w2, 0)
     z = a1 @ wp
     s = np.where(z > 0, seed / np.where(z > 0, z, 1), 0)

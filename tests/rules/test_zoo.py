@@ -21,7 +21,7 @@ import pytest
 
 from gradscope.backend import keras
 from gradscope.core.targets import Target
-from gradscope.engine.runner import Engine
+from gradscope.engine.backward.runner import Engine
 from gradscope.render import degeneracy, reduce_channels
 from gradscope.rules.builtin.linear_ops import gate_nodes, node_kind, readout_min_size
 from gradscope.rules.methods import available_methods, build_method

@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from gradscope.app.evaluation_records import (
+from gradscope.app.evaluation.records import (
     BatchClock,
     Progress,
     RunState,
@@ -23,7 +23,7 @@ from gradscope.app.evaluation_records import (
     load_samples,
     pending_batches,
 )
-from gradscope.app.evaluation_scoring import EvalSettings, EvaluationError, eval_methods
+from gradscope.app.evaluation.scoring import EvalSettings, EvaluationError, eval_methods
 from gradscope.core.files import write_text_atomic
 
 MAX_LOCAL_ACTORS = 8
@@ -49,7 +49,7 @@ class BatchWorker:
     """A Ray Data actor: one engine, one batch record per row (rows: ``index`` and the batch's ``keys``)."""
 
     def __init__(self, options: RayOptions, settings: dict, source: Any) -> None:
-        from gradscope.engine.runner import Engine
+        from gradscope.engine.backward.runner import Engine
         from gradscope.io.models import load_custom_objects_file, load_model
         from gradscope.rules.base import load_rule_file
 

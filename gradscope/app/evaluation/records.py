@@ -1,6 +1,6 @@
 """The unit of an evaluation's work: a batch of images, its record on disk, and the progress over batches.
 
-Shared by the local run (``gradscope.app.evaluation``) and the Ray run (``gradscope.app.evaluation_ray``): both
+Shared by the local run (``gradscope.app.evaluation.run``) and the Ray run (``gradscope.app.evaluation.on_ray``): both
 cut the dataset the same way, score a batch with the same function and write the same record, so a run can stop
 on one and resume on the other.
 """
@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from gradscope.app.evaluation_scoring import EvalMethod, EvalSettings, evaluate_batch
+from gradscope.app.evaluation.scoring import EvalMethod, EvalSettings, evaluate_batch
 from gradscope.io.datasets import DataProblem, Sample
 
 Progress = Callable[[int, int, float], None]  # (images done, images in all, seconds left estimated)

@@ -1,10 +1,10 @@
 """Evaluate methods over a dataset: batched, streamed to disk batch by batch, resumable, stoppable.
 
 ``run_evaluation`` cuts the dataset's sorted keys into batches of ``settings.batch`` images; each batch is read
-(the next one in a thread while the model works), explained and scored (``gradscope.app.evaluation_scoring``),
+(the next one in a thread while the model works), explained and scored (``gradscope.app.evaluation.scoring``),
 and its record is written atomically to ``OUT/batches/NNNNNN.json``. A second run with the same ``OUT`` and
 settings skips the batches on disk, so an interrupted run resumes where it stopped; the report
-(``gradscope.app.evaluation_report``) is built from the records alone. Memory holds one batch at a time,
+(``gradscope.app.evaluation.report``) is built from the records alone. Memory holds one batch at a time,
 whatever the dataset's size.
 """
 
@@ -17,7 +17,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
-from gradscope.app.evaluation_records import (
+from gradscope.app.evaluation.records import (
     BatchClock,
     Progress,
     RunState,
@@ -26,7 +26,7 @@ from gradscope.app.evaluation_records import (
     load_samples,
     pending_batches,
 )
-from gradscope.app.evaluation_scoring import (
+from gradscope.app.evaluation.scoring import (
     BASELINES,
     METRICS,
     SMOOTHED,
@@ -197,10 +197,10 @@ def run_evaluation(
     ray: Any = None,
 ) -> tuple[RunState, Any]:
     """Evaluate ``settings.methods`` on every image of ``source`` into ``out`` and write the report there.
-    ``ray``: None (this process), or a ``RayOptions`` (``gradscope.app.evaluation_ray``: the same batches on a
+    ``ray``: None (this process), or a ``RayOptions`` (``gradscope.app.evaluation.on_ray``: the same batches on a
     Ray cluster). Returns the run's state and its ``EvalReport`` (of every batch on disk, also when stopped)."""
     from gradscope import __version__
-    from gradscope.app.evaluation_report import build_report
+    from gradscope.app.evaluation.report import build_report
 
     settings.check()
     check_model(engine)
@@ -220,7 +220,7 @@ def run_evaluation(
     if ray is None:
         state = run_batches(engine, source, settings, out, keys, progress=progress, should_stop=should_stop)
     else:
-        from gradscope.app.evaluation_ray import run_batches_ray
+        from gradscope.app.evaluation.on_ray import run_batches_ray
 
         state = run_batches_ray(ray, source, settings, out, keys, progress=progress, should_stop=should_stop)
     report = build_report(out)

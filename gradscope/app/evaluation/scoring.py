@@ -17,8 +17,8 @@ from typing import Any
 import numpy as np
 
 from gradscope.core.errors import GradscopeError
-from gradscope.engine import faithfulness as fm
-from gradscope.engine.evaluation import class_scores, method_maps, top_classes
+from gradscope.engine.evaluation import faithfulness as fm
+from gradscope.engine.evaluation.maps import class_scores, method_maps, top_classes
 from gradscope.io.datasets import IGNORE, Sample
 from gradscope.render.normalize import resize_map
 from gradscope.rules.methods import Method, available_methods, build_method

@@ -1,5 +1,5 @@
 """Exports of what a Session shows: the picture on screen as PNG (blend or map alone), the raw signal as .npy,
-the flow CSV, the plan as JSON or as a Python training script, all through ``app.export`` (one pipeline, one
+the flow CSV, the plan as JSON or as a Python training script, all through ``app.files.exports`` (one pipeline, one
 sidecar schema). An ``Exporter`` holds no state: it reads the Session's public read-out, so what is exported is
 what is shown."""
 
@@ -8,8 +8,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from gradscope.app import export
-from gradscope.app.compare import comparison_picture
+from gradscope.app.files import exports as export
+from gradscope.app.rendering.comparison import comparison_picture
 from gradscope.core.errors import GraphError
 
 
@@ -21,7 +21,7 @@ class Exporter:
         self, path: str | Path, *, long_side: int | None = None, colorbar: bool = False, map_only: bool = False
     ) -> Path:
         """The picture on screen as PNG (``map_only``: the coloured map without the image), with the sidecar of
-        the result it shows (``app.export``: the same pipeline and schema as ``gradscope explain``)."""
+        the result it shows (``app.files.exports``: the same pipeline and schema as ``gradscope explain``)."""
         images = self._s.overlay()
         return export.write_overlay(
             path,

@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from gradscope.app.view import INPUT_KEY, ViewSettings
+from gradscope.app.rendering.view import INPUT_KEY, ViewSettings
 from gradscope.core.errors import GradscopeError
 from gradscope.core.files import write_text_atomic
 from gradscope.core.formats import SESSION_SCHEMA, SessionFile, encode, read_file

@@ -1,5 +1,5 @@
 """A/B comparison as a small evented model: the result pinned as B and how A (the result on screen) agrees with
-it, node by node. The maps, their difference and the export are in ``app.compare``.
+it, node by node. The maps, their difference and the export are in ``app.rendering.comparison``.
 
 Owns: ``pinned`` (``Pinned``: B's result, plan and method) and ``node_cosine`` (per node, the cosine between A's
 and B's signals, computed on the worker because it reads every node's signal).
@@ -11,10 +11,10 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from gradscope.app.compare import Comparison, Pinned, compare, node_cosines
-from gradscope.app.feedback import Feedback
-from gradscope.app.results import Results, signal_of
-from gradscope.app.view import ViewSettings
+from gradscope.app.models.feedback import Feedback
+from gradscope.app.models.results import Results, signal_of
+from gradscope.app.rendering.comparison import Comparison, Pinned, compare, node_cosines
+from gradscope.app.rendering.view import ViewSettings
 from gradscope.core.errors import GraphError
 from gradscope.core.events import Signal
 

@@ -17,10 +17,10 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from gradscope.app.heap import release_replaced, settle_after_load
-from gradscope.app.jobs import Jobs
-from gradscope.app.session_files import find_class_names
-from gradscope.app.summaries import WeightInfo, weight_info
+from gradscope.app.files.session_files import find_class_names
+from gradscope.app.models.jobs import Jobs
+from gradscope.app.rendering.summaries import WeightInfo, weight_info
+from gradscope.app.work.heap import release_replaced, settle_after_load
 from gradscope.core.errors import GraphError
 from gradscope.core.events import Signal
 from gradscope.core.graph import LayerGraph
@@ -111,7 +111,7 @@ class ModelDocument:
         )
 
     def _build(self, model: Any, token: Any) -> dict[str, Any]:
-        from gradscope.engine.runner import Engine
+        from gradscope.engine.backward.runner import Engine
         from gradscope.render.graph_layout import compute_layout, default_collapsed
         from gradscope.rules.base import available_rules
 

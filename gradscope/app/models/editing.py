@@ -1,5 +1,5 @@
 """The plan being edited, as a small evented model: rules on nodes, method presets with their read-out, and
-undo/redo of both (``app.history``).
+undo/redo of both (``app.models.history``).
 
 Owns: the ``PlanHistory`` (``plan`` is its current step), ``method_name`` (the preset the plan came from, or
 "custom plan") and ``method_sampling`` (SmoothGrad / IG: how the input gradient is averaged). A preset also sets
@@ -15,10 +15,10 @@ from typing import Any
 
 import numpy as np
 
-from gradscope.app.document import ModelDocument
-from gradscope.app.feedback import Feedback
-from gradscope.app.history import READOUT_FIELDS, Edit, PlanHistory
-from gradscope.app.viewing import Viewing
+from gradscope.app.models.document import ModelDocument
+from gradscope.app.models.feedback import Feedback
+from gradscope.app.models.history import READOUT_FIELDS, Edit, PlanHistory
+from gradscope.app.models.viewing import Viewing
 from gradscope.core.errors import GradscopeError, PlanError
 from gradscope.core.events import Signal
 from gradscope.rules.plan import Plan

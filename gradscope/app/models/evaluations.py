@@ -13,8 +13,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from gradscope.app.feedback import Feedback
-from gradscope.app.jobs import Jobs
+from gradscope.app.models.feedback import Feedback
+from gradscope.app.models.jobs import Jobs
 from gradscope.core.errors import GradscopeError
 from gradscope.core.events import Signal
 
@@ -41,7 +41,7 @@ class Evaluations:
         **options: Any,
     ) -> None:
         """Evaluate ``methods`` (and the current plan when ``with_plan``) on the images in ``data`` into ``out``."""
-        from gradscope.app.evaluation import evaluation_settings, run_evaluation, source_of
+        from gradscope.app.evaluation.run import evaluation_settings, run_evaluation, source_of
 
         engine = self._document.engine
         if engine is None:

@@ -18,8 +18,8 @@ from typing import Any
 
 import numpy as np
 
-from gradscope.app.feedback import Feedback
-from gradscope.app.view import PREPROCESSINGS
+from gradscope.app.models.feedback import Feedback
+from gradscope.app.rendering.view import PREPROCESSINGS
 from gradscope.core.errors import InputError
 from gradscope.core.events import Signal
 from gradscope.core.graph import LayerGraph

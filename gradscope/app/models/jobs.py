@@ -1,7 +1,7 @@
 """Jobs on the worker thread, as a small evented model: request ids (a result a newer request made stale is
 dropped), the busy label, cancel by kind, and failures turned into messages (never a crash).
 
-Owns: the executor (``app.worker``: the one TensorFlow thread), the latest request id per job kind, the jobs
+Owns: the executor (``app.work.worker``: the one TensorFlow thread), the latest request id per job kind, the jobs
 that show a busy label, and when the current busy work started.
 Emits: ``busy_changed(label or None)``; a failed job reaches ``Feedback.error`` (a quiet background job's
 failure is only a status line; a cancelled one is silent).
@@ -14,8 +14,8 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from gradscope.app.feedback import Feedback
-from gradscope.app.worker import InlineExecutor, Job, Preview
+from gradscope.app.models.feedback import Feedback
+from gradscope.app.work.worker import InlineExecutor, Job, Preview
 from gradscope.core.errors import Cancelled, GradscopeError
 from gradscope.core.events import Signal
 

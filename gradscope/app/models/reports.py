@@ -9,8 +9,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from gradscope.app.feedback import Feedback
-from gradscope.app.jobs import Jobs
+from gradscope.app.models.feedback import Feedback
+from gradscope.app.models.jobs import Jobs
 from gradscope.core.events import Signal
 
 
@@ -34,7 +34,7 @@ class Reports:
             return False
 
         def job(token: Any) -> Any:
-            from gradscope.engine.paths import diagnose_model
+            from gradscope.engine.diagnostics.paths import diagnose_model
 
             token.report("Diagnostics: tracing the forward pass and walking its ops...")
             return diagnose_model(engine, x, target)
@@ -63,14 +63,14 @@ class Reports:
         return self.diagnosis.highlight() if self.diagnosis is not None else {}
 
     def sanity_checks(self, engine: Any, x: Any, target: Any, plan: Any, method: str) -> bool:
-        """Conservation, model randomisation and finite differences for ``plan`` (``engine.sanity``), with
+        """Conservation, model randomisation and finite differences for ``plan`` (``engine.diagnostics.sanity``), with
         progress and cancel."""
         if engine is None or x is None:
             self._feedback.error("No model", "Open a model first, then run the sanity checks.")
             return False
 
         def job(token: Any) -> Any:
-            from gradscope.engine.sanity import sanity_checks
+            from gradscope.engine.diagnostics.sanity import sanity_checks
 
             return sanity_checks(engine, x, target, plan, method=method, progress=token.step)
 

@@ -10,33 +10,18 @@ Emits: ``changed(current, baseline)`` when a run's results arrive or the results
 from __future__ import annotations
 
 import dataclasses
-from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
-from gradscope.app.view import INPUT_KEY, ViewSettings
+from gradscope.app.rendering.view import INPUT_KEY, ViewSettings
 from gradscope.core.errors import GraphError
 from gradscope.core.events import Signal
 from gradscope.core.graph import LayerGraph
 from gradscope.core.results import BackwardResult, NodeStats
 from gradscope.core.targets import whole_number
-from gradscope.engine.attribution import weighted_signal
+from gradscope.engine.backward.attribution import weighted_signal
 from gradscope.rules.plan import Plan
-
-
-@dataclass
-class RunOutput:
-    """What a run job hands back (worker -> owner's thread)."""
-
-    result: BackwardResult
-    baseline: BackwardResult
-    baseline_key: tuple
-    seconds: float
-    retraced: bool
-    plan: Plan
-    method: str
-    readout: dict[str, Any]  # the view's read-out fields the run was asked with (they belong to its plan)
 
 
 class Results:

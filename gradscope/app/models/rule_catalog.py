@@ -11,8 +11,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from gradscope.app.feedback import Feedback
-from gradscope.app.jobs import Jobs
+from gradscope.app.models.feedback import Feedback
+from gradscope.app.models.jobs import Jobs
 from gradscope.core.events import Signal
 
 
@@ -31,7 +31,7 @@ class RuleCatalog:
 
         def warm_up(token: Any) -> list[str]:
             token.report("Starting TensorFlow...")
-            import gradscope.engine.runner  # noqa: F401
+            import gradscope.engine.backward.runner  # noqa: F401
             from gradscope.rules.base import available_rules
 
             return list(available_rules())

@@ -6,7 +6,7 @@ Emits: ``changed(node id or None)``.
 
 from __future__ import annotations
 
-from gradscope.app.document import ModelDocument
+from gradscope.app.models.document import ModelDocument
 from gradscope.core.events import Signal
 
 

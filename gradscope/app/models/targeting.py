@@ -6,8 +6,8 @@ Emits: ``changed(target)``; a target the model cannot have is refused through ``
 
 from __future__ import annotations
 
-from gradscope.app.document import ModelDocument
-from gradscope.app.feedback import Feedback
+from gradscope.app.models.document import ModelDocument
+from gradscope.app.models.feedback import Feedback
 from gradscope.core.errors import TargetError
 from gradscope.core.events import Signal
 from gradscope.core.targets import Target

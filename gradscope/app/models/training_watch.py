@@ -13,8 +13,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from gradscope.app.feedback import Feedback
-from gradscope.app.jobs import Jobs
+from gradscope.app.models.feedback import Feedback
+from gradscope.app.models.jobs import Jobs
 from gradscope.core.events import Signal
 from gradscope.core.training_log import tensorboard_tag
 
@@ -46,7 +46,7 @@ class TrainingWatch:
         folder = Path(folder)
 
         def job(token: Any) -> Any:
-            from gradscope.engine.training_report import training_alerts
+            from gradscope.engine.training.report import training_alerts
             from gradscope.io.training_events import TrainingLogReader
 
             reader = TrainingLogReader(folder)
@@ -84,7 +84,7 @@ class TrainingWatch:
             return
 
         def job(token: Any) -> Any:
-            from gradscope.engine.training_report import training_alerts
+            from gradscope.engine.training.report import training_alerts
 
             if not reader.update():
                 return None
@@ -110,7 +110,7 @@ class TrainingWatch:
         node = node or self.node
 
         def job(token: Any) -> Any:
-            from gradscope.engine.training_report import step_flow
+            from gradscope.engine.training.report import step_flow
 
             flow = step_flow(log, step)
             histogram = reader.histogram(tensorboard_tag("grad", node), step) if node else None

@@ -1,4 +1,4 @@
-"""How the map is read out and drawn, as a small evented model around ``ViewSettings`` (``app.view``).
+"""How the map is read out and drawn, as a small evented model around ``ViewSettings`` (``app.rendering.view``).
 
 Owns: ``settings`` (a ``ViewSettings``, replaced, never changed in place).
 Emits: ``changed(settings)``.
@@ -9,8 +9,8 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
-from gradscope.app.document import ModelDocument
-from gradscope.app.view import INPUT_KEY, ViewError, ViewSettings
+from gradscope.app.models.document import ModelDocument
+from gradscope.app.rendering.view import INPUT_KEY, ViewError, ViewSettings
 from gradscope.core.events import Signal
 
 

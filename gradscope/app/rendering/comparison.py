@@ -11,7 +11,7 @@ from typing import Any
 import numpy as np
 
 from gradscope import render
-from gradscope.app.view import OverlayImages, ViewSettings, overlay_images
+from gradscope.app.rendering.view import OverlayImages, ViewSettings, overlay_images
 
 
 @dataclass

@@ -8,9 +8,9 @@ from typing import Any
 
 import numpy as np
 
-from gradscope.app.view import OverlayImages, ViewSettings
+from gradscope.app.rendering.view import OverlayImages, ViewSettings
 from gradscope.core.results import BackwardResult
-from gradscope.engine.attribution import token_scores, weighted_signal
+from gradscope.engine.backward.attribution import token_scores, weighted_signal
 from gradscope.io.model_inputs import ModelInput
 
 

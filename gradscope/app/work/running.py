@@ -5,13 +5,27 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
-from gradscope.app.results import RunOutput
-from gradscope.app.summaries import with_input_stats
+from gradscope.app.rendering.summaries import with_input_stats
 from gradscope.core.results import BackwardResult
-from gradscope.engine.attribution import with_sampled_input
+from gradscope.engine.backward.attribution import with_sampled_input
 from gradscope.rules.plan import Plan
+
+
+@dataclass
+class RunOutput:
+    """What a run job hands back (worker -> owner's thread)."""
+
+    result: BackwardResult
+    baseline: BackwardResult
+    baseline_key: tuple
+    seconds: float
+    retraced: bool
+    plan: Plan
+    method: str
+    readout: dict[str, Any]  # the view's read-out fields the run was asked with (they belong to its plan)
 
 
 def run_job(

@@ -22,7 +22,7 @@ import numpy as np
 from gradscope.backend import keras
 from gradscope.core.errors import GraphError
 from gradscope.core.graph import LayerGraph
-from gradscope.engine.keras_graph import build_exec_graph
+from gradscope.engine.backward.keras_graph import build_exec_graph
 
 #: Layers a following BatchNorm can be folded into, with the axis of their kernel that indexes output channels.
 _FOLD_KERNEL_AXIS = {

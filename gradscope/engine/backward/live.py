@@ -8,7 +8,7 @@ plan costs 3-8 s, and running the engine eagerly 2 s. An edit changes one node, 
    contributions to its inputs (its rule, or its true VJP);
 3. keeps every node's contributions of the last sweep and recomputes a node only when its rule changed or
    the signal arriving at it did: an edit recomputes the edited node and the nodes below it, nothing above;
-4. runs a node's true gradient as its *lowered* VJP where the layer is lowered (``engine.lowered``: one or two
+4. runs a node's true gradient as its *lowered* VJP where the layer is lowered (``engine.backward.lowered``: one or two
    raw ops, no kernel needed; ResNet50: every node but the classifier), else each node through a small
    compiled *kernel*, shared by every node with the same layer config, shapes and rule, or eagerly while that
    kernel is not compiled yet. ``LiveBackward.warm`` compiles the missing kernels of a plan; the Session does
@@ -34,11 +34,11 @@ import numpy as np
 from gradscope.backend import input_only_conv_gradients, keras, tape_vjp, tf
 from gradscope.core.errors import Cancelled
 from gradscope.core.targets import Target
-from gradscope.engine.context import RuleContext
-from gradscope.engine.keras_graph import Step
-from gradscope.engine.kernels import kernels_named
-from gradscope.engine.node_call import NodeCall, call_arguments, plain_call
-from gradscope.engine.stats import stats_row
+from gradscope.engine.backward.context import RuleContext
+from gradscope.engine.backward.keras_graph import Step
+from gradscope.engine.backward.kernels import kernels_named
+from gradscope.engine.backward.node_call import NodeCall, call_arguments, plain_call
+from gradscope.engine.backward.stats import stats_row
 from gradscope.rules.base import params_to_dict
 
 _KERNEL_CACHE_SIZE = 1024  # eager kernels (closures, cheap)
@@ -112,7 +112,7 @@ def _recorded_call(call: NodeCall) -> tuple[list[Any], _Recorded | None]:
 
 @dataclass
 class _LoweredVJP:
-    """A lowered node's true VJP (``engine.lowered``): the op TensorFlow's gradient runs, with no tape."""
+    """A lowered node's true VJP (``engine.backward.lowered``): the op TensorFlow's gradient runs, with no tape."""
 
     call: NodeCall
     outs: list[Any]

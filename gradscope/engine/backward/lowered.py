@@ -5,7 +5,7 @@ call costs far more than the ops in it (measured on ResNet50 224x224 batch 1, 2-
 a forward take 0.20-0.25 s, the same ops called directly 0.09 s), and a node's VJP recorded on a tape costs a
 tape walk per node. A lowered layer calls the ops Keras would call, in the same order, and its VJP is the op
 TensorFlow's registered gradient runs (``Conv2DBackpropInput``, ``ReluGrad``, ``MaxPoolGrad``, ...): the
-values are those of the Keras call and of ``tape.gradient`` (``tests/engine/test_lowered.py``, to 1e-6).
+values are those of the Keras call and of ``tape.gradient`` (``tests/engine/backward/test_lowered.py``, to 1e-6).
 
 Only plain configurations are lowered: built-in classes (not subclasses), float32 throughout, channels-last,
 no masks, LoRA or quantization. Anything else returns None and runs through Keras as before.
@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from gradscope.backend import keras, tf
-from gradscope.engine.keras_graph import Step
+from gradscope.engine.backward.keras_graph import Step
 
 Tensors = Sequence[Any]
 

@@ -15,8 +15,8 @@ from typing import Any
 
 from gradscope.backend import keras, tf
 from gradscope.core.names import weight_names
-from gradscope.engine.keras_graph import Step, linear_activation
-from gradscope.engine.lowered import Lowered, lower
+from gradscope.engine.backward.keras_graph import Step, linear_activation
+from gradscope.engine.backward.lowered import Lowered, lower
 
 
 def call_arguments(step: Step, values: dict, training: bool = False) -> tuple[tuple, dict]:
@@ -47,7 +47,7 @@ class NodeCall:
     leaves: list[Any]
     positions: list[int]  # where the tensors sit among the flattened leaves
     variables: list[Any]
-    lowered: Lowered | None = None  # the call as raw TF ops (``engine.lowered``), when it is a plain case
+    lowered: Lowered | None = None  # the call as raw TF ops (``engine.backward.lowered``), when it is a plain case
 
     @classmethod
     def of(cls, step: Step, args: tuple, kwargs: dict) -> NodeCall:

@@ -21,13 +21,13 @@ from gradscope.core.errors import Cancelled, GradscopeError, GraphError, RuleErr
 from gradscope.core.graph import LayerGraph
 from gradscope.core.results import BackwardResult, LazyArrays, NodeStats
 from gradscope.core.targets import Target
-from gradscope.engine import loss_targets
-from gradscope.engine.context import RuleContext
-from gradscope.engine.keras_graph import ExecGraph, Step, build_exec_graph
-from gradscope.engine.kernels import as_missing_kernel, kernels_named
-from gradscope.engine.live import LiveBackward, rule_key
-from gradscope.engine.node_call import NodeCall, call_arguments, plain_call
-from gradscope.engine.stats import stats_rows
+from gradscope.engine.backward import loss_targets
+from gradscope.engine.backward.context import RuleContext
+from gradscope.engine.backward.keras_graph import ExecGraph, Step, build_exec_graph
+from gradscope.engine.backward.kernels import as_missing_kernel, kernels_named
+from gradscope.engine.backward.live import LiveBackward, rule_key
+from gradscope.engine.backward.node_call import NodeCall, call_arguments, plain_call
+from gradscope.engine.backward.stats import stats_rows
 from gradscope.rules.plan import Plan, Resolution
 
 _CACHE_SIZE = 8  # whole-plan traces kept (each holds a full graph; live sweeps cover the rest)
@@ -308,7 +308,7 @@ class Engine:
                 sources += list(self.model.trainable_variables)
             # Symbolic tf.gradients, not a GradientTape: a tape asked for two sources of which one lies above
             # the other (every node's signal) keeps the whole traced graph alive forever (TF 2.21; measured
-            # +5 MB per evicted demo-model trace, see tests/engine/test_memory.py). Same gradient registry.
+            # +5 MB per evicted demo-model trace, see tests/engine/backward/test_memory.py). Same gradient registry.
             grads = tf.gradients(scalar, sources, unconnected_gradients=tf.UnconnectedGradients.NONE)
             n_in = len(xs)
             input_grads, node_grads = grads[:n_in], grads[n_in : n_in + len(stat_nodes)]
@@ -392,7 +392,7 @@ class Engine:
         ``target.index`` (fed as data: one trace serves every mix of classes).
         ``mode``: ``"compiled"`` traces the whole plan once (fastest from the second call on; a trace costs
         seconds on a large model); ``"live"`` answers at once with a node-by-node sweep that reuses the last
-        sweep's work (see ``gradscope.engine.live``); ``"auto"`` (default) uses a compiled trace when there is
+        sweep's work (see ``gradscope.engine.backward.live``); ``"auto"`` (default) uses a compiled trace when there is
         one, answers a plan seen for the first time live, and compiles it when it comes back.
         """
         if mode not in ("auto", "live", "compiled"):

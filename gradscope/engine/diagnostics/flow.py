@@ -2,7 +2,7 @@
 one backward pass (usually of a training loss), with vanishing / exploding / dead-ReLU flags; see
 ``FlowThresholds`` for the defaults and why.
 
-The per-layer picture of one backward pass; ``gradscope.engine.paths`` says why a path is cut.
+The per-layer picture of one backward pass; ``gradscope.engine.diagnostics.paths`` says why a path is cut.
 """
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ from gradscope.core.errors import GraphError
 from gradscope.core.files import write_atomic, write_text_atomic
 from gradscope.core.results import NodeStats
 from gradscope.core.targets import Target
-from gradscope.engine.paths import as_engine, variable_owners
+from gradscope.engine.diagnostics.paths import as_engine, variable_owners
 
 
 # ================================================================================================ gradient flow
@@ -460,7 +460,8 @@ def gradient_flow(
     """Per-layer gradient flow of one backward pass.
 
     With ``labels`` the target is the training loss (``loss``: "auto" (default), "compiled", "crossentropy",
-    "mse"; see ``gradscope.engine.loss_targets``; ``output``: the output node it reads, for multi-output models);
+    "mse"; see ``gradscope.engine.backward.loss_targets``; ``output``: the output node it reads, for multi-output
+    models);
     without, ``target`` (default: the top-1 logit).
     ``weight_grads``: also the weights' gradients and ``|grad W| / |W|`` (opt-in in the engine: ~1.7x cost).
     ``plan``: rules to apply (compare a modified backward pass with the baseline ``plan=None``).

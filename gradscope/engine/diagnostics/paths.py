@@ -31,7 +31,7 @@ import numpy as np
 from gradscope.backend import gradient_function, keras, tf
 from gradscope.core.errors import GraphError
 from gradscope.core.targets import Target
-from gradscope.engine import loss_targets
+from gradscope.engine.backward import loss_targets
 
 # ------------------------------------------------------------------------------------------------ op classes
 #: Ops that write a variable: the written value reaches later reads, its gradient does not.
@@ -274,7 +274,7 @@ class DiagnosisReport:
 
 # ------------------------------------------------------------------------------------------------ helpers
 def as_engine(model_or_engine: Any) -> Any:
-    from gradscope.engine.runner import Engine
+    from gradscope.engine.backward.runner import Engine
 
     if isinstance(model_or_engine, Engine):
         return model_or_engine

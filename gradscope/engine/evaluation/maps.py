@@ -12,7 +12,7 @@ import numpy as np
 
 from gradscope.core.errors import GraphError
 from gradscope.core.targets import Target
-from gradscope.engine.attribution import grad_cam_weighting, sampled_input_grad
+from gradscope.engine.backward.attribution import grad_cam_weighting, sampled_input_grad
 from gradscope.render import reduce_channels, token_grid
 from gradscope.rules.methods import Method
 

@@ -49,10 +49,10 @@ from gradscope.core.training_log import (
     WEIGHTS_TAG,
     tensorboard_tag,
 )
-from gradscope.engine.flow import RELU_ACTIVATIONS
-from gradscope.engine.monitor_log import MonitorLog, MonitorWarning, is_write_failure
-from gradscope.engine.paths import variable_owners
-from gradscope.engine.stats import magnitude_rows, nan_inf_counts, stats_rows
+from gradscope.engine.backward.stats import magnitude_rows, nan_inf_counts, stats_rows
+from gradscope.engine.diagnostics.flow import RELU_ACTIVATIONS
+from gradscope.engine.diagnostics.paths import variable_owners
+from gradscope.engine.training.event_log import MonitorLog, MonitorWarning, is_write_failure
 
 # check_numerics' message: '!!! Detected Infinity or NaN in output 0 of eagerly-executing op "Exp" ...'
 _DETECTED = re.compile(r'Detected (.+?) in output \d+ of .*?op "([^"]+)"')
@@ -275,8 +275,8 @@ class GradientMonitor(keras.callbacks.Callback):
         self._checkpoints_seen.update(new)
 
     def _build(self, model: Any) -> None:
-        from gradscope.engine.runner import Engine
-        from gradscope.engine.training import PlanModel
+        from gradscope.engine.backward.runner import Engine
+        from gradscope.engine.training.plan_model import PlanModel
 
         if self._log is not None:
             self._log.close()
@@ -361,7 +361,7 @@ class GradientMonitor(keras.callbacks.Callback):
         return function
 
     def _forward(self, x: Any, on_step: Any = None) -> tuple[Any, dict]:
-        from gradscope.engine.training import inputs_in_graph_order
+        from gradscope.engine.training.plan_model import inputs_in_graph_order
 
         engine = self._engine
         xs = inputs_in_graph_order(engine.graph, x)

@@ -39,7 +39,7 @@ class PlanModel(keras.Model):
     """``model``'s forward pass with ``plan``'s rules in the backward pass; shares ``model``'s variables."""
 
     def __init__(self, model: Any, plan: Plan, *, name: str | None = None, **kwargs: Any) -> None:
-        from gradscope.engine.runner import Engine
+        from gradscope.engine.backward.runner import Engine
 
         super().__init__(name=name or f"{model.name}_planned", **kwargs)
         self.inner = model  # tracked: trainable_variables are the inner model's own

@@ -21,7 +21,7 @@ import numpy as np
 
 from gradscope.core.results import NodeStats
 from gradscope.core.training_log import NODE_COLUMNS, LogNode, StepRecord, TrainingLog
-from gradscope.engine.flow import FlowReport, FlowThresholds, WeightFlow, ancestors, flow_rows
+from gradscope.engine.diagnostics.flow import FlowReport, FlowThresholds, WeightFlow, ancestors, flow_rows
 
 #: Flags reported from the flow of each step (``nan`` has its own alert; ``no_gradient`` is structural).
 _TREND_FLAGS = ("vanishing", "exploding", "dead_relu", "zero_gradient", "no_gradient", "weights_zero_gradient")

@@ -12,7 +12,7 @@ from PySide6.QtCore import QTimer
 from PySide6.QtWidgets import QComboBox, QHBoxLayout, QLabel, QToolButton, QVBoxLayout, QWidget
 
 from gradscope.qt.diagnostics_panel import graph_marks
-from gradscope.qt.graph_view import EMPTY_MESSAGE, GraphView
+from gradscope.qt.graph.view import EMPTY_MESSAGE, GraphView
 from gradscope.render.graph_layout import display_groups
 
 

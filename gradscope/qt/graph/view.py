@@ -32,7 +32,8 @@ from PySide6.QtWidgets import (
 )
 
 from gradscope.core.results import NodeStats
-from gradscope.qt.graph_style import (
+from gradscope.qt.graph.minimap import Minimap
+from gradscope.qt.graph.style import (
     BADGE,
     DIAG_BORDER,
     DIAG_RANK,
@@ -50,7 +51,6 @@ from gradscope.qt.graph_style import (
     ramp_color,
     rule_abbreviation,
 )
-from gradscope.qt.minimap import Minimap
 from gradscope.render.graph_layout import GraphLayout, GroupFrame, NodeBox
 
 LEGIBLE_ZOOM = 0.45  # below this a box's text is hard to read (Fit stays above it)

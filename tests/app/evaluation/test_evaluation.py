@@ -11,7 +11,7 @@ import pytest
 from PIL import Image
 
 from gradscope.api import evaluate, open_engine
-from gradscope.app.evaluation import EvalSettings, EvaluationError, run_evaluation
+from gradscope.app.evaluation.run import EvalSettings, EvaluationError, run_evaluation
 from gradscope.core.targets import Target
 from gradscope.io.datasets import BACKGROUND, ArraySamples
 from gradscope.io.demo import demo_model_path
@@ -226,7 +226,7 @@ def test_class_map_maps_mask_values_to_model_classes(shapes, tmp_path):
 
 def test_ray_gives_the_scores_of_the_local_run(shapes, tmp_path):
     pytest.importorskip("ray.data")
-    from gradscope.app.evaluation_ray import RayOptions
+    from gradscope.app.evaluation.on_ray import RayOptions
 
     images, _, masks = shapes
     folder = write_folder(tmp_path / "data", images[:8], masks[:8])
@@ -298,7 +298,7 @@ def test_evaluation_maps_are_the_maps_explain_shows(engine, shapes, name):
     """Batched, per-sample classes, a read-out node, Grad-CAM's weighting, a sampling method: each map equals
     ``gradscope.explain``'s saliency for that image and class."""
     import gradscope as gs
-    from gradscope.engine.evaluation import method_maps
+    from gradscope.engine.evaluation.maps import method_maps
     from gradscope.rules.methods import build_method
 
     pixels = (shapes[0][:3] * 255).round().astype(np.uint8)
@@ -357,8 +357,8 @@ def test_a_model_that_is_no_image_classifier_is_refused_in_one_line(tmp_path):
 def test_images_of_other_sizes_are_scored_at_their_own_size(engine, tmp_path):
     """A folder of mixed sizes: each map is resized to its image (bilinear) and the hit is judged against the
     mask at the image's size; equal to scoring each image alone."""
-    from gradscope.engine import faithfulness as fm
-    from gradscope.engine.evaluation import method_maps
+    from gradscope.engine.evaluation import faithfulness as fm
+    from gradscope.engine.evaluation.maps import method_maps
     from gradscope.io.images import load_image, prepare_input
     from gradscope.rules.methods import build_method
 

@@ -6,8 +6,8 @@ from __future__ import annotations
 import numpy as np
 from PIL import Image
 
-from gradscope.app.feedback import Feedback
-from gradscope.app.inputs import Inputs
+from gradscope.app.models.feedback import Feedback
+from gradscope.app.models.inputs import Inputs
 from gradscope.core.graph import LayerGraph, NodeSpec
 from tests.io.test_sequences import table_graph, text_graph
 

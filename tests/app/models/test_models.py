@@ -5,17 +5,17 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from gradscope.app.document import ModelDocument
-from gradscope.app.editing import PlanEditor
-from gradscope.app.feedback import Feedback
-from gradscope.app.jobs import Jobs
-from gradscope.app.reports import Reports
-from gradscope.app.rule_catalog import RuleCatalog
-from gradscope.app.selection import Selection
-from gradscope.app.targeting import Targeting
-from gradscope.app.view import INPUT_KEY, ViewError
-from gradscope.app.viewing import Viewing
-from gradscope.app.worker import InlineExecutor
+from gradscope.app.models.document import ModelDocument
+from gradscope.app.models.editing import PlanEditor
+from gradscope.app.models.feedback import Feedback
+from gradscope.app.models.jobs import Jobs
+from gradscope.app.models.reports import Reports
+from gradscope.app.models.rule_catalog import RuleCatalog
+from gradscope.app.models.selection import Selection
+from gradscope.app.models.targeting import Targeting
+from gradscope.app.models.viewing import Viewing
+from gradscope.app.rendering.view import INPUT_KEY, ViewError
+from gradscope.app.work.worker import InlineExecutor
 from gradscope.core.errors import Cancelled, GradscopeError, GraphError
 from gradscope.core.targets import Target
 from gradscope.rules.plan import Plan
@@ -112,7 +112,7 @@ def test_cancel_all_drops_what_waits():
 
 # ------------------------------------------------------------------------------------------------ document
 def test_weight_statistics_equal_float64_numpy_on_weights_far_from_zero():
-    from gradscope.app.summaries import _moments
+    from gradscope.app.rendering.summaries import _moments
 
     rng = np.random.default_rng(0)
     for a in (

@@ -5,11 +5,11 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from gradscope.app.results import Results, signal_of
-from gradscope.app.view import ViewSettings
+from gradscope.app.models.results import Results, signal_of
+from gradscope.app.rendering.view import ViewSettings
 from gradscope.core.errors import GraphError
 from gradscope.core.targets import Target
-from gradscope.engine.runner import Engine
+from gradscope.engine.backward.runner import Engine
 from gradscope.rules.plan import Plan
 from tests.engine.fixtures import tiny_cnn
 
@@ -72,8 +72,8 @@ def test_signal_of_reads_the_input_or_a_captured_node(computed):
 
 
 def test_a_plan_comparison_pins_swaps_and_computes_cosines_through_the_worker(computed):
-    from gradscope.app.comparing import PlanComparison
-    from gradscope.app.feedback import Feedback
+    from gradscope.app.models.comparison import PlanComparison
+    from gradscope.app.models.feedback import Feedback
 
     current, base, plan = computed
     results, jobs, events, told = Results(), [], [], Feedback()

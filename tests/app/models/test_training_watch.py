@@ -5,11 +5,11 @@ from __future__ import annotations
 
 import pytest
 
-from gradscope.app.jobs import Jobs
-from gradscope.app.training import TrainingWatch
-from gradscope.app.worker import InlineExecutor
-from tests.app.test_models import Told, events_of
-from tests.engine.test_monitor import _demo
+from gradscope.app.models.jobs import Jobs
+from gradscope.app.models.training_watch import TrainingWatch
+from gradscope.app.work.worker import InlineExecutor
+from tests.app.models.test_models import Told, events_of
+from tests.engine.training.test_monitor import _demo
 
 
 @pytest.fixture(scope="module")

@@ -10,7 +10,7 @@ import time
 import numpy as np
 
 from gradscope.app.session import Session
-from gradscope.app.worker import ThreadExecutor
+from gradscope.app.work.worker import ThreadExecutor
 from gradscope.rules.base import Rule, register_rule
 from gradscope.rules.plan import Plan
 from tests.engine.fixtures import tiny_cnn

@@ -9,8 +9,8 @@ import pytest
 from gradscope.api import explain
 from gradscope.backend import keras, tf
 from gradscope.core.targets import Target
-from gradscope.engine.attribution import integrated_gradients, smoothgrad
-from gradscope.engine.runner import Engine
+from gradscope.engine.backward.attribution import integrated_gradients, smoothgrad
+from gradscope.engine.backward.runner import Engine
 from gradscope.rules.plan import Plan
 from tests.engine.fixtures import tape_input_gradient
 

@@ -7,7 +7,7 @@ import pytest
 
 from gradscope.backend import keras, tf
 from gradscope.core.targets import Target
-from gradscope.engine.canonize import (
+from gradscope.engine.backward.canonize import (
     RemovedLayer,
     final_softmax,
     fold_batchnorm,
@@ -15,7 +15,7 @@ from gradscope.engine.canonize import (
     split_activations,
     strip_softmax,
 )
-from gradscope.engine.runner import Engine
+from gradscope.engine.backward.runner import Engine
 from tests.engine.fixtures import FIXTURES, sample_input
 
 
@@ -214,8 +214,12 @@ def test_folded_model_has_the_same_gradients():
 def test_fold_batchnorm_inside_nested_and_sequential_models():
     keras.utils.set_random_seed(43)
     block = keras.Sequential(
-        [keras.Input((6, 6, 3)), keras.layers.Conv2D(4, 3, padding="same", name="bc"),
-         keras.layers.BatchNormalization(name="bbn"), keras.layers.ReLU(name="br")],
+        [
+            keras.Input((6, 6, 3)),
+            keras.layers.Conv2D(4, 3, padding="same", name="bc"),
+            keras.layers.BatchNormalization(name="bbn"),
+            keras.layers.ReLU(name="br"),
+        ],
         name="block",
     )
     inp = keras.Input((6, 6, 3))

@@ -9,7 +9,7 @@ import pytest
 
 from gradscope.backend import keras, tf
 from gradscope.core.targets import Target
-from gradscope.engine.runner import Engine
+from gradscope.engine.backward.runner import Engine
 from gradscope.rules.methods import build_method
 from gradscope.rules.plan import Plan
 
@@ -175,7 +175,7 @@ def test_a_layer_keras_would_hand_an_unrecorded_mask_stays_whole():
     mask: such a layer is not opened."""
     from types import SimpleNamespace
 
-    from gradscope.engine.keras_graph import _has_implicit_mask
+    from gradscope.engine.backward.keras_graph import _has_implicit_mask
 
     masked = SimpleNamespace(_keras_mask=object())
     node = SimpleNamespace(arguments=SimpleNamespace(kwargs={}), input_tensors=[masked])

@@ -7,7 +7,7 @@ import pytest
 
 from gradscope.backend import tf
 from gradscope.core.targets import Target
-from gradscope.engine.runner import Engine
+from gradscope.engine.backward.runner import Engine
 from gradscope.rules.plan import Plan
 from tests.engine.fixtures import FIXTURES, logits_model, sample_input
 
@@ -28,8 +28,11 @@ def case(request):
 
 
 @pytest.mark.parametrize("batch", [1, 4])
-@pytest.mark.parametrize("plan", [Plan(), Plan().with_entry("*", "identity"), Plan().with_entry("*", "true_gradient")],
-                         ids=["no-plan", "identity", "wrapped-true-gradient"])
+@pytest.mark.parametrize(
+    "plan",
+    [Plan(), Plan().with_entry("*", "identity"), Plan().with_entry("*", "true_gradient")],
+    ids=["no-plan", "identity", "wrapped-true-gradient"],
+)
 @pytest.mark.parametrize("mode", ["live", "compiled"])
 def test_identity_plan_equals_tape_gradient(case, batch, plan, mode):
     model, engine = case

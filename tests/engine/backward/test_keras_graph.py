@@ -7,7 +7,7 @@ import pytest
 
 from gradscope.backend import keras
 from gradscope.core.errors import GraphError
-from gradscope.engine.keras_graph import build_exec_graph
+from gradscope.engine.backward.keras_graph import build_exec_graph
 from tests.engine.fixtures import FIXTURES
 
 
@@ -17,8 +17,19 @@ def graph_of(name):
 
 def test_chain_graph_has_split_activations_and_edges():
     g = graph_of("chain")
-    assert g.ids() == ["image", "conv1:pre", "conv1", "pool", "conv2", "bn", "relu2", "flat", "drop", "probs:pre",
-                       "probs"]
+    assert g.ids() == [
+        "image",
+        "conv1:pre",
+        "conv1",
+        "pool",
+        "conv2",
+        "bn",
+        "relu2",
+        "flat",
+        "drop",
+        "probs:pre",
+        "probs",
+    ]
     assert g.node("conv1").activation == "relu"
     assert g.node("probs").activation == "softmax"
     assert g.node("relu2").activation == "relu"
@@ -53,8 +64,10 @@ def test_shared_layer_is_one_node_per_call():
     g = graph_of("shared")
     assert g.node("shared#1:pre").inputs == ("shared",) and g.node("shared#1").inputs == ("shared#1:pre",)
     assert g.node("shared:pre").layer_name == g.node("shared#1").layer_name == "shared"
-    assert g.to_table().splitlines()[-1].endswith(
-        f"{sum(int(np.prod(w.shape)) for w in FIXTURES['shared']().weights):,} parameters"
+    assert (
+        g.to_table()
+        .splitlines()[-1]
+        .endswith(f"{sum(int(np.prod(w.shape)) for w in FIXTURES['shared']().weights):,} parameters")
     )
 
 

@@ -1,5 +1,5 @@
 """A TensorFlow kernel this machine lacks reaches the user as one line naming the layer and the cause
-(``engine.kernels``), never as a traceback. Which kernels exist depends on the CPU: without oneDNN TensorFlow
+(``engine.backward.kernels``), never as a traceback. Which kernels exist depends on the CPU: without oneDNN TensorFlow
 has no eager ``Conv2DBackpropInput`` for dilation rates above 1, the forward op of a dilated Conv2DTranspose."""
 
 from __future__ import annotations
@@ -10,8 +10,8 @@ import pytest
 from gradscope.backend import keras, tf
 from gradscope.core.errors import MissingKernelError
 from gradscope.core.targets import Target
-from gradscope.engine.kernels import as_missing_kernel, missing_kernel_cause
-from gradscope.engine.runner import Engine
+from gradscope.engine.backward.kernels import as_missing_kernel, missing_kernel_cause
+from gradscope.engine.backward.runner import Engine
 from tests.engine.fixtures import tape_input_gradient
 
 CPU_MESSAGE = "Current CPU implementations do not yet support dilation rates larger than 1."
@@ -74,7 +74,7 @@ def test_a_graph_mode_error_is_named_by_its_op_name():
 
 def test_an_eager_forward_without_the_kernel_names_the_node_it_ran(monkeypatch):
     """Simulated on every CPU: the live forward runs node by node, so the node is known exactly. The op fails,
-    not the Keras call: a lowered layer (``engine.lowered``) calls the op without Keras."""
+    not the Keras call: a lowered layer (``engine.backward.lowered``) calls the op without Keras."""
     model = _dilated_transpose_model()
     original = tf.nn.convolution
 

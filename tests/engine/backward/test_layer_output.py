@@ -13,7 +13,7 @@ import gradscope as gs
 from gradscope.backend import keras, tf
 from gradscope.core.errors import GraphError
 from gradscope.core.targets import Target
-from gradscope.engine.runner import Engine
+from gradscope.engine.backward.runner import Engine
 from gradscope.rules.plan import Plan
 
 FUSED = {"feat": "relu", "feat2": "tanh"}
@@ -103,8 +103,10 @@ def test_neuron_and_channel_targets_read_the_layer_output(model, x):
         a = inner(xt)
         channel = tf.reduce_sum(a[..., 3], axis=(1, 2))
         neuron = a[:, 5, 6, 2]
-    for target, y in ((Target(kind="channel", node="feat", channel=3), channel),
-                      (Target(kind="neuron", node="feat", neuron=[5, 6, 2]), neuron)):
+    for target, y in (
+        (Target(kind="channel", node="feat", channel=3), channel),
+        (Target(kind="neuron", node="feat", neuron=[5, 6, 2]), neuron),
+    ):
         got = engine.backward(x, target, Plan()).input_grad
         np.testing.assert_allclose(got, tape.gradient(y, xt).numpy(), rtol=1e-4, atol=1e-6)
 
@@ -120,9 +122,16 @@ def test_rules_on_a_fused_layer_keep_working_on_both_parts(model, x):
 
 def test_plans_and_sessions_of_the_first_id_scheme_are_read_with_their_meaning(model, tmp_path):
     graph = Engine(model).graph
-    old = Plan.from_dict({"schema": 1, "entries": [{"select": "type:Conv2D", "rule": "identity"},
-                                                   {"select": "feat:act", "rule": "zero"},
-                                                   {"select": "node:feat2", "rule": "scale", "params": {"factor": 2}}]})
+    old = Plan.from_dict(
+        {
+            "schema": 1,
+            "entries": [
+                {"select": "type:Conv2D", "rule": "identity"},
+                {"select": "feat:act", "rule": "zero"},
+                {"select": "node:feat2", "rule": "scale", "params": {"factor": 2}},
+            ],
+        }
+    )
     new = old.upgraded(graph)
     assert [e.select for e in new.entries] == ["type:Conv2D", "feat", "node:feat2:pre"] and new.schema == 2
     assert set(old.resolve(graph).rules) == {"feat", "feat2:pre"}

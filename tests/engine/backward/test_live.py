@@ -8,7 +8,7 @@ import pytest
 
 from gradscope.core.errors import Cancelled
 from gradscope.core.targets import Target
-from gradscope.engine.runner import Engine
+from gradscope.engine.backward.runner import Engine
 from gradscope.rules.base import load_rule_file
 from gradscope.rules.methods import build_method
 from gradscope.rules.plan import Plan

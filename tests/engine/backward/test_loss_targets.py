@@ -8,7 +8,7 @@ import pytest
 from gradscope.backend import keras, tf
 from gradscope.core.errors import TargetError
 from gradscope.core.targets import Target
-from gradscope.engine.runner import Engine
+from gradscope.engine.backward.runner import Engine
 from tests.engine.model_kinds import multi_io
 
 

@@ -1,4 +1,4 @@
-"""Lowered layers (``engine.lowered``) compute what the Keras call computes and what ``tape.gradient`` of the
+"""Lowered layers (``engine.backward.lowered``) compute what the Keras call computes and what ``tape.gradient`` of the
 Keras call gives, node by node; layers outside the plain cases are not lowered and still come out right."""
 
 from __future__ import annotations
@@ -8,9 +8,9 @@ import pytest
 
 from gradscope.backend import keras, tf
 from gradscope.core.targets import Target
-from gradscope.engine.live import _LoweredVJP, _Recorded
-from gradscope.engine.node_call import call_arguments, plain_call
-from gradscope.engine.runner import Engine
+from gradscope.engine.backward.live import _LoweredVJP, _Recorded
+from gradscope.engine.backward.node_call import call_arguments, plain_call
+from gradscope.engine.backward.runner import Engine
 from gradscope.rules.plan import Plan
 from tests.engine.fixtures import tape_input_gradient
 

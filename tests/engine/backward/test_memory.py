@@ -9,8 +9,8 @@ import numpy as np
 import pytest
 
 from gradscope.core.targets import Target
-from gradscope.engine import live, runner
-from gradscope.engine.runner import Engine
+from gradscope.engine.backward import live, runner
+from gradscope.engine.backward.runner import Engine
 from gradscope.rules.plan import Plan
 from tests.engine.fixtures import tiny_cnn
 

@@ -12,12 +12,12 @@ import pytest
 
 from gradscope.backend import tf
 from gradscope.core.targets import Target
-from gradscope.engine.runner import Engine
+from gradscope.engine.backward.runner import Engine
 from gradscope.rules.methods import build_method
 from gradscope.rules.plan import Plan
 from tests.engine.model_kinds import KINDS, inputs_for
 
-README = Path(__file__).resolve().parents[2] / "README.md"
+README = Path(__file__).resolve().parents[3] / "README.md"
 
 
 @pytest.fixture(scope="module", params=list(KINDS))

@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 
 from gradscope.core.targets import Target
-from gradscope.engine.runner import Engine
+from gradscope.engine.backward.runner import Engine
 from gradscope.rules.plan import Plan
 from tests.engine.fixtures import FIXTURES, sample_input
 
@@ -54,7 +54,7 @@ def test_without_stats_only_captured_nodes_are_sources():
 def test_host_rows_equal_the_in_graph_rows():
     """The live sweep's eager nodes take their row from NumPy; the compiled kernels from the graph."""
     from gradscope.backend import tf
-    from gradscope.engine.stats import host_stats_row, stats_rows
+    from gradscope.engine.backward.stats import host_stats_row, stats_rows
 
     rng = np.random.default_rng(0)
     relu = np.maximum(rng.normal(size=(3, 40, 40, 8)), 0).astype("float32")  # about half zeros

@@ -9,7 +9,7 @@ import pytest
 from gradscope.backend import keras, tf
 from gradscope.core.errors import GraphError
 from gradscope.core.targets import Target
-from gradscope.engine.runner import Engine
+from gradscope.engine.backward.runner import Engine
 from gradscope.io.models import load_model
 from gradscope.rules.methods import build_method
 from gradscope.rules.plan import Plan

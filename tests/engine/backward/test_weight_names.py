@@ -7,7 +7,7 @@ import numpy as np
 
 from gradscope.backend import keras, tf
 from gradscope.core.targets import Target
-from gradscope.engine.runner import Engine
+from gradscope.engine.backward.runner import Engine
 from gradscope.rules.base import Rule, register_rule
 from gradscope.rules.plan import Plan
 

@@ -11,9 +11,9 @@ import pytest
 from gradscope.backend import keras
 from gradscope.core.errors import GraphError, TargetError
 from gradscope.core.targets import Target
-from gradscope.engine.flow import FLOW_COLUMNS, FlowThresholds, dead_unit_fraction, gradient_flow
-from gradscope.engine.runner import Engine
-from tests.engine.test_diagnose import _cut_model, hypernet_examples
+from gradscope.engine.backward.runner import Engine
+from gradscope.engine.diagnostics.flow import FLOW_COLUMNS, FlowThresholds, dead_unit_fraction, gradient_flow
+from tests.engine.diagnostics.test_paths import _cut_model, hypernet_examples
 
 N, D, CLASSES = 6, 5, 3
 

@@ -12,8 +12,8 @@ import pytest
 from gradscope.backend import keras, tf
 from gradscope.core.resources import resource_path
 from gradscope.core.targets import Target
-from gradscope.engine.paths import diagnose_model
-from gradscope.engine.runner import Engine
+from gradscope.engine.backward.runner import Engine
+from gradscope.engine.diagnostics.paths import diagnose_model
 from tests.engine.fixtures import FIXTURES
 
 HYPERNET = resource_path("hypernet")

@@ -10,8 +10,8 @@ import pytest
 
 from gradscope.backend import keras
 from gradscope.core.targets import Target
-from gradscope.engine.runner import Engine
-from gradscope.engine.sanity import finite_differences, model_randomisation, sanity_checks, spearman
+from gradscope.engine.backward.runner import Engine
+from gradscope.engine.diagnostics.sanity import finite_differences, model_randomisation, sanity_checks, spearman
 from gradscope.rules.methods import build_method
 from gradscope.rules.plan import Plan
 
@@ -114,7 +114,7 @@ def test_cli_sanity_prints_json_and_refuses_unknown_checks(capsys):
 
 def test_the_session_runs_the_checks_on_its_worker_and_restores_the_weights():
     from gradscope.app.session import Session
-    from gradscope.app.worker import InlineExecutor
+    from gradscope.app.work.worker import InlineExecutor
     from tests.engine.fixtures import tiny_cnn
 
     s = Session(InlineExecutor())

@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from gradscope.engine import faithfulness as fm
+from gradscope.engine.evaluation import faithfulness as fm
 
 
 def _torchray_hit(mask: np.ndarray, point: tuple[int, int], tolerance: float) -> bool:

@@ -13,11 +13,11 @@ import pytest
 from gradscope.backend import keras
 from gradscope.core.errors import GradscopeError, InputError
 from gradscope.core.training_log import NODE_COLUMNS
-from gradscope.engine.monitor import GradientMonitor
-from gradscope.engine.training import plan_model
-from gradscope.engine.training_report import report_text, step_flow, training_alerts
+from gradscope.engine.training.monitor import GradientMonitor
+from gradscope.engine.training.plan_model import plan_model
+from gradscope.engine.training.report import report_text, step_flow, training_alerts
 from gradscope.io.training_events import TrainingLogReader, read_training_log
-from tests.engine.test_training import (
+from tests.engine.training.test_plan_model import (
     LR,
     SIGMOID_BACKWARD,
     batch,
@@ -28,7 +28,7 @@ from tests.engine.test_training import (
     sigmoid_prime,
 )
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 
 
 def compiled(model: keras.Model) -> keras.Model:
@@ -243,7 +243,7 @@ def test_magnitude_statistics_are_exact_and_stand_in_for_mean_abs(tmp_path):
 
 
 def test_histogram_counts_like_numpy_and_survives_odd_tensors():
-    from gradscope.engine.monitor import _histogram
+    from gradscope.engine.training.monitor import _histogram
 
     values = np.random.default_rng(3).normal(size=(64, 9)).astype("float32")
     hist = _histogram(values).numpy()
@@ -314,7 +314,7 @@ def test_a_non_finite_step_its_replay_did_not_make_again_is_still_reported(tmp_p
     record: the report still names its step from the replay's alert, and train-report exits 1."""
     from gradscope.cli import main
     from gradscope.core.training_log import ALERT_TAG
-    from gradscope.engine.monitor import _metadata
+    from gradscope.engine.training.monitor import _metadata
 
     x, y = batch()
     model = compiled(mlp())

@@ -17,14 +17,14 @@ import pytest
 from gradscope.backend import keras
 from gradscope.cli import main
 from gradscope.core.errors import GradscopeError
-from gradscope.engine.monitor import GradientMonitor
-from gradscope.engine.monitor_log import MonitorWarning
-from gradscope.engine.training_report import report_text, training_alerts
+from gradscope.engine.training.event_log import MonitorWarning
+from gradscope.engine.training.monitor import GradientMonitor
+from gradscope.engine.training.report import report_text, training_alerts
 from gradscope.io.training_events import masked_crc, read_training_log
-from tests.engine.test_monitor import compiled
-from tests.engine.test_training import batch, mlp
+from tests.engine.training.test_monitor import compiled
+from tests.engine.training.test_plan_model import batch, mlp
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 
 
 class Interrupt(keras.callbacks.Callback):
@@ -103,7 +103,7 @@ def test_a_full_disk_stops_recording_with_one_warning_and_fit_goes_on(tmp_path):
         import numpy as np
         signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
         from gradscope.backend import keras
-        from gradscope.engine.monitor import GradientMonitor
+        from gradscope.engine.training.monitor import GradientMonitor
         keras.utils.set_random_seed(0)
         m = keras.Sequential([keras.Input((8,)), keras.layers.Dense(16, activation="relu"), keras.layers.Dense(3)])
         m.compile("sgd", "mse")

@@ -9,10 +9,10 @@ import pytest
 
 from gradscope.backend import keras, tf
 from gradscope.core.errors import PlanError
-from gradscope.engine.paths import diagnose_model
-from gradscope.engine.training import PlanModel, plan_model
+from gradscope.engine.diagnostics.paths import diagnose_model
+from gradscope.engine.training.plan_model import PlanModel, plan_model
 from gradscope.rules.plan import Plan
-from tests.engine.test_diagnose import hypernet_examples
+from tests.engine.diagnostics.test_paths import hypernet_examples
 
 LR = 0.1
 SIGMOID_BACKWARD = Plan().with_entry("activation:relu", "backward_as", {"activation": "sigmoid"})
