@@ -73,6 +73,11 @@ def companion_kind(input_name: str) -> str | None:
     return next((kind for hint, kind in _COMPANION_HINTS if hint in name), None)
 
 
+#: Config key of a composite layer (a transformer block) that stayed one node, with why: rules cannot reach inside
+#: it, and the presets say so naming it.
+KEPT_WHOLE = "kept whole"
+
+
 @dataclass(frozen=True)
 class LayerGraph:
     """A DAG of nodes in topological order (inputs first)."""

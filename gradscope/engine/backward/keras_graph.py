@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import contextlib
 import inspect
+import re
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
@@ -20,7 +21,7 @@ import numpy as np
 
 from gradscope.backend import check_keras_internals, keras
 from gradscope.core.errors import GraphError
-from gradscope.core.graph import PRE_SUFFIX, LayerGraph, NodeSpec, Shape
+from gradscope.core.graph import KEPT_WHOLE, PRE_SUFFIX, LayerGraph, NodeSpec, Shape
 
 #: Layer classes whose ``activation=`` is applied last and can be split off bit-exactly.
 _FUSED_ACTIVATION_BASES = (
@@ -98,6 +99,29 @@ def layer_activation(op: Any) -> str | None:
     }.get(cls)
 
 
+#: keras.ops activations (``ops.silu(x)``, ``keras.activations.gelu(x, approximate=True)`` inside a layer's call),
+#: by their operation class, named as the layers name them: rules for activations apply to them too.
+_OP_ACTIVATIONS = {
+    "Silu": "silu",
+    "Swish": "silu",
+    "Gelu": "gelu",
+    "Tanh": "tanh",
+    "Sigmoid": "sigmoid",
+    "Softplus": "softplus",
+    "Elu": "elu",
+    "Selu": "selu",
+    "Mish": "mish",
+}
+
+
+def op_activation(op: Any) -> str | None:
+    """The activation a ``keras.ops`` operation node computes (None for other operations)."""
+    name = _OP_ACTIVATIONS.get(type(op).__name__)
+    if name == "gelu" and getattr(op, "approximate", False):
+        return "gelu_approximate"
+    return name
+
+
 def fused_activation(op: Any) -> str | None:
     """Name of a fused ``activation=`` that should be split off ``op`` (None when linear or not splittable)."""
     if not any(c.__name__ in _FUSED_ACTIVATION_BASES for c in type(op).__mro__):
@@ -156,12 +180,85 @@ def _trace_subclassed(model: Any) -> tuple[Any, list[Any], tuple[str, ...]]:
 
 def _is_composite(op: Any) -> bool:
     """A ``Layer`` (not a model) made of other layers, defined outside Keras. Keras's own composites
-    (MultiHeadAttention, RNNs, wrappers) stay whole: rules address them as one layer, or they run exactly."""
+    (MultiHeadAttention, RNNs, wrappers) stay whole: rules address them as one layer, or they run exactly; so do
+    attention layers (keras_hub's ``LlamaAttention``, ``CachedGemmaAttention``...: the attention rules re-run
+    them whole, rotary embeddings, grouped heads, soft-capping and sliding windows included)."""
     if isinstance(op, keras.Model) or not isinstance(op, keras.layers.Layer):
         return False
-    if type(op).__module__.split(".")[0] == "keras":
+    if type(op).__module__.split(".")[0] == "keras" or is_attention_layer(op):
         return False
     return any(True for _ in op._flatten_layers(include_self=False, recursive=False))
+
+
+def is_attention_layer(op: Any) -> bool:
+    """An attention layer (``MultiHeadAttention`` and its subclasses, keras_hub's ``*Attention`` layers)."""
+    return isinstance(op, keras.layers.Layer) and any(c.__name__.endswith("Attention") for c in type(op).__mro__)
+
+
+class DeferredMask(keras.Operation):
+    """A block's own mask computation (``_compute_self_attention_mask`` of keras_hub's decoder blocks: causal,
+    padding, sliding window) as one operation of the opened block's graph. Those methods build ``ops.arange``
+    of the sequence length, which a symbolic run with a free length cannot: deferred, it runs on the real
+    tensors at every call (any length), and Keras traces its output spec with dynamic shapes."""
+
+    def __init__(self, method: Any, args: list, kwargs: dict, name: str | None = None) -> None:
+        super().__init__(name=name)
+        self.method, self.template = method, (args, kwargs)
+
+    def call(self, *tensors: Any) -> Any:
+        given = iter(tensors)
+        args, kwargs = self.template
+        fill = [next(given) if a is _HOLE else a for a in args]
+        return self.method(*fill, **{k: next(given) if v is _HOLE else v for k, v in kwargs.items()})
+
+
+_HOLE = object()  # where a DeferredMask's call takes one of its tensors
+
+
+@contextlib.contextmanager
+def _symbolic_friendly(op: Any) -> Iterator[None]:
+    """While a block's call runs symbolically: its ``_compute...mask...`` methods return a ``DeferredMask``, and
+    its attention layers' output specs ignore the ``None`` cache arguments keras_hub passes them
+    (``MultiHeadAttention.compute_output_spec`` refuses ``cache=`` that ``CachedMultiHeadAttention.call``
+    takes)."""
+    names = [n for n in dir(type(op)) if n.startswith("_compute") and "mask" in n and callable(getattr(op, n))]
+    attentions = [
+        layer for layer in op._flatten_layers(include_self=False, recursive=False) if is_attention_layer(layer)
+    ]
+
+    def deferring(method: Any) -> Any:
+        def deferred(*args: Any, **kwargs: Any) -> Any:
+            tensors = [a for a in (*args, *kwargs.values()) if isinstance(a, keras.KerasTensor)]
+            if not tensors:
+                return method(*args, **kwargs)
+            hole = lambda a: _HOLE if isinstance(a, keras.KerasTensor) else a  # noqa: E731
+            return DeferredMask(
+                method, [hole(a) for a in args], {k: hole(v) for k, v in kwargs.items()}, name="attention_mask"
+            )(*tensors)
+
+        return deferred
+
+    def lenient(spec: Any) -> Any:
+        accepted = inspect.signature(spec).parameters
+
+        def output_spec(*args: Any, **kwargs: Any) -> Any:
+            if not any(p.kind is p.VAR_KEYWORD for p in accepted.values()):
+                kwargs = {k: v for k, v in kwargs.items() if k in accepted or v is not None}
+            return spec(*args, **kwargs)
+
+        return output_spec
+
+    for name in names:
+        object.__setattr__(op, name, deferring(getattr(op, name)))
+    for layer in attentions:
+        object.__setattr__(layer, "compute_output_spec", lenient(layer.compute_output_spec))
+    try:
+        yield
+    finally:
+        for name in names:
+            object.__delattr__(op, name)
+        for layer in attentions:
+            object.__delattr__(layer, "compute_output_spec")
 
 
 def _has_implicit_mask(op: Any, node: Any) -> bool:
@@ -261,6 +358,8 @@ class _Builder:
         self.groups: list[str] = []
         self.first_call: dict[int, str] = {}  # id(layer) -> id of the first node that called it
         self.notes: list[str] = []
+        self.renaming = False  # inside an opened layer (see base_name)
+        self.closed: dict[int, str] = {}  # id(layer) -> why a composite layer stayed one node
 
     def unique_id(self, base: str) -> str:
         k = self.call_counts.get(base, 0)
@@ -288,7 +387,7 @@ class _Builder:
 
     def visit(self, node: Any, op: Any, in_keys: list[Any], prefix: str, group: str | None) -> None:
         out_keys = [id(t) for t in node.outputs]
-        node_id = self.unique_id(prefix + op.name)
+        node_id = self.unique_id(prefix + self.base_name(op))
         inner = _functional_of(op) if isinstance(op, keras.Model) else self.opened(op, node)
         if inner is not None:
             self.inline_model(node, inner, node_id, in_keys, out_keys, group)
@@ -305,6 +404,8 @@ class _Builder:
         # `Conv2D(activation="relu", name="feat")` is two nodes: "feat:pre", the linear part, and "feat", its
         # activation, so that the layer's name reads what Keras calls its output (after the activation).
         config = _config_summary(op)
+        if id(op) in self.closed:  # a composite layer run whole: rules do not reach inside (presets warn)
+            config = {**config, KEPT_WHOLE: self.closed[id(op)]}
         layer_spec = NodeSpec(
             id=own_id,
             name=op.name,
@@ -314,7 +415,7 @@ class _Builder:
             output_shapes=out_shapes,
             params=params,
             trainable_params=trainable,
-            activation=layer_activation(op) if act is None else None,
+            activation=(layer_activation(op) or op_activation(op)) if act is None else None,
             fused_activation=act,
             config=config if act is None else {**config, "activation": "linear (split off)"},
             **common,
@@ -343,6 +444,14 @@ class _Builder:
         self.steps.append(Step("activation", node_id, op, None, [mid_key], out_keys))
         self.add_node(act_spec, op, out_keys)
 
+    def base_name(self, op: Any) -> str:
+        """The name a node id is made of. Inside an opened layer, the ``keras.ops`` of its call were created just
+        now, named by a counter of the whole process (``add_37``): they are named by their kind instead
+        (``add``, then ``add#1`` in the same block), so ids do not depend on what ran before."""
+        if not self.renaming or isinstance(op, (keras.layers.Layer, DeferredMask)):
+            return op.name
+        return re.sub(r"(?<!^)(?=[A-Z])", "_", type(op).__name__).lower()
+
     def opened(self, op: Any, node: Any) -> Any:
         """A composite layer of the user's or a library's (a transformer block: attention, norms and dense layers
         inside one ``Layer``) as the functional graph of its ``call`` run on symbolic copies of this call's
@@ -351,6 +460,7 @@ class _Builder:
         if not _is_composite(op):
             return None
         if _has_implicit_mask(op, node):
+            self.closed[id(op)] = "it receives a Keras mask its call() would not pass on when opened"
             self.notes.append(
                 f"Layer {op.name!r} ({type(op).__name__}) receives a Keras mask, which a symbolic run of its call() "
                 "would not pass on: it is one node (its gradient is exact; rules cannot be set inside it)."
@@ -360,12 +470,14 @@ class _Builder:
         inputs = [symbolic[id(t)] for t in node.input_tensors]
         try:
             args, kwargs = node.arguments.fill_in(symbolic)
-            outputs = op.call(*args, **kwargs)
+            with _symbolic_friendly(op):
+                outputs = op.call(*args, **kwargs)
             inner = keras.Model(inputs, outputs, name=op.name)
             if len(inner.outputs) != len(node.outputs):
                 raise GraphError(f"{len(inner.outputs)} outputs instead of {len(node.outputs)}")
         except Exception as exc:  # noqa: BLE001 - any failure of user code means: run it whole
             reason = f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"
+            self.closed[id(op)] = f"its call() could not run on symbolic inputs ({reason[:120]})"
             self.notes.append(
                 f"Layer {op.name!r} ({type(op).__name__}): its call() could not run on symbolic inputs "
                 f"({reason[:200]}), so it is one node: its gradient is exact but rules cannot be set inside it."
@@ -387,8 +499,9 @@ class _Builder:
             self.producer[dst] = self.producer[src]
         # Fresh call counts per inlined copy: ids inside are relative to the nested model's node id.
         saved, self.call_counts = self.call_counts, {}
+        renaming, self.renaming = self.renaming, self.renaming or not isinstance(node.operation, keras.Model)
         self.walk(inner, node_id + "/", node_id)
-        self.call_counts = saved
+        self.call_counts, self.renaming = saved, renaming
         inner_out = [id(t) for t in inner.outputs]
         self.steps.append(Step("alias", None, in_keys=inner_out, out_keys=out_keys))
         for src, dst in zip(inner_out, out_keys):
