@@ -143,32 +143,51 @@ def gradient_x_input(graph: LayerGraph) -> Method:
 
 # ------------------------------------------------------------------------- transformers (AttnLRP, CP-LRP)
 def _transformer_method(name: str, entries: list[tuple[str, str, dict]], graph: LayerGraph) -> Method:
-    """Rules in gradient form (``rules.builtin.transformer``), read out times the input; a selector that
-    matches nothing is left out, and a model with no attention or normalisation says what it gets."""
-    from gradscope.rules.plan import PlanEntry
+    """Rules in gradient form (``rules.builtin.transformer``, ``.attention``), read out times the input; a
+    selector that matches nothing is left out. Never silently the gradient: a model with no attention or
+    normalisation, and every block that stayed one node (its call could not be opened, so the rules cannot
+    reach the attention and norms inside it), are named in the warnings."""
+    from gradscope.core.graph import KEPT_WHOLE
+    from gradscope.rules.builtin.attention import is_attention
+    from gradscope.rules.builtin.transformer import is_norm
 
+    entries = [(s, r, p) for s, r, p in entries if not s.endswith(":")]  # a kind the model has none of
     used = tuple(PlanEntry(s, r, p) for s, r, p in entries if any(PlanEntry(s, r, p).matches(n) for n in graph.nodes))
     plan = Plan(used, name=name)
     changed = changed_nodes(graph, plan)
-    kinds = {n.op_type for n in graph.nodes}
-    warnings: tuple[str, ...] = ()
-    if not kinds & {"MultiHeadAttention", "LayerNormalization", "RMSNormalization"}:
-        warnings = (
-            f"{name}: the model has no MultiHeadAttention or LayerNorm: this is {name}'s rule set on the rest.",
+    warnings = [
+        f"{name}: block {n.id!r} ({n.op_type}) stayed one node ({n.config[KEPT_WHOLE]}): the rules cannot reach "
+        "the attention and norms inside it, so there the map is the plain gradient."
+        for n in graph.nodes
+        if KEPT_WHOLE in n.config
+    ]
+    if not any(is_attention(n) or is_norm(n) for n in graph.nodes):
+        warnings.append(
+            f"{name}: the model has no attention layer or normalisation: this is {name}'s rule set on the rest."
         )
-    return Method(name, plan, reduction="sum", times_input=True, signed=True, changed=changed, warnings=warnings)
+    return Method(name, plan, reduction="sum", times_input=True, signed=True, changed=changed, warnings=tuple(warnings))
+
+
+def _types(graph: LayerGraph, keep: Callable[[Any], bool]) -> str:
+    return ",".join(sorted({n.op_type for n in graph.nodes if keep(n)}))
 
 
 @register_method("attnlrp", "AttnLRP: epsilon on linear layers, uniform rule on attention, identity on GELU (2024)")
 def attnlrp(graph: LayerGraph, epsilon: float = 1e-6) -> Method:
+    """LXT's ``efficient`` AttnLRP: attention by the uniform rule, norms with a constant normaliser, every smooth
+    activation by the identity rule, a product of two activations (a gated MLP) by the uniform rule."""
+    from gradscope.rules.builtin.attention import is_attention
+    from gradscope.rules.builtin.transformer import SMOOTH_ACTIVATIONS, is_norm
+
     eps = {"epsilon": float(epsilon)}
     return _transformer_method(
         "attnlrp",
         [
-            ("type:MultiHeadAttention", "attention_lrp", eps),
-            ("type:LayerNormalization,RMSNormalization", "norm_constant", {}),
+            (f"type:{_types(graph, is_attention)}", "attention_lrp", eps),
+            (f"type:{_types(graph, is_norm)}", "norm_constant", {}),
             ("type:Dense,EinsumDense,Conv1D,Conv2D,Conv3D", "epsilon_gx", eps),
-            ("activation:gelu,silu,swish,tanh,sigmoid,softplus,elu,selu,mish", "act_identity", {}),
+            (f"activation:{','.join(sorted(SMOOTH_ACTIVATIONS))}", "act_identity", {}),
+            ("type:Multiply", "product_uniform", {}),
         ],
         graph,
     )
@@ -176,11 +195,19 @@ def attnlrp(graph: LayerGraph, epsilon: float = 1e-6) -> Method:
 
 @register_method("cp_lrp", "CP-LRP: attention probabilities and LayerNorm scale held constant (Ali et al. 2022)")
 def cp_lrp(graph: LayerGraph) -> Method:
+    """LXT's CP-LRP: attention probabilities and norms' normalisers constant, the identity rule on activations,
+    a gated MLP's gate held constant."""
+    from gradscope.rules.builtin.attention import is_attention
+    from gradscope.rules.builtin.transformer import SMOOTH_ACTIVATIONS, gated_products, is_norm
+
+    gates = [(f"node:{node}", "product_gate_constant", {"gate": k}) for node, k in gated_products(graph).items()]
     return _transformer_method(
         "cp_lrp",
         [
-            ("type:MultiHeadAttention", "attention_cp", {}),
-            ("type:LayerNormalization,RMSNormalization", "norm_constant", {}),
+            (f"type:{_types(graph, is_attention)}", "attention_cp", {}),
+            (f"type:{_types(graph, is_norm)}", "norm_constant", {}),
+            (f"activation:{','.join(sorted(SMOOTH_ACTIVATIONS))}", "act_identity", {}),
+            *gates,
         ],
         graph,
     )

@@ -46,7 +46,7 @@ def mha():
 
 def rule_relevance(layer, x, mode, eps, r_y, mask=None):
     """The rule's gradient form, turned into relevance: R_in = x ⊙ g_in with the seed g = R_y / y."""
-    from gradscope.rules.builtin.transformer import attention
+    from gradscope.rules.builtin.attention import attention
 
     xs = [tf.constant(x), tf.constant(x)]
     with tf.GradientTape() as tape:
@@ -62,7 +62,7 @@ def test_the_reference_forward_is_keras_multi_head_attention(mha):
     layer, x = mha
     w = ref.mha_weights(layer)
     np.testing.assert_allclose(ref.mha_forward(w, x[0], x[0])["y"], layer(x, x).numpy()[0], rtol=1e-4, atol=1e-5)
-    from gradscope.rules.builtin.transformer import attention
+    from gradscope.rules.builtin.attention import attention
 
     for mode in ("", "attnlrp", "cp"):  # every mode re-runs the same values; only the gradients differ
         y = attention(layer, {"query": x, "value": x}, mode, 1e-6)

@@ -1,6 +1,7 @@
 """Built-in rules; importing this package registers them."""
 
 from gradscope.rules.builtin import (
+    attention,  # noqa: F401
     basic,  # noqa: F401
     excitation,  # noqa: F401
     lrp,  # noqa: F401
