@@ -14,7 +14,7 @@ import numpy as np
 
 from gradscope.core.errors import GraphError, PlanError
 from gradscope.core.results import BackwardResult
-from gradscope.core.targets import Target
+from gradscope.core.targets import Target, next_token_summary
 from gradscope.io.model_inputs import ModelInput
 from gradscope.rules.methods import Method, build_method
 from gradscope.rules.plan import Plan
@@ -187,6 +187,7 @@ class Explanation:
             changed_nodes=self.result.rules,
             view=view,
             positions=positions,
+            explained_token=self.sidecar.get("explained_token"),
         )
 
 
@@ -272,6 +273,8 @@ def explain(
     tokens = fed.kind == "tokens"
     if tokens and node is None:  # no gradient reaches integer ids: read where the signal exists
         node = engine.graph.embedding_of(engine.graph.token_input).id
+    if target.kind == "class" and engine.is_language_model():  # a language model's class is its next token
+        target = target.as_token()
     result = engine.backward(x, target, m.plan, capture=[node] if node else (), stats=False)
     if node is None:
         signal, forward = result.input_grad[0], result.inputs[0][0]
@@ -316,7 +319,130 @@ def explain(
         "readout_node": node,
         "reduction": reduction or m.reduction,
     }
+    if target.kind == "token":  # which token was explained, and how likely the model found it
+        position = engine.token_position(target, x)
+        decode = None
+        if vocab is not None:
+            from gradscope.io.sequences import Vocabulary
+
+            decode = (vocab if isinstance(vocab, Vocabulary) else Vocabulary.load(vocab)).decode
+        token = int(result.target_indices[0])
+        sidecar["explained_token"] = next_token_summary(
+            result.logits[0, position], position, token, target.contrast, decode
+        )
     return Explanation(fed.image, signal, saliency, result, m, node, target, sidecar, fed)
+
+
+@dataclass
+class GenerationExplanation:
+    """A generation attributed token by token (``engine.backward.generation.Generation``): ``matrix[i, j]`` is
+    context token ``j``'s score for generated token ``i``; ``labels`` name every token (prompt, then generated)."""
+
+    generation: Any
+    labels: tuple[str, ...]
+    method: Method
+    sidecar: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def matrix(self) -> np.ndarray:
+        return self.generation.matrix
+
+    @property
+    def generated(self) -> np.ndarray:
+        return self.generation.generated
+
+    def picture(self) -> np.ndarray:
+        from gradscope.render.positions import token_matrix
+
+        g, labels = self.generation, self.labels
+        rows = [f"{labels[g.prompt.size + i]} (p = {p:.2f})" for i, p in enumerate(g.probabilities)]
+        return token_matrix(labels[: g.matrix.shape[1]], rows, g.matrix)
+
+    def csv_text(self) -> str:
+        """One row per generated token: its position, id, label, probability, then a score per context token."""
+        import csv
+        import io
+
+        g, labels = self.generation, self.labels
+        out = io.StringIO()
+        writer = csv.writer(out, lineterminator="\n")
+        context = labels[: g.matrix.shape[1]]
+        writer.writerow(["position", "id", "token", "probability", *(f"{j}:{t}" for j, t in enumerate(context))])
+        for i, row in enumerate(g.matrix):
+            position = g.prompt.size + i
+            cells = ["" if not np.isfinite(v) else repr(float(v)) for v in row]
+            writer.writerow([position, int(g.generated[i]), labels[position], repr(float(g.probabilities[i])), *cells])
+        return out.getvalue()
+
+    def save(self, path: str | Path, *, inputs: Any = ()) -> Path:
+        """The matrix as PNG, the scores as ``<name>_scores.csv`` and the sidecar, written together."""
+        from gradscope import render
+        from gradscope.app.files.exports import refuse_overwriting
+        from gradscope.render.export import sidecar_text
+
+        path = Path(path)
+        if path.suffix.lower() != ".png":
+            raise GraphError(f"The generation's picture is a .png file; got {path.name}.")
+        table = path.with_name(path.stem + "_scores.csv")
+        refuse_overwriting([path, render.sidecar_path(path), table], [self.sidecar.get("model_file"), *inputs])
+        sidecar = {**self.sidecar}
+        sidecar["generation"] = {**sidecar["generation"], "scores_csv": table.name}
+        sidecar_text(sidecar)  # a value JSON cannot hold fails here, before anything is written
+        data = self.csv_text().encode("utf-8")
+        return render.save_png(path, self.picture(), sidecar, [(table, lambda fh: fh.write(data))])
+
+
+def explain_generation(
+    model: Any,
+    prompt: Any,
+    *,
+    steps: int = 16,
+    vocab: Any = None,
+    method: str | Method | None = "attnlrp",
+    plan: Plan | None = None,
+    safe_mode: bool = True,
+    progress: Any = None,
+) -> GenerationExplanation:
+    """Decode ``steps`` tokens greedily after ``prompt`` (token ids, or text with ``vocab``) and attribute each to
+    the prompt and the tokens generated before it, one backward pass per token (Inseq's matrix)."""
+    from gradscope.app.rendering.view import ViewSettings
+    from gradscope.engine.backward.generation import attribute_generation
+    from gradscope.rules.base import carries_relevance
+
+    engine = open_engine(model, safe_mode=safe_mode)
+    fed = model_input(engine, prompt, vocab=vocab)
+    if fed.kind != "tokens":
+        raise GraphError("Generation needs token ids or text for a language model.")
+    m = resolve_method(engine, method, plan)
+    relevance = carries_relevance(r.rule.name for r in m.plan.resolve(engine.graph).rules.values())
+    masks = [i for i, kind in engine.graph.token_companions.items() if kind == "mask"]
+    real = int(fed.arrays[engine.graph.input_ids.index(masks[0])].sum()) if masks else len(fed.ids)
+    g = attribute_generation(engine, fed.ids[:real], steps, m.plan, relevance=relevance, progress=progress)
+    decode = None
+    if vocab is not None:
+        from gradscope.io.sequences import Vocabulary
+
+        decode = (vocab if isinstance(vocab, Vocabulary) else Vocabulary.load(vocab)).decode
+    labels = tuple(decode(g.tokens) if decode else (str(i) for i in g.tokens.tolist()))
+    view = ViewSettings.for_method(m, colormap="bwr", normalization="signed")
+    sidecar = {
+        "model": getattr(engine.model, "name", "model"),
+        "model_file": str(model) if isinstance(model, (str, Path)) else None,
+        "image": fed.source,
+        "target": {"kind": "token"},
+        "method": m.name,
+        "plan": m.plan.to_dict(),
+        "readout_node": g.node,
+        "view": view.to_dict(),
+        "generation": {
+            "prompt": g.prompt.tolist(),
+            "generated": g.generated.tolist(),
+            "labels": list(labels),
+            "probabilities": g.probabilities.tolist(),
+            "scores_csv": "",
+        },
+    }
+    return GenerationExplanation(g, labels, m, sidecar)
 
 
 def sanity(

@@ -43,8 +43,9 @@ if [ ! -f "$stamp" ] || [ "$(cat "$stamp")" != "$want" ]; then
   .venv/bin/python -m pip install -qq -e ".[cpu,dev]"  # the CPU build of TensorFlow for its own .venv
   # keras_hub for the tests of its tokenizers and transformer blocks. --no-deps: keras-hub requires
   # tensorflow-text, which would replace tensorflow-cpu with the full tensorflow build; the parts the tests use
-  # (tokenizers in NumPy, layers, backbones) need only these.
-  .venv/bin/python -m pip install -qq --no-deps "keras-hub>=0.32,<0.33" regex tokenizers kagglehub \
+  # (tokenizers in NumPy, layers, backbones) need only these; sentencepiece for its SentencePiece tokenizers
+  # (Gemma, Llama 2), and to train a tiny one in the tests.
+  .venv/bin/python -m pip install -qq --no-deps "keras-hub>=0.32,<0.33" regex tokenizers kagglehub sentencepiece \
     "kagglesdk>=0.1.38,<1" tqdm
   echo "$want" > "$stamp"
 fi

@@ -4,6 +4,7 @@ or text, a CSV row or arrays."""
 from __future__ import annotations
 
 import argparse
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -21,6 +22,7 @@ from gradscope.cli.common import (
 )
 from gradscope.core.errors import EXIT_USER_ERROR, GradscopeError, ImageLoadError
 from gradscope.core.files import inside, safe_file_name, shorten
+from gradscope.core.targets import Target
 
 
 def add_parser(sub: Any) -> None:
@@ -37,6 +39,25 @@ def add_parser(sub: Any) -> None:
     p.add_argument("--vocab", metavar="FILE", help="vocabulary: one token per line (id = line number), or JSON")
     p.add_argument("--row", type=int, default=0, help="the CSV row to explain (0: the first data row)")
     p.add_argument("--target", help="class index, 'top' (default), 'neuron:NODE:i,j,c' or 'channel:NODE:c'")
+    p.add_argument(
+        "--next",
+        metavar="TOKEN",
+        help="language models: the continuation to explain, a token id or a token of --vocab (default: the most "
+        "likely next token)",
+    )
+    p.add_argument(
+        "--contrast", metavar="TOKEN", help="language models: explain --next rather than this token (logit A - B)"
+    )
+    p.add_argument(
+        "--position", type=int, metavar="K", help="language models: the position whose next token (default: the last)"
+    )
+    p.add_argument(
+        "--generate",
+        type=int,
+        metavar="N",
+        help="language models: decode N tokens greedily and attribute each to the prompt and the tokens before it "
+        "(writes the matrix as PNG, its scores as <out>_scores.csv, and the sidecar)",
+    )
     p.add_argument("--method", help="method preset (see `gradscope methods`; default: gradient)")
     p.add_argument("--plan", help="plan JSON file (selector -> rule + params); overrides --method's plan")
     p.add_argument("--layer", help="read the map at this node id (default: the method's, else the input)")
@@ -100,14 +121,95 @@ def typed_input(args: argparse.Namespace, engine: Any) -> Any:
     return token_input(engine.graph, ids, vocab=vocab, source=str(source) if source.is_file() else "<ids>")
 
 
+def run_generation(args: argparse.Namespace) -> int:
+    """``--generate N``: the generation attributed token by token, as a matrix picture + CSV + sidecar."""
+    from gradscope.api import explain_generation
+    from gradscope.engine.backward.generation import MAX_GENERATE
+
+    if not 1 <= args.generate <= MAX_GENERATE:
+        raise GradscopeError(f"--generate takes 1 to {MAX_GENERATE} tokens; got {args.generate}.")
+    if args.tokens is None and args.text is None:
+        raise GradscopeError("--generate needs a prompt: --text (with --vocab) or --tokens.")
+    out = Path(args.out)
+    if out.suffix.lower() != ".png":
+        raise GradscopeError(f"--out must be a .png file (got {out}).")
+    engine = open_engine(args)
+    fed = typed_input(args, engine)
+    plan = None
+    if args.plan:
+        from gradscope.rules.plan import Plan
+
+        plan = Plan.load(args.plan)
+    method = None if (plan is not None and args.method is None) else (args.method or "attnlrp")
+
+    def show(done: int, total: int) -> None:
+        if not args.quiet:
+            sys.stderr.write(f"\r  generated {done}/{total} tokens")
+            sys.stderr.flush()
+
+    g = explain_generation(engine, fed, steps=args.generate, vocab=args.vocab, method=method, plan=plan, progress=show)
+    g.sidecar["model_file"] = args.model or demo_model()
+    if not args.quiet:
+        sys.stderr.write("\n")
+    path = g.save(out, inputs=[args.plan, args.vocab])
+    text = " ".join(g.labels[len(g.generation.prompt) :])
+    info(args, f"{g.method.name}: generated {len(g.generated)} tokens ({shorten(text, 60)}) -> {path}")
+    return 0
+
+
+def explained(e: Any) -> str:
+    """What was explained, in words: the class, or a language model's next token with its probability."""
+    token = e.sidecar.get("explained_token")
+    if token is None:
+        return f"{e.target.describe()} (class {e.predicted_class})"
+
+    def name(t: dict) -> str:
+        return (
+            f"{t['id']}"
+            + (f" {shorten(t['label'], 30)!r}" if t.get("label") else "")
+            + f" (p = {t['probability']:.3g})"
+        )
+
+    vs = f" rather than {name(token['contrast'])}" if token.get("contrast") else ""
+    return f"next token {name(token)}{vs} after position {token['position']}"
+
+
+def next_token_target(args: argparse.Namespace, engine: Any) -> Target | None:
+    """``--next``, ``--contrast``, ``--position`` as a next-token target (None when none is given)."""
+    if args.next is None and args.contrast is None and args.position is None:
+        return None
+    if not engine.is_language_model():
+        raise GradscopeError(
+            "--next, --contrast and --position are for language models (an output of (batch, sequence, "
+            "vocabulary)); use --target for this model."
+        )
+    if args.target is not None:
+        raise GradscopeError("Give --target or --next/--contrast/--position, not both.")
+    vocab = None
+    if any(t is not None and not t.strip().lstrip("-").isdigit() for t in (args.next, args.contrast)):
+        if not args.vocab:
+            raise GradscopeError("--next/--contrast name a token by its text: give --vocab (or its id).")
+        from gradscope.io.sequences import Vocabulary
+
+        vocab = Vocabulary.load(args.vocab)
+
+    def token(text: str | None) -> int | None:
+        if text is None:
+            return None
+        return int(text) if vocab is None else vocab.token_id(text)
+
+    return Target(kind="token", index=token(args.next), contrast=token(args.contrast), position=args.position)
+
+
 def run(args: argparse.Namespace) -> int:
     from gradscope.api import explain
     from gradscope.app.files.exports import check_long_side
-    from gradscope.core.targets import Target
     from gradscope.io.images import list_images
     from gradscope.rules.plan import Plan
 
     check_long_side(args.size)  # before the model loads: an absurd size is one line, at once
+    if args.generate is not None:
+        return run_generation(args)
     plan = Plan.load(args.plan) if args.plan else None  # a bad plan too
     engine = open_engine(args)
     typed = typed_input(args, engine)
@@ -121,7 +223,7 @@ def run(args: argparse.Namespace) -> int:
         out.mkdir(parents=True, exist_ok=True)
     elif out.suffix.lower() != ".png":
         raise GradscopeError(f"--out must be a .png file (got {out}); for a folder of images give a folder.")
-    target = Target.parse(args.target)
+    target = next_token_target(args, engine) or Target.parse(args.target)
     method = None if (plan is not None and args.method is None) else (args.method or "gradient")
     written, failed, warned, method_warnings = [], [], 0, ()
     stems = [p.stem for p in images] if many else []
@@ -172,7 +274,7 @@ def run(args: argparse.Namespace) -> int:
         if not many:
             info(
                 args,
-                f"{shorten(e.method.name)}: target {e.target.describe()} (class {e.predicted_class}), "
+                f"{shorten(e.method.name)}: target {explained(e)}, "
                 f"{len(e.result.rules)} node(s) with rules, map at {e.node or 'input'} -> {dest}",
             )
     if many:

@@ -23,8 +23,9 @@ from gradscope.core.json_text import parse_json, read_json_file
 
 PLAN_SCHEMA = 2  # 2: a fused layer's id is its output (the activation), "<id>:pre" its linear part (1: "<id>:act")
 SESSION_SCHEMA = 3  # 3: typed tokens and the vocabulary; 2: node ids as in plan schema 2
-SIDECAR_SCHEMA = 4  # 4: per-position scores (tokens, features); 3: node ids as in plan schema 2; 2: one schema
-# for every front end (view settings)
+# 5: the explained next token; 4: per-position scores (tokens, features); 3: node ids as in plan schema 2; 2: one
+# schema for every front end (view settings)
+SIDECAR_SCHEMA = 5
 
 MAX_PLAN_NAME = 200
 
@@ -54,7 +55,7 @@ PlanDocument = Union[PlanFile, list[PlanEntryFile]]  # noqa: UP007  (msgspec nee
 
 
 class TargetFile(msgspec.Struct, forbid_unknown_fields=True):
-    """What is explained: a class logit, a neuron or channel of a node, or a loss (see ``core.targets``)."""
+    """What is explained: a class logit, a next token, a neuron or channel of a node, or a loss (``core.targets``)."""
 
     kind: str = "class"
     index: int | None = None
@@ -62,6 +63,8 @@ class TargetFile(msgspec.Struct, forbid_unknown_fields=True):
     neuron: list[int] | None = None
     channel: int | None = None
     loss: str | None = None
+    position: int | None = None
+    contrast: int | None = None
 
 
 class ViewFile(msgspec.Struct, forbid_unknown_fields=True):
@@ -109,6 +112,33 @@ class SidecarPosition(msgspec.Struct, forbid_unknown_fields=True):
     id: int | None = None  # the token id
 
 
+class SidecarToken(msgspec.Struct, forbid_unknown_fields=True):
+    """A token a language model's explanation names: its id, word (with a vocabulary), probability and logit."""
+
+    id: int
+    probability: float
+    logit: float
+    label: str | None = None
+
+
+class SidecarNextToken(SidecarToken, forbid_unknown_fields=True):
+    """The next token explained, at which position, and the contrast token when the target compares two."""
+
+    position: int = 0
+    contrast: SidecarToken | None = None
+
+
+class SidecarGeneration(msgspec.Struct, forbid_unknown_fields=True):
+    """A generation attributed token by token: the ids, every token's label, each generated token's probability;
+    the matrix is in the CSV beside the picture (``scores_csv``: one row per generated token)."""
+
+    prompt: list[int]
+    generated: list[int]
+    labels: list[str]
+    probabilities: list[float]
+    scores_csv: str
+
+
 class SidecarFile(msgspec.Struct, forbid_unknown_fields=True):
     """The JSON beside an exported PNG: what the picture shows, enough to reproduce it."""
 
@@ -126,6 +156,8 @@ class SidecarFile(msgspec.Struct, forbid_unknown_fields=True):
     readout_node: str | None = None
     changed_nodes: list[str] = []
     positions: list[SidecarPosition] = []  # a text or tabular input: one score per token / feature
+    explained_token: SidecarNextToken | None = None  # a language model's next-token target
+    generation: SidecarGeneration | None = None  # a generation attributed (the picture is its matrix)
     export: dict[str, Any] = {}
     editor_schema: str | None = _EDITOR_SCHEMA
 

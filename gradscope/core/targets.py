@@ -7,7 +7,7 @@ from typing import Any
 
 from gradscope.core.errors import TargetError
 
-TARGET_KINDS = ("class", "neuron", "channel", "loss")
+TARGET_KINDS = ("class", "token", "neuron", "channel", "loss")
 
 
 def whole_number(value: object, what: str) -> int | None:
@@ -37,6 +37,10 @@ class Target:
       softmax is skipped, so this is the pre-softmax logit, as RULES_SPEC §1 asks (one-hot seed on logits).
     - ``neuron``: one element ``neuron`` (index without the batch axis) of node ``node``'s output.
     - ``channel``: the sum over all positions of channel ``channel`` (last axis) of node ``node``'s output.
+    - ``token``: a causal language model's next token (its output is (batch, sequence, vocabulary)): the logit of
+      token ``index`` (``None``: the most likely) at ``position`` (``None``: the last real position, before any
+      padding), minus the logit of token ``contrast`` there when given (a contrastive explanation: why A rather
+      than B). A ``class`` target on such a model is this target.
     - ``loss``: a training loss (``loss``: "auto", "compiled", "crossentropy", "mse"; see
       ``gradscope.engine.backward.loss_targets``), batch mean, with labels given at run time (``engine.backward(...,
       labels=...)``): labels are data, not part of the target.
@@ -48,6 +52,8 @@ class Target:
     neuron: tuple[int, ...] | None = None
     channel: int | None = None
     loss: str | None = None
+    position: int | None = None
+    contrast: int | None = None
 
     def __post_init__(self) -> None:
         if self.kind not in TARGET_KINDS:
@@ -56,8 +62,10 @@ class Target:
             raise TargetError("A neuron target needs `neuron=(i, j, ...)` (index without the batch axis).")
         if self.kind == "channel" and self.channel is None:
             raise TargetError("A channel target needs `channel=c`.")
-        for name in ("index", "channel"):
+        for name in ("index", "channel", "position", "contrast"):
             object.__setattr__(self, name, whole_number(getattr(self, name), f"target {name}"))
+        if (self.position is not None or self.contrast is not None) and self.kind not in ("class", "token"):
+            raise TargetError("A position or a contrast belongs to a next-token target (kind 'token').")
         if self.neuron is not None:
             try:
                 neuron = tuple(whole_number(i, "neuron index") for i in self.neuron)
@@ -71,13 +79,35 @@ class Target:
         if self.kind == "class" and self.index is not None and classes and not 0 <= self.index < classes:
             raise TargetError(f"Class {self.index} does not exist: the model has {classes} classes.")
 
+    def check_token(self, vocabulary: int | None, length: int | None) -> None:
+        """Raise ``TargetError`` for a token or position the language model does not have."""
+        for what, value in (("token", self.index), ("contrast token", self.contrast)):
+            if value is not None and vocabulary and not 0 <= value < vocabulary:
+                raise TargetError(f"The {what} {value} does not exist: the vocabulary has {vocabulary} tokens.")
+        if self.position is not None and length is not None and not -length <= self.position < length:
+            raise TargetError(f"Position {self.position} does not exist: the input has {length} positions.")
+        if self.contrast is not None and self.contrast == self.index:
+            raise TargetError("A contrast compares two different tokens; give another one.")
+
+    def as_token(self) -> Target:
+        """A class target read as the next-token target of a language model (the same index)."""
+        return (
+            self
+            if self.kind == "token"
+            else Target(kind="token", index=self.index, position=self.position, contrast=self.contrast)
+        )
+
     def trace_key(self) -> tuple:
-        """The part that changes the traced graph (a class index does not: it is fed as a tensor)."""
-        return (self.kind, self.node, self.neuron, self.channel, self.loss)
+        """The part that changes the traced graph (a class or token index does not: it is fed as a tensor)."""
+        return (self.kind, self.node, self.neuron, self.channel, self.loss, self.position, self.contrast)
 
     def describe(self) -> str:
         if self.kind == "class":
             return "top-1 class logit" if self.index is None else f"logit of class {self.index}"
+        if self.kind == "token":
+            where = "the last position" if self.position is None else f"position {self.position}"
+            what = "the most likely next token" if self.index is None else f"token {self.index}"
+            return f"{what} after {where}" + (f", minus token {self.contrast}" if self.contrast is not None else "")
         if self.kind == "loss":
             return f"training loss ({self.loss or 'auto'}{f', output {self.node}' if self.node else ''})"
         if self.kind == "neuron":
@@ -100,6 +130,8 @@ class Target:
             neuron=None if doc.neuron is None else tuple(doc.neuron),
             channel=doc.channel,
             loss=doc.loss,
+            position=doc.position,
+            contrast=doc.contrast,
         )
 
     @classmethod
@@ -125,3 +157,25 @@ class Target:
             f"Cannot read target {text!r}: use a class index (7), 'top', 'neuron:NODE:i,j,c', 'channel:NODE:c' "
             "or 'loss[:crossentropy|mse|compiled]'."
         )
+
+
+def next_token_summary(
+    logits: Any, position: int, token: int, contrast: int | None = None, decode: Any = None
+) -> dict[str, Any]:
+    """What a next-token explanation explained, as the sidecar and the window say it: the position, the token
+    (id, its word through ``decode`` when there is a vocabulary) and its probability (the softmax of the logits
+    at that position), and the same of the contrast token."""
+    import numpy as np
+
+    row = np.asarray(logits, np.float64).reshape(-1)
+    probs = np.exp(row - row.max())
+    probs /= probs.sum()
+
+    def entry(t: int) -> dict[str, Any]:
+        label = decode([t])[0] if decode is not None else None
+        return {"id": int(t), "label": label, "probability": float(probs[t]), "logit": float(row[t])}
+
+    out: dict[str, Any] = {"position": int(position), **entry(token)}
+    if contrast is not None:
+        out["contrast"] = entry(contrast)
+    return out

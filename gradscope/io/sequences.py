@@ -99,6 +99,17 @@ class Vocabulary:
             raise InputError("The text has no words.")
         return np.array(ids, np.int64)
 
+    def token_id(self, text: str) -> int:
+        """One token as its id: a whole number is an id; else the token as written (a continuation such as
+        ``--next cat``). ``InputError`` when it is not one token of this vocabulary."""
+        text = text.strip()
+        if text.lstrip("-").isdigit():
+            return int(text)
+        found = self._index.get(text)
+        if found is None:
+            raise InputError(f"{shorten(text)!r} is not a token of the vocabulary {Path(self.source).name}.")
+        return found
+
     def decode(self, ids: Any) -> list[str]:
         """The token of each id (``#id`` where the vocabulary has none)."""
         out = []
@@ -119,9 +130,11 @@ def is_hub_tokenizer(path: str | Path) -> bool:
 
 @dataclass(frozen=True)
 class HubVocabulary(Vocabulary):
-    """A keras_hub tokenizer as a vocabulary: text is split as the model was trained (WordPiece, BPE, ...), and
-    a tokenizer with classification tokens (BERT's ``[CLS]``, ``[SEP]``) wraps the text in them, as keras_hub's
-    classifier preprocessors do. Tokenizing runs in NumPy (keras_hub >= 0.32), so it is safe on any thread."""
+    """A keras_hub tokenizer as a vocabulary: text is split as the model was trained (WordPiece, BPE,
+    SentencePiece), and a tokenizer with classification tokens (BERT's ``[CLS]``, ``[SEP]``) wraps the text in
+    them, as keras_hub's classifier preprocessors do; a language model's (Llama 3, Gemma, GPT-2) starts it with
+    its start token, as its causal-LM preprocessor does. Tokenizing runs in NumPy (keras_hub >= 0.32), so it is
+    safe on any thread."""
 
     tokenizer: Any = None
     wrap: tuple[int | None, int | None] = (None, None)
@@ -147,7 +160,20 @@ class HubVocabulary(Vocabulary):
         except Exception as exc:  # noqa: BLE001 - a broken preset is the user's input: one line
             raise InputError(f"Cannot load the keras_hub tokenizer in {folder}: {type(exc).__name__}: {exc}") from exc
         wrap = (getattr(tokenizer, "cls_token_id", None), getattr(tokenizer, "sep_token_id", None))
-        return cls(tokens, str(folder), tokenizer, wrap if None not in wrap else (None, None))
+        if None in wrap:  # a language model's tokenizer: its preprocessor starts the text with the start token
+            wrap = (getattr(tokenizer, "start_token_id", None), None)
+        return cls(tokens, str(folder), tokenizer, wrap)
+
+    def token_id(self, text: str) -> int:
+        """A continuation as the tokenizer splits it (``" cat"`` is one token of a BPE vocabulary): an id, a token
+        as the vocabulary writes it, or a word that the tokenizer makes one token of."""
+        if text.strip().lstrip("-").isdigit() or text in self._index:
+            return super().token_id(text) if text not in self._index else self._index[text]
+        ids = [int(i) for i in np.asarray(self.tokenizer.tokenize(text)).reshape(-1)]
+        if len(ids) != 1:
+            pieces = " ".join(self.decode(ids))
+            raise InputError(f"{shorten(text)!r} is {len(ids)} tokens ({shorten(pieces)}); give one token or its id.")
+        return ids[0]
 
     def encode(self, text: str) -> np.ndarray:
         ids = [int(i) for i in np.asarray(self.tokenizer.tokenize(text)).reshape(-1)]

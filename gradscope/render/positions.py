@@ -111,3 +111,44 @@ def feature_bars(
         )
     draw.line((axis, PAD, axis, img.height - PAD), fill=(96, 125, 139))
     return np.asarray(img, np.uint8)
+
+
+def token_matrix(
+    context: Sequence[str],
+    generated: Sequence[str],
+    matrix: np.ndarray,
+    *,
+    colormap: str = "bwr",
+    cell: int = 28,
+) -> np.ndarray:
+    """uint8 (H, W, 3): a generation's attribution (Inseq's matrix): one row per generated token (its word and
+    probability label the row), one column per context token (prompt, then the generated ones), each cell coloured
+    by that token's score for the row's token, normalised per row (signed: red for, blue against); cells after the
+    row's token, which it could not see, are grey."""
+    from PIL import Image, ImageDraw
+
+    scores = np.asarray(matrix, np.float64)
+    rows, cols = scores.shape
+    if len(generated) != rows or len(context) != cols:
+        raise ValueError(f"{len(generated)} x {len(context)} labels for a {rows} x {cols} matrix.")
+    font = _font(13)
+    probe = ImageDraw.Draw(Image.new("RGB", (1, 1)))
+    left = min(260, max((int(probe.textlength(t, font=font)) for t in generated), default=0) + 2 * PAD)
+    top = min(160, max((int(probe.textlength(t, font=font)) for t in context), default=0) + 2 * PAD)
+    img = Image.new("RGB", (left + cols * cell + PAD, top + rows * cell + PAD), (255, 255, 255))
+    draw = ImageDraw.Draw(img)
+    for j, label in enumerate(context):  # column labels, written upwards
+        text = Image.new("RGB", (top, cell), (255, 255, 255))
+        ImageDraw.Draw(text).text((PAD, (cell - 13) // 2), label[:24], fill=(38, 50, 56), font=font)
+        img.paste(text.rotate(90, expand=True), (left + j * cell, 0))
+    for i, label in enumerate(generated):
+        y = top + i * cell
+        draw.text((PAD, y + (cell - 13) // 2), label[:36], fill=(38, 50, 56), font=font)
+        row = scores[i]
+        seen = np.isfinite(row)
+        colours = _colours(np.where(seen, row, 0.0), colormap, "signed") if seen.any() else None
+        for j in range(cols):
+            x = left + j * cell
+            fill = tuple(int(c) for c in colours[j]) if colours is not None and seen[j] else (236, 239, 241)
+            draw.rectangle((x, y, x + cell - 2, y + cell - 2), fill=fill)
+    return np.asarray(img, np.uint8)

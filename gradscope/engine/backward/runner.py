@@ -21,7 +21,7 @@ from gradscope.core.errors import Cancelled, GradscopeError, GraphError, RuleErr
 from gradscope.core.graph import LayerGraph
 from gradscope.core.results import BackwardResult, LazyArrays, NodeStats
 from gradscope.core.targets import Target
-from gradscope.engine.backward import loss_targets
+from gradscope.engine.backward import loss_targets, token_targets
 from gradscope.engine.backward.context import RuleContext
 from gradscope.engine.backward.keras_graph import ExecGraph, Step, build_exec_graph
 from gradscope.engine.backward.kernels import as_missing_kernel, kernels_named
@@ -226,6 +226,8 @@ class Engine:
     ) -> tuple:
         if target.kind == "loss":
             return loss_targets.loss_scalar(self, target, values, labels), tf.zeros([0], tf.int32)
+        if target.kind == "token":
+            return token_targets.token_scalar(self, target, values, class_idx)
         if target.kind == "class":
             logits = values[self.logits_key]
             if logits.shape.rank != 2:
@@ -255,6 +257,15 @@ class Engine:
         if channels is not None and not -channels <= target.channel < channels:
             raise TargetError(f"Node {node_id!r} has {channels} channels; channel {target.channel} does not exist.")
         return tf.reduce_sum(out[..., target.channel]), tf.zeros([0], tf.int32)
+
+    def token_position(self, target: Target, inputs: Any) -> int:
+        """The position a next-token target reads in the first sample of ``inputs`` (what a sidecar reports)."""
+        return token_targets.first_position(self, target, self._as_inputs(inputs))
+
+    def is_language_model(self) -> bool:
+        """The first output is (batch, sequence, vocabulary) logits over token ids: a class target is a token."""
+        shape = self.graph.node(self.graph.output_ids[0]).output_shape
+        return self.graph.token_input is not None and len(shape) == 3
 
     # ------------------------------------------------------------------------------------------- tracing
     def _trace_key(self, resolution: Resolution, target: Target, capture: tuple, weight_grads: bool, stats: bool):
@@ -410,6 +421,11 @@ class Engine:
         resolution = plan.resolve(self.graph)
         xs = self._as_inputs(inputs)
         batch = int(xs[0].shape[0])
+        if target.kind == "class" and self.is_language_model():  # a language model's "class" is the next token
+            target = target.as_token()
+        if target.kind == "token":
+            length = xs[self.graph.input_ids.index(self.graph.token_input)].shape[1] if self.graph.token_input else None
+            target.check_token(self.graph.node(self.graph.output_ids[0]).output_shape[-1], length)
         target.check_class(self.graph.class_count())
         if classes is None:
             class_idx = tf.fill([batch], -1 if target.index is None else int(target.index))
@@ -500,7 +516,7 @@ class Engine:
     def live_supported(self, resolution: Resolution, target: Target, weight_grads: bool = False) -> bool:
         """Whether a live sweep gives this pass (else it takes the whole-plan path)."""
         return (
-            target.kind in ("class", "neuron", "channel")
+            target.kind in ("class", "token", "neuron", "channel")
             and not weight_grads
             and not any(type(r.rule).overrides_forward() for r in resolution.rules.values())
             and self._live_steps

@@ -1,0 +1,116 @@
+"""Generation, attributed (Inseq's view of a language model): decode greedily and explain every generated token
+by the prompt and the tokens generated before it, one backward pass per token.
+
+The sequence is padded to its final length from the start (the padding mask hides what is not there yet; a
+causal model never looks ahead), so every step has the same shapes: one compiled pass serves every token after
+the first. Each step's target is the next token at the last real position; its most likely token is the one
+generated (greedy), so no separate decoding pass is needed.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from gradscope.core.errors import InputError, TargetError
+from gradscope.core.targets import Target
+from gradscope.engine.backward.attribution import token_scores, weighted_signal
+
+#: The most tokens one call generates (each costs one backward pass).
+MAX_GENERATE = 512
+
+
+@dataclass
+class Generation:
+    """A generation and its attribution: ``matrix[i, j]`` is context token ``j``'s score for generated token
+    ``i`` (NaN where token ``j`` came after it); ``tokens`` are the ids of the prompt and every generated token."""
+
+    prompt: np.ndarray  # int64 (L,)
+    generated: np.ndarray  # int64 (N,)
+    probabilities: np.ndarray  # (N,) each generated token's probability when it was chosen
+    matrix: np.ndarray  # (N, L + N - 1)
+    node: str  # where the scores were read (the token embedding)
+    seconds: float = 0.0
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def tokens(self) -> np.ndarray:
+        return np.concatenate([self.prompt, self.generated])
+
+
+def attribute_generation(
+    engine: Any,
+    prompt: np.ndarray,
+    steps: int,
+    plan: Any,
+    *,
+    relevance: bool = False,
+    progress: Callable[[int, int], None] | None = None,
+) -> Generation:
+    """Generate ``steps`` tokens after ``prompt`` greedily and attribute each (``plan``: the method's plan;
+    ``relevance``: its rules pass relevance, read as it is, else signal x embedding)."""
+    import time
+
+    graph = engine.graph
+    if not engine.is_language_model():
+        raise TargetError("Generation needs a language model: an output of (batch, sequence, vocabulary) logits.")
+    if not isinstance(steps, int) or not 1 <= steps <= MAX_GENERATE:
+        raise InputError(f"The number of tokens to generate is 1 to {MAX_GENERATE}; got {steps}.")
+    prompt = np.asarray(prompt, np.int64).reshape(-1)
+    if prompt.size == 0:
+        raise InputError("Give a prompt of at least one token.")
+    token_input = graph.token_input
+    length = graph.node(token_input).output_shape[1]
+    total = prompt.size + steps
+    if length is not None and total > length:
+        raise InputError(
+            f"The model reads {length} tokens; a prompt of {prompt.size} leaves room for {length - prompt.size}."
+        )
+    masks = [i for i, kind in graph.token_companions.items() if kind == "mask"]
+    padded = bool(masks) and length is None  # one shape for every step (see the module docstring)
+    size = (total if padded else None) or (length or 0)
+    node = graph.embedding_of(token_input).id
+    ids = np.zeros(max(size, total), np.int64)
+    ids[: prompt.size] = prompt
+    rows, probs, chosen = [], [], []
+    t0 = time.perf_counter()
+    for i in range(steps):
+        real = prompt.size + i
+        width = ids.size if (padded or length) else real
+        arrays = _arrays(graph, ids[:width], real)
+        target = Target(kind="token", position=real - 1)
+        result = engine.backward(arrays, target, plan, capture=[node], stats=False)
+        token = int(result.target_indices[0])
+        logits = np.asarray(result.logits[0, real - 1], np.float64)
+        p = np.exp(logits - logits.max())
+        probs.append(float(p[token] / p.sum()))
+        signal = weighted_signal(
+            result.node_grads[node][0], result.node_values[node][0], times_input=not relevance, grad_cam=False
+        )
+        rows.append(token_scores(signal)[:real])
+        chosen.append(token)
+        ids[real] = token
+        if progress is not None:
+            progress(i + 1, steps)
+    matrix = np.full((steps, total - 1), np.nan)
+    for i, row in enumerate(rows):
+        matrix[i, : row.size] = row
+    return Generation(prompt, np.array(chosen, np.int64), np.array(probs), matrix, node, time.perf_counter() - t0)
+
+
+def _arrays(graph: Any, ids: np.ndarray, real: int) -> list[np.ndarray]:
+    """The model's inputs for ``ids`` of which the first ``real`` are there: token ids, the padding mask (1 where
+    a token is), segment ids 0."""
+    out = []
+    for input_id in graph.input_ids:
+        kind = graph.token_companions.get(input_id)
+        if input_id == graph.token_input:
+            out.append(ids[None])
+        elif kind == "mask":
+            out.append((np.arange(ids.size) < real).astype(np.int64)[None])
+        else:
+            out.append(np.zeros((1, ids.size), np.int64))
+    return out
