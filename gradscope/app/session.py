@@ -1,14 +1,10 @@
 """What one window shows, Qt-free: a composition of small evented models and the few flows that cross them.
 
-Each model owns one part of the state and emits its own events (``docs/app_models.md`` lists them):
-``document`` (the open model), ``fed`` (its input), ``editor`` (the plan and its undo), ``targeting``,
-``viewing``, ``selection``, ``results``, ``ab`` (the A/B comparison), ``reports`` (diagnostics, sanity),
-``catalog`` (the rules), ``jobs`` (the worker) and ``feedback`` (status and errors). Widgets subscribe to the
-models they show and call their methods; the Session wires what crosses them: a new plan, target or input
-runs the backward pass, a new input or target ends the comparison, a new model resets everything else.
-
-Everything that touches TensorFlow runs as a job on the executor's single worker thread; results come back as
-numpy on the owner's thread, and a result a newer request made stale is dropped.
+Each model owns one part of the state and emits its own events (``docs/app_models.md`` lists them). Widgets
+subscribe to the models they show and call their methods; the Session wires what crosses them: a new plan, target
+or input runs the backward pass, a new input or target ends the comparison, a new model resets everything else.
+Everything that touches TensorFlow runs as a job on the one worker thread; results come back as numpy on the
+owner's thread, and a result a newer request made stale is dropped.
 """
 
 from __future__ import annotations
@@ -41,7 +37,7 @@ from gradscope.app.models.viewing import Viewing
 from gradscope.app.rendering.comparison import Comparison
 from gradscope.app.rendering.positions import position_images
 from gradscope.app.rendering.view import OverlayImages, ViewSettings, overlay_images
-from gradscope.app.work.running import RunOutput, run_job, run_status, sampling_of
+from gradscope.app.work.running import RunOutput, generation_job, run_job, run_status, sampling_of
 from gradscope.core.errors import GradscopeError
 from gradscope.core.graph import LayerGraph
 from gradscope.core.results import BackwardResult
@@ -78,7 +74,6 @@ class Session:
         self.fed.changed.connect(self._on_input)
 
     # ------------------------------------------------------------------------------------------- shortcuts
-    # The state the front ends read most, each owned by one model.
     @property
     def graph(self) -> LayerGraph | None:
         return self.document.graph
@@ -299,6 +294,15 @@ class Session:
     def _on_worker_recovered(self) -> None:
         self.feedback.say("The computation that did not stop has returned: gradscope computes again.")
 
+    def generate(self, steps: int) -> bool:
+        """A language model's generation attributed token by token, on the worker (``Results.generation``)."""
+        engine, fed = self.document.engine, self.fed.fed
+        if engine is None or fed is None or fed.kind != "tokens" or not engine.is_language_model():
+            return False
+        job = generation_job(engine, fed, steps, self.plan, self.fed.vocab)
+        self.jobs.submit("generate", f"Generating {steps} tokens…", job, lambda out: self.results.set_generation(*out))
+        return True
+
     def diagnose(self) -> bool:
         """Path diagnostics of the open model for the current target (``Reports.diagnose``)."""
         return self.reports.diagnose(self.document.engine, self.inputs, self.target)
@@ -377,12 +381,9 @@ class Session:
         return session_files.write_session_file(path, self.to_dict())
 
     def load(self, path: str | Path, *, allow_code: bool = False) -> bool:
-        """Open a session file: its model loads on the worker, then plan, target, view and image apply.
-
-        A session file is data, and may come from someone else: the custom-objects Python file it names is
-        imported only with ``allow_code=True`` (the GUI asks first, showing the path; ``session_code_files``
-        says what a file names). Without it the model loads without custom objects, and if it needs them the
-        error says so."""
+        """Open a session file: its model loads on the worker, then plan, target, view and image apply. A session
+        file is data: the custom-objects file it names is imported only with ``allow_code=True`` (the GUI asks,
+        showing the path); without, the model loads without them, and if it needs them the error says so."""
         try:
             data = session_files.read_session_file(path)
         except GradscopeError as exc:

@@ -101,6 +101,12 @@ class LayerGraph:
     def __contains__(self, node_id: object) -> bool:
         return node_id in self._by_id  # type: ignore[attr-defined]
 
+    @property
+    def is_language_model(self) -> bool:
+        """Token ids in, (batch, sequence, vocabulary) logits out: a class target is the next token."""
+        shape = self.node(self.output_ids[0]).output_shape if self.output_ids else ()
+        return self.token_input is not None and len(shape) == 3
+
     def class_count(self) -> int | None:
         """How many classes the first output scores, when it is (batch, classes); else None."""
         shape = self.node(self.output_ids[0]).output_shape if self.output_ids else ()

@@ -31,6 +31,7 @@ from gradscope.app.rendering.view import (
 from gradscope.app.session import Session
 from gradscope.core.errors import GradscopeError
 from gradscope.qt.images import to_pixmap
+from gradscope.qt.language_panel import LanguagePanel
 from gradscope.qt.reflow import ReflowGrid
 
 
@@ -245,6 +246,9 @@ class OverlayView(QWidget):
         self.positions_panel = PositionsPanel()
         self.positions_panel.hide()
         lay.addWidget(self.positions_panel, 1)
+        self.language_panel = LanguagePanel(session)  # a language model's next token and generation
+        self.language_panel.hide()
+        lay.addWidget(self.language_panel)
         self.note = QLabel()
         self.note.setWordWrap(True)
         self.note.setStyleSheet("color:#607d8b")
@@ -310,14 +314,15 @@ class OverlayView(QWidget):
         self.target.clear()
         top = s.results.top_k(5)
         predicted = int(s.result.target_indices[0]) if s.result is not None and s.result.target_indices.size else None
-        auto = f" → class {s.document.class_label(predicted)}" if predicted is not None else ""
+        kind = "token" if s.graph is not None and s.graph.is_language_model else "class"  # an LM: its next token
+        auto = f" → {kind} {s.document.class_label(predicted)}" if predicted is not None else ""
         self.target.addItem("top-1 (auto)" + auto, None)
         for idx, p in top:
-            self.target.addItem(f"class {s.document.class_label(idx)}   p={p:.3f}", idx)
-        if s.target.kind == "class" and s.target.index is not None:
+            self.target.addItem(f"{kind} {s.document.class_label(idx)}   p={p:.3f}", idx)
+        if s.target.kind in ("class", "token") and s.target.index is not None:
             i = self.target.findData(s.target.index)
             if i < 0:
-                self.target.addItem(f"class {s.document.class_label(s.target.index)}", s.target.index)
+                self.target.addItem(f"{kind} {s.document.class_label(s.target.index)}", s.target.index)
                 i = self.target.count() - 1
             self.target.setCurrentIndex(i)
         self.target.blockSignals(False)
@@ -448,6 +453,8 @@ class OverlayView(QWidget):
     def _show_positions(self, shown: bool) -> None:
         self.positions_panel.setVisible(shown)
         self.panels_box.setVisible(not shown)
+        graph = self.session.graph
+        self.language_panel.setVisible(shown and graph is not None and graph.is_language_model)
 
     def current_overlay(self) -> Any:
         return self.blend_panel.pixmap() or self.map_panel.pixmap()

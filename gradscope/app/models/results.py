@@ -25,7 +25,13 @@ from gradscope.rules.plan import Plan
 
 
 class Results:
+    """Also a language model's generation attributed token by token (``generation``: the engine's
+    ``Generation``, ``generation_labels``: a label per token), computed on the worker."""
+
     def __init__(self) -> None:
+        self.generation: Any = None
+        self.generation_labels: tuple[str, ...] = ()
+        self.generation_changed = Signal("generation_changed")  # (generation or None)
         self.current: BackwardResult | None = None
         self.baseline: BackwardResult | None = None
         #: The plan and method ``current`` was computed with: while a newer plan computes, the views label the
@@ -57,6 +63,7 @@ class Results:
         """Nothing computed (a new model): quiet, the caller announces the new model."""
         self.current = self.baseline = self.plan = self.method = self.seconds = self.baseline_key = None
         self.readout = {}
+        self.generation, self.generation_labels = None, ()  # the views hear of it with the new model's events
 
     def baseline_for(self, key: tuple) -> BackwardResult | None:
         """The baseline, if it was computed for ``key`` (same engine, input and target): a plan edit reuses it."""
@@ -91,14 +98,26 @@ class Results:
         return set()
 
     def top_k(self, k: int = 5) -> list[tuple[int, float]]:
-        """The model's top-k classes for the first sample: (index, probability or score)."""
+        """The model's top-k classes for the first sample: (index, probability or score); for a language model
+        the top-k next tokens at the explained position, with their probabilities."""
         res = self.current or self.baseline
         k = whole_number(k, "number of classes") or 0
-        if res is None or res.predictions.ndim != 2 or k < 1:
+        if res is None or k < 1:
             return []
-        p = res.predictions[0]
+        if res.predictions.ndim == 3 and "token_position" in res.meta:
+            row = np.asarray(res.logits[0, res.meta["token_position"]], np.float64)
+            p = np.exp(row - row.max())
+            p /= p.sum()
+        elif res.predictions.ndim == 2:
+            p = res.predictions[0]
+        else:
+            return []
         order = np.argsort(-p, kind="stable")[:k]
         return [(int(i), float(p[i])) for i in order]
+
+    def set_generation(self, generation: Any, labels: tuple[str, ...] = ()) -> None:
+        self.generation, self.generation_labels = generation, tuple(labels)
+        self.generation_changed.emit(generation)
 
     def of(self, which: str) -> BackwardResult | None:
         return self.current if which == "current" else self.baseline

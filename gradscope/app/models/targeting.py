@@ -44,6 +44,16 @@ class Targeting:
             return False
         return self.set(target)
 
+    def set_token(self, index: int | None, *, contrast: int | None = None, position: int | None = None) -> bool:
+        """A language model's next token: ``index`` (None: the most likely) at ``position`` (None: the last),
+        rather than ``contrast`` when given."""
+        try:
+            target = Target(kind="token", index=index, contrast=contrast, position=position)
+        except TargetError as exc:
+            self._feedback.error("Bad target", str(exc), exc)
+            return False
+        return self.set(target)
+
     def reset(self, target: Target | None = None) -> None:
         """Quietly back to ``target`` (default: the predicted class) for a new model."""
         self.target = target if target is not None else Target()

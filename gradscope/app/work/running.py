@@ -89,3 +89,27 @@ def sampling_of(method: str | None, graph: Any) -> tuple[str, dict[str, Any]] | 
     except Exception:  # noqa: BLE001 - a preset that does not fit this model simply has no sampling
         return None
     return (m.sampling, dict(m.options)) if m.sampling else None
+
+
+def generation_job(engine: Any, fed: Any, steps: int, plan: Plan, vocab: Any) -> Callable[[Any], tuple]:
+    """The job ``fn(token) -> (Generation, labels)``: ``steps`` tokens decoded greedily after the typed prompt and
+    each attributed under ``plan`` (``engine.backward.generation``), progress in the busy label."""
+    from gradscope.engine.backward.generation import attribute_generation
+    from gradscope.rules.base import carries_relevance
+
+    graph = engine.graph
+    masks = [i for i, kind in graph.token_companions.items() if kind == "mask"]
+    real = int(fed.arrays[graph.input_ids.index(masks[0])].sum()) if masks else len(fed.ids)
+
+    def job(token: Any) -> tuple:
+        relevance = carries_relevance(r.rule.name for r in plan.resolve(graph).rules.values())
+
+        def progress(done: int, total: int) -> None:
+            token.check()
+            token.report(f"Generating: token {done} of {total}…")
+
+        g = attribute_generation(engine, fed.ids[:real], steps, plan, relevance=relevance, progress=progress)
+        labels = tuple(vocab.decode(g.tokens) if vocab is not None else (str(i) for i in g.tokens.tolist()))
+        return g, labels
+
+    return job

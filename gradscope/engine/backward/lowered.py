@@ -107,17 +107,26 @@ def _conv2d(op: Any, linear_call: bool, xs: list) -> Lowered | None:
 
 
 def _dense(op: Any, linear_call: bool, xs: list) -> Lowered | None:
-    if xs[0].shape.rank != 2 or not _linear(op, linear_call):  # ops.matmul on other ranks is not one MatMul
+    """A Dense on the last axis: one MatMul on the input flattened to 2-d (a language model's (batch, sequence,
+    width) too), reshaped back: the op Keras's ``matmul`` runs for these ranks."""
+    rank = xs[0].shape.rank
+    if rank is None or rank < 2 or not _linear(op, linear_call):
         return None
     k = _index(op, op.kernel)
     b = _index(op, op.bias) if op.bias is not None else None
 
+    def flat(t: Any) -> Any:
+        return t if rank == 2 else tf.reshape(t, [-1, tf.shape(t)[-1]])
+
+    def back(t: Any, like: Any) -> Any:
+        return t if rank == 2 else tf.reshape(t, tf.concat([tf.shape(like)[:-1], tf.shape(t)[-1:]], 0))
+
     def forward(xs: Tensors, ws: Tensors) -> list[Any]:
-        y = tf.matmul(xs[0], ws[k])
+        y = back(tf.matmul(flat(xs[0]), ws[k]), xs[0])
         return [y if b is None or ws[b] is None else tf.add(y, ws[b])]  # None: a rule dropped the bias
 
     def vjp(xs: Tensors, ys: Tensors, ws: Tensors, dys: Tensors) -> list[Any]:
-        return [tf.matmul(dys[0], ws[k], transpose_b=True)]
+        return [back(tf.matmul(flat(dys[0]), ws[k], transpose_b=True), xs[0])]
 
     return Lowered(forward, vjp)
 

@@ -264,8 +264,7 @@ class Engine:
 
     def is_language_model(self) -> bool:
         """The first output is (batch, sequence, vocabulary) logits over token ids: a class target is a token."""
-        shape = self.graph.node(self.graph.output_ids[0]).output_shape
-        return self.graph.token_input is not None and len(shape) == 3
+        return self.graph.is_language_model
 
     # ------------------------------------------------------------------------------------------- tracing
     def _trace_key(self, resolution: Resolution, target: Target, capture: tuple, weight_grads: bool, stats: bool):
@@ -597,6 +596,9 @@ class Engine:
             unmatched=resolution.unmatched,
             meta={
                 **meta,
+                **(
+                    {"token_position": token_targets.first_position(self, target, xs)} if target.kind == "token" else {}
+                ),
                 "weight_problems": self.weight_problems(),
                 "softmax_stripped": self.softmax_stripped,
                 "target": target.to_dict(),

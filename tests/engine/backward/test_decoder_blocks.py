@@ -5,6 +5,8 @@ before."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import numpy as np
 import pytest
 
@@ -82,3 +84,39 @@ def test_node_ids_inside_opened_blocks_do_not_depend_on_what_ran_before(saved):
         and any(i.endswith("/add") for i in first)
         and not any("_1" in i.split("/")[-1] for i in first if "add" in i)
     )
+
+
+LABELS = {
+    "llama": "Llama",
+    "llama3": "Llama 3",
+    "mistral": "Mistral",
+    "qwen": "Qwen 2",
+    "gemma": "Gemma",
+    "gemma2": "Gemma 2",
+    "gemma3": "Gemma 3",
+    "gpt2": "GPT-2",
+    "phi3": "Phi-3",
+}
+
+
+def family_row(family: str, model) -> str:
+    """The README's row for a family, computed from the opened graph."""
+    engine = Engine(model)
+    nodes = engine.graph.nodes
+    first = next(n for n in nodes if n.op_type.endswith("Attention"))
+    block = first.id.rsplit("/", 1)[0]
+    inside = [n for n in nodes if n.id.startswith(block + "/")]
+    norms = sorted({n.op_type for n in inside if n.op_type.endswith(("Norm", "Normalization"))})
+    acts = sorted({n.activation for n in inside if n.activation})
+    mlp = ("gated, " if any(n.op_type == "Multiply" for n in inside) else "") + ", ".join(acts)
+    return (
+        f"| {LABELS[family]} | `{type(model).__name__}` | {len(inside)} | {first.op_type} | {', '.join(norms)} "
+        f"| {mlp} | yes |"
+    )
+
+
+def test_the_readme_lists_every_family_as_it_opens(saved):
+    family, model = saved
+    row = family_row(family, model)
+    readme = (Path(__file__).resolve().parents[3] / "README.md").read_text().splitlines()
+    assert row in readme, f"README should have the row:\n{row}"

@@ -84,6 +84,10 @@ LOWERED = {
     "global average pool, keepdims": lambda x: L.GlobalAveragePooling2D(keepdims=True, name="gap")(x),
     "dense head, fused relu": lambda x: L.Dense(3, activation="relu", name="d")(L.Flatten(name="f")(x)),
     "dense without bias": lambda x: L.Dense(3, use_bias=False, name="d")(L.GlobalAveragePooling2D(name="g")(x)),
+    "dense on a 4-d input": lambda x: L.Dense(2, name="d")(x),
+    "dense on a sequence, fused relu": lambda x: L.Dense(3, activation="relu", name="d")(
+        L.Reshape((-1, 3), name="f")(x)
+    ),
 }
 
 
@@ -99,7 +103,6 @@ NOT_LOWERED = {
     "relu6": lambda x: L.ReLU(max_value=6.0, name="x")(x),
     "leaky relu layer": lambda x: L.ReLU(negative_slope=0.1, name="x")(x),
     "batch norm over axis 1": lambda x: L.BatchNormalization(axis=1, name="x")(x),
-    "dense on a 4-d input": lambda x: L.Dense(2, name="x")(x),
     "add with broadcasting": lambda x: L.Add(name="x")([x, L.GlobalAveragePooling2D(keepdims=True, name="g")(x)]),
     "subclassed conv": lambda x: type("MyConv", (L.Conv2D,), {})(2, 3, name="x")(x),
 }

@@ -1,0 +1,152 @@
+"""A language model's controls beside its token strip: which next token is explained (the top five with their
+probabilities; a contrast token; the position), a Generate button, and the generation's matrix, one row per
+generated token (click a row: that token's map in the main view)."""
+
+from __future__ import annotations
+
+import numpy as np
+from PySide6.QtWidgets import (
+    QComboBox,
+    QHBoxLayout,
+    QLabel,
+    QListWidget,
+    QPushButton,
+    QSpinBox,
+    QVBoxLayout,
+    QWidget,
+)
+
+from gradscope.app.session import Session
+from gradscope.qt.images import to_pixmap
+
+TOP = 5
+
+
+class LanguagePanel(QWidget):
+    def __init__(self, session: Session, parent: QWidget | None = None) -> None:
+        super().__init__(parent)
+        self.session = session
+        self.next_token = QComboBox()
+        self.next_token.setObjectName("next_token_combo")
+        self.next_token.setToolTip("The next token explained: the most likely, or one of the top five")
+        self.contrast = QComboBox()
+        self.contrast.setObjectName("contrast_combo")
+        self.contrast.setToolTip("Explain the next token rather than this one (logit A - logit B)")
+        self.position = QSpinBox()
+        self.position.setRange(-1, 100_000)
+        self.position.setSpecialValueText("last")
+        self.position.setValue(-1)
+        self.position.setToolTip("The position whose next token is explained (last: the last real token)")
+        self.steps = QSpinBox()
+        self.steps.setRange(1, 512)
+        self.steps.setValue(8)
+        self.steps.setToolTip("How many tokens to generate (greedy), each attributed to the tokens before it")
+        self.generate_button = QPushButton("Generate")
+        self.generate_button.setObjectName("generate_button")
+        self.generate_button.setToolTip("Decode tokens greedily and attribute each (one backward pass per token)")
+        self.summary = QLabel()
+        self.summary.setStyleSheet("color:#37474f")
+        self.summary.setWordWrap(True)
+        self.matrix = QLabel()
+        self.rows = QListWidget()
+        self.rows.setObjectName("generation_rows")
+        self.rows.setToolTip("Click a generated token: its map, with the tokens before it as the input")
+        self.rows.setMaximumHeight(140)
+
+        lay = QVBoxLayout(self)
+        lay.setContentsMargins(2, 2, 2, 2)
+        line = QHBoxLayout()
+        for w in (
+            QLabel("Next token"),
+            self.next_token,
+            QLabel("rather than"),
+            self.contrast,
+            QLabel("after"),
+            self.position,
+        ):
+            line.addWidget(w)
+        line.addStretch(1)
+        for w in (self.steps, self.generate_button):
+            line.addWidget(w)
+        lay.addLayout(line)
+        lay.addWidget(self.summary)
+        lay.addWidget(self.matrix)
+        lay.addWidget(self.rows)
+        self.matrix.hide()
+        self.rows.hide()
+
+        self.next_token.activated.connect(lambda _: self._on_target_chosen())
+        self.contrast.activated.connect(lambda _: self._on_target_chosen())
+        self.position.editingFinished.connect(self._on_target_chosen)
+        self.generate_button.clicked.connect(lambda: session.generate(self.steps.value()))
+        self.rows.currentRowChanged.connect(self._on_row)
+        session.results.changed.connect(lambda *_: self.refresh())
+        session.results.generation_changed.connect(lambda *_: self._on_generation())
+        session.document.loaded.connect(lambda *_: self._on_generation())
+
+    def _label(self, token: int) -> str:
+        vocab = self.session.fed.vocab
+        return f"{token} {vocab.decode([token])[0]!r}" if vocab is not None else str(token)
+
+    def refresh(self) -> None:
+        """The top five next tokens at the explained position, the explained one and its probability."""
+        s = self.session
+        top = s.results.top_k(TOP)
+        target = s.target
+        for combo, none in ((self.next_token, "most likely"), (self.contrast, "(none)")):
+            chosen = target.index if combo is self.next_token else target.contrast
+            combo.blockSignals(True)
+            combo.clear()
+            combo.addItem(none, None)
+            for token, p in top:
+                combo.addItem(f"{self._label(token)}   p={p:.3f}", token)
+            if chosen is not None:
+                if combo.findData(chosen) < 0:
+                    combo.addItem(self._label(chosen), chosen)
+                combo.setCurrentIndex(combo.findData(chosen))
+            combo.blockSignals(False)
+        self.position.blockSignals(True)
+        self.position.setValue(-1 if target.position is None else target.position)
+        self.position.blockSignals(False)
+        res = s.result
+        if res is None or "token_position" not in res.meta or not res.target_indices.size:
+            self.summary.setText("")
+            return
+        token = int(res.target_indices[0])
+        p = dict(top).get(token)
+        where = res.meta["token_position"]
+        likely = f" (p = {p:.3f})" if p is not None else ""
+        self.summary.setText(f"Explaining next token {self._label(token)}{likely} after position {where}.")
+
+    def _on_target_chosen(self) -> None:
+        position = self.position.value()
+        self.session.targeting.set_token(
+            self.next_token.currentData(),
+            contrast=self.contrast.currentData(),
+            position=None if position < 0 else position,
+        )
+
+    def _on_generation(self) -> None:
+        from gradscope.render.positions import token_matrix
+
+        g, labels = self.session.results.generation, self.session.results.generation_labels
+        shown = g is not None
+        self.matrix.setVisible(shown)
+        self.rows.setVisible(shown)
+        self.rows.blockSignals(True)
+        self.rows.clear()
+        if shown:
+            start = g.prompt.size
+            rows = [f"{labels[start + i]} (p = {p:.2f})" for i, p in enumerate(g.probabilities)]
+            self.matrix.setPixmap(to_pixmap(token_matrix(labels[: g.matrix.shape[1]], rows, g.matrix)))
+            self.rows.addItems(rows)
+        self.rows.blockSignals(False)
+
+    def _on_row(self, row: int) -> None:
+        """Generated token ``row``: the tokens before it become the input, and it the next token explained."""
+        g = self.session.results.generation
+        if g is None or row < 0:
+            return
+        context = np.concatenate([g.prompt, g.generated[:row]])
+        self.session.fed.set_typed(" ".join(str(int(i)) for i in context))
+        self.session.targeting.set_token(int(g.generated[row]))

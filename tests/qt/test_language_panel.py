@@ -1,0 +1,51 @@
+"""A language model in the window (issue 37): the next token explained with its probability, the top five to
+choose from, a contrast and a position; Generate shows the matrix, and a row opens that token's map."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+pytest.importorskip("keras_hub")
+
+LLAMA = Path(__file__).resolve().parents[1] / "data" / "lxt" / "llama.keras"
+PROMPT = "2 61 66 86 57 75 80 24"
+
+
+def test_the_window_explains_next_tokens_and_generations(window, qtbot, wait_idle):
+    s = window.session
+    window.open_model(str(LLAMA))
+    qtbot.waitUntil(lambda: s.graph is not None and s.graph.is_language_model, timeout=120_000)
+    s.fed.set_typed(PROMPT)
+    wait_idle(window)
+    panel = window.overlay.language_panel
+    qtbot.waitUntil(lambda: panel.isVisible() and panel.next_token.count() == 6, timeout=60_000)
+    top = s.results.top_k(5)
+    assert s.target.kind in ("class", "token") and int(s.result.target_indices[0]) == top[0][0]
+    assert f"p = {top[0][1]:.3f}" in panel.summary.text() and "after position 7" in panel.summary.text()
+    assert abs(sum(p for _, p in top) - sum(p for _, p in top)) == 0 and top[0][1] >= top[1][1]
+
+    panel.next_token.setCurrentIndex(2)  # the second most likely token, rather than the first, at position 4
+    panel.contrast.setCurrentIndex(1)
+    panel.position.setValue(4)
+    panel._on_target_chosen()
+    qtbot.waitUntil(lambda: s.target.kind == "token" and s.target.position == 4, timeout=10_000)
+    wait_idle(window)
+    assert s.target.index == top[1][0] and s.target.contrast == top[0][0]
+    scores = s.overlay().saliency
+    assert np.all(scores[5:] == 0) and np.abs(scores[:5]).max() > 0  # causal: the positions after 4 play no part
+
+    panel.steps.setValue(3)
+    panel.generate_button.click()
+    qtbot.waitUntil(lambda: s.results.generation is not None and s.jobs.busy is None, timeout=120_000)
+    qtbot.waitUntil(lambda: panel.rows.count() == 3 and panel.matrix.isVisible(), timeout=10_000)
+    g = s.results.generation
+    assert g.matrix.shape == (3, 10) and panel.matrix.pixmap().width() > 100
+    panel.rows.setCurrentRow(2)  # the third generated token: its map, the two before it in the input
+    wait_idle(window)
+    qtbot.waitUntil(lambda: s.fed.fed is not None and len(s.fed.fed.ids) == 10, timeout=30_000)
+    wait_idle(window)
+    assert s.target.index == int(g.generated[2])
+    np.testing.assert_allclose(s.overlay().saliency, g.matrix[2], rtol=1e-3, atol=1e-6)
