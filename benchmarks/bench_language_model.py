@@ -3,6 +3,9 @@
     .venv/bin/python benchmarks/bench_language_model.py                       # Llama-3-shaped 309 M + Gemma-3-270M
     .venv/bin/python benchmarks/bench_language_model.py --only llama3 --layers 2   # a smoke run
     .venv/bin/python benchmarks/bench_language_model.py --memory 200          # + RSS over 200 one-node edits
+    .venv/bin/python benchmarks/bench_language_model.py --save DIR            # save the models as .keras, then
+    .venv/bin/python benchmarks/bench_language_model.py --open DIR/llama3_16x1024.keras   # open + first map + RSS
+                                                                              # in this fresh process (as the app)
 
 Random weights (nothing downloaded), prompt of 64 tokens, batch 1, this machine's CPU. The Llama-3 shape: 16
 blocks of width 1024, 16 query / 4 key-value heads, MLP 4096, vocabulary 32,000 (309 M parameters, untied head);
@@ -199,6 +202,27 @@ def bench(name: str, model: keras.Model, repeats: int, edits: int, steps: int) -
     return rows
 
 
+def open_saved(path: Path) -> None:
+    """Open a saved model as the app does (``open_engine``: safe mode, the graph, the weights read in place), the
+    first map of the most likely next token, and the process's RSS against the weights' size."""
+    from gradscope.api import open_engine
+
+    t0 = time.perf_counter()
+    engine = open_engine(path)
+    settle_after_load()
+    opened = time.perf_counter() - t0
+    ids = np.random.default_rng(0).integers(2, 1000, (1, PROMPT))
+    x = [ids if i == "token_ids" else np.ones_like(ids) for i in engine.graph.input_ids]
+    t0 = time.perf_counter()
+    engine.backward(x, Target(kind="token"), Plan(), capture="all")
+    first = time.perf_counter() - t0
+    weights_mb = sum(int(np.prod(v.shape)) * np.dtype(v.dtype).itemsize for v in engine.model.weights) / 2**20
+    print(
+        f"{path.name}: open {opened:.2f} s, first map {first:.2f} s, RSS {rss_mb():.0f} MB for {weights_mb:.0f} MB of "
+        f"weights ({rss_mb() / weights_mb:.1f}x)"
+    )
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--only", choices=("llama3", "gemma3"))
@@ -206,12 +230,23 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--memory", type=int, default=0, metavar="EDITS", help="RSS over this many edits")
     parser.add_argument("--generate", type=int, default=16, metavar="N", help="tokens to generate (0: skip)")
+    parser.add_argument("--save", metavar="DIR", help="only build and save the models as .keras into DIR")
+    parser.add_argument("--open", metavar="FILE", help="only open FILE as the app does, first map, RSS (fresh process)")
     args = parser.parse_args()
+    if args.open:
+        return open_saved(Path(args.open))
     keras.utils.set_random_seed(0)
     rows: list[dict] = []
     for name, build, default in (("llama3", llama3, 16), ("gemma3", gemma3, 18)):
         if args.only in (None, name):
-            rows += bench(name, build(args.layers or default), args.repeats, args.memory, args.generate)
+            model = build(args.layers or default)
+            if args.save:
+                model({"token_ids": np.ones((1, 4), "int32"), "padding_mask": np.ones((1, 4), "int32")})
+                model.save(Path(args.save) / f"{model.name}.keras")
+                continue
+            rows += bench(name, model, args.repeats, args.memory, args.generate)
+    if args.save:
+        return
     RESULTS.mkdir(exist_ok=True)
     meta = {"machine": platform.platform(), "cpus": os.cpu_count(), "layers": args.layers, "tf": tf.__version__}
     stem = "language_model" + (f"_{args.layers}blocks" if args.layers else "") + (f"_{args.only}" if args.only else "")
