@@ -234,10 +234,25 @@ def keras_train_step_internals(model) -> list[str]:
         missing = ["keras.src.losses.loss.unscale_loss_for_distribution"]
     else:
         missing = []
+    try:
+        from keras.src.backend.tensorflow.trainer import reduce_per_replica  # noqa: F401
+    except ImportError:
+        missing.append("keras.src.backend.tensorflow.trainer.reduce_per_replica")
     for name in ("_loss_tracker", "_compute_loss", "_make_function"):
         if not hasattr(model, name):
             missing.append(f"Model.{name}")
+    optimizer = getattr(model, "optimizer", None)
+    reducer = getattr(optimizer, "inner_optimizer", optimizer)
+    if reducer is not None and not hasattr(reducer, "_all_reduce_sum_gradients"):  # used under tf.distribute
+        missing.append("TFOptimizer._all_reduce_sum_gradients")
     return missing
+
+
+def reduce_per_replica(values, strategy):
+    """The step's logs of every replica made one, as Keras' own train function makes them."""
+    from keras.src.backend.tensorflow.trainer import reduce_per_replica as reduce
+
+    return reduce(values, strategy, reduction="auto")
 
 
 def unscale_loss_for_distribution(loss):

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import math
 from typing import Any
 
 from gradscope.cli.common import add_command
@@ -21,20 +22,30 @@ def add_parser(sub: Any) -> None:
     p.add_argument("--json", action="store_true", help="print the report as JSON")
     p.add_argument("--csv", metavar="FILE", help="write the flow of --step (default: the last record) to FILE")
     p.add_argument("--png", metavar="FILE", help="write a chart of the flow of --step (default: the last record)")
+    p.add_argument(
+        "--spike",
+        type=float,
+        default=5.0,
+        metavar="K",
+        help="flag a step whose global gradient norm exceeds K x the running median of the steps before (default 5)",
+    )
 
 
 def run(args: Any) -> int:
     """Print the alerts of a training log; ``--step N``: also that step's per-layer flow; ``--csv``/``--png``:
     write that step's flow (the last record without ``--step``). Exit 1 when a NaN/Inf occurred."""
-    from gradscope.core.errors import EXIT_USER_ERROR
-    from gradscope.engine.training.report import report_text, step_flow, training_alerts
+    from gradscope.core.errors import EXIT_USER_ERROR, InputError
+    from gradscope.engine.training.report import report_text, step_flow, stopped_before_first_record, training_alerts
+    from gradscope.engine.training.spikes import clipped_steps
     from gradscope.io.training_events import read_training_log
 
+    if not (args.spike > 1.0 and math.isfinite(args.spike)):
+        raise InputError(f"--spike must be a number above 1; got {args.spike:g}.")
     log = read_training_log(args.logdir, run=args.run)
-    if log.failure and not log.records:  # a run that ended before its first record is not one yet to come
+    if stopped_before_first_record(log):  # a run that ended before its first record is not one yet to come
         print(report_text(log, []))
         return EXIT_USER_ERROR
-    alerts = training_alerts(log)
+    alerts = training_alerts(log, spike=args.spike)
     step = args.step if args.step is not None else (log.steps[-1] if log.records else None)
     flow = step_flow(log, step) if step is not None and (args.step is not None or args.csv or args.png) else None
     if args.json:
@@ -48,6 +59,9 @@ def run(args: Any) -> int:
             "steps": log.steps,
             "loss": [r.loss for r in log.records],
             "alerts": [a.to_dict() for a in alerts],
+            "replicas": log.replicas,
+            "clipped": dict(zip(("by", "steps"), clipped_steps(log) or ())) or None,
+            "overflow_steps": [s for s, _ in log.overflows],
         }
         if flow is not None:
             data["flow"] = flow.to_dict()

@@ -22,7 +22,11 @@ WEIGHTS_TAG = "gradscope/weights"
 LOSS_TAG = "gradscope/loss"  # [loss, NaN/Inf count in the batch]
 ALERT_TAG = "gradscope/alert"
 CHECKPOINT_TAG = "gradscope/checkpoint"
-LOG_VERSION = 1
+#: Every step: [loss, global gradient norm, the norm of each trainable variable's gradient] (unscaled).
+NORMS_TAG = "gradscope/norms"
+#: A step a loss scaler skipped for an overflow: [the loss scale it had].
+OVERFLOW_TAG = "gradscope/overflow"
+LOG_VERSION = 2
 
 _TAG_UNSAFE = re.compile(r"[^A-Za-z0-9_./-]")
 
@@ -41,8 +45,11 @@ def tensorboard_tag(kind: str, name: str) -> str:
 #: The statistics of a gradient, in ``stats_rows``' order, and whether there was none.
 _GRADIENT = ("grad_norm", "grad_mean_abs", "grad_max_abs", "grad_zero_fraction", "grad_nan", "grad_inf", "grad_none")
 NODE_COLUMNS = (*_GRADIENT, "value_nonfinite", "dead_fraction", "size")
-#: Per trainable variable: |W| and the statistics of its gradient; ``value_nonfinite``: NaN/Inf in W itself.
-WEIGHT_COLUMNS = ("norm", *_GRADIENT, "value_nonfinite")
+#: Per trainable variable: |W| and the statistics of its gradient; ``value_nonfinite``: NaN/Inf in W itself. A
+#: sparse gradient (an Embedding's) is measured over the rows the step touched: ``rows_touched`` counts them
+#: (NaN: a dense gradient) and ``norm_touched`` is |W| over them (|W| for a dense one), the update ratio's
+#: denominator. Logs of version 1 lack the last two (read as NaN).
+WEIGHT_COLUMNS = ("norm", *_GRADIENT, "value_nonfinite", "norm_touched", "rows_touched")
 
 
 @dataclass(frozen=True)
@@ -78,7 +85,10 @@ class StepRecord:
         return column if uncounted is None else np.nan_to_num(column, nan=uncounted)
 
     def weight_column(self, name: str) -> np.ndarray:
-        return self.weights[:, WEIGHT_COLUMNS.index(name)]
+        index = WEIGHT_COLUMNS.index(name)
+        if index >= self.weights.shape[1]:  # an older log's record
+            return np.full(self.weights.shape[0], np.nan)
+        return self.weights[:, index]
 
     @property
     def finite(self) -> bool:
@@ -96,6 +106,21 @@ class RunInfo:
     started: float  # wall time of its meta event
     model_name: str
     records: int
+
+
+@dataclass
+class StepNorms:
+    """What the monitor keeps of every step (not only the records): the loss, the global gradient norm and each
+    variable's, as the optimizer got them (after the all-reduce, before clipping, loss scale undone). The loss
+    spikes of ``train-report`` are read from these."""
+
+    steps: np.ndarray  # (n,) int
+    loss: np.ndarray  # (n,)
+    global_norm: np.ndarray  # (n,)
+    variables: np.ndarray  # (n, n_variables)
+
+    def __len__(self) -> int:
+        return len(self.steps)
 
 
 @dataclass
@@ -120,6 +145,13 @@ class TrainingLog:
     runs: list[RunInfo] = field(default_factory=list)  # every run in the folder, oldest first
     failure: str | None = None  # why the run recorded nothing, as the monitor wrote it (no trainable weights...)
     problems: list[str] = field(default_factory=list)  # damaged records, named and skipped
+    norms: StepNorms | None = None  # every step's norms (logs of version 2)
+    #: (optimizer step, loss scale) of each update a loss scaler skipped for an overflow (Keras does not count a
+    #: skipped update, so the steps repeat)
+    overflows: list[tuple[int, float]] = field(default_factory=list)
+    clipping: dict = field(default_factory=dict)  # the optimizer's clipnorm / global_clipnorm (when set)
+    replicas: int = 1  # replicas in sync (tf.distribute)
+    writer: dict = field(default_factory=dict)  # the run's host, pid, start (its meta's "run")
 
     @property
     def steps(self) -> list[int]:

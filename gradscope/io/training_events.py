@@ -26,16 +26,19 @@ from gradscope.core.training_log import (
     META_TAG,
     NODE_COLUMNS,
     NODES_TAG,
+    NORMS_TAG,
+    OVERFLOW_TAG,
     WEIGHTS_TAG,
     LogNode,
     LogWeight,
     RunInfo,
+    StepNorms,
     StepRecord,
     TrainingLog,
 )
 
 _EVENT_GLOB = "events.out.tfevents.*"
-_OWN_TAGS = (META_TAG, ALERT_TAG, CHECKPOINT_TAG, NODES_TAG, WEIGHTS_TAG, LOSS_TAG)
+_OWN_TAGS = (META_TAG, ALERT_TAG, CHECKPOINT_TAG, NODES_TAG, WEIGHTS_TAG, LOSS_TAG, NORMS_TAG, OVERFLOW_TAG)
 
 
 def masked_crc(data: bytes) -> int:
@@ -87,6 +90,8 @@ class _Run:
     alerts: list[dict] = field(default_factory=list)
     checkpoints: dict[str, int] = field(default_factory=dict)
     histograms: dict[tuple[str, int], tuple[Path, int]] = field(default_factory=dict)  # (tag, step) -> where
+    norms: dict[int, np.ndarray] = field(default_factory=dict)  # step -> [loss, global norm, variable norms...]
+    overflows: list[tuple[int, float]] = field(default_factory=list)  # (step, the loss scale) per skipped update
 
 
 class TrainingLogReader:
@@ -161,6 +166,10 @@ class TrainingLogReader:
             run.alerts.append(_json_of(value))
         elif tag == CHECKPOINT_TAG:
             run.checkpoints[_json_of(value)["name"]] = step
+        elif tag == NORMS_TAG:
+            run.norms[step] = _tensor(value).astype(np.float64).ravel()
+        elif tag == OVERFLOW_TAG:
+            run.overflows.append((step, float(np.ravel(_tensor(value))[0])))
         elif tag in (NODES_TAG, WEIGHTS_TAG, LOSS_TAG):
             entry = run.steps.setdefault(step, {"wall_time": event.wall_time})
             entry[tag] = _tensor(value)
@@ -230,6 +239,11 @@ class TrainingLogReader:
             runs=self.runs(),
             failure=meta.get("failure"),
             problems=list(self.problems),
+            norms=_step_norms(chosen.norms, len(weights)),
+            overflows=list(chosen.overflows),
+            clipping=dict(meta.get("clipping") or {}),
+            replicas=int(meta.get("replicas", 1)),
+            writer=dict(meta.get("run") or {}),
         )
 
     def histogram(self, tag: str, step: int, run: str | None = None) -> np.ndarray | None:
@@ -256,6 +270,15 @@ class TrainingLogReader:
             if value.tag == tag:
                 return _tensor(value)
         return None
+
+
+def _step_norms(by_step: dict[int, np.ndarray], n_weights: int) -> StepNorms | None:
+    """The per-step norms in step order (a step written twice, as a loss scaler's skipped one is: the last)."""
+    rows = [(step, row) for step, row in sorted(by_step.items()) if row.size == 2 + n_weights]
+    if not rows:
+        return None
+    table = np.stack([row for _, row in rows])
+    return StepNorms(np.array([s for s, _ in rows], np.int64), table[:, 0], table[:, 1], table[:, 2:])
 
 
 def read_training_log(folder: str | Path, run: str | None = None) -> TrainingLog:

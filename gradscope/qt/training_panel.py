@@ -114,6 +114,7 @@ class TrainingPanel(QWidget):
         self.cursor = pg.ScatterPlotItem(symbol="s", size=15, pen=pg.mkPen("#ffffff", width=2), brush=None)
         for item in (self.nan_marks, self.alert_marks, self.cursor):
             self.heat_plot.addItem(item)
+        self.spike_lines: list[pg.InfiniteLine] = []  # loss spikes: a dashed line at the step, between records
 
         self.flow_plot = pg.PlotWidget()
         self.flow_plot.setObjectName("training_flow")
@@ -197,6 +198,7 @@ class TrainingPanel(QWidget):
             if a.node in index and a.first_step in column
         ]
         self.alert_marks.setData(x=[m[0] for m in marks], y=[m[1] for m in marks])
+        self._mark_spikes(steps)
         self.alert_list.clear()
         for a in self.watch.alerts:
             where = f" at {a.node}" if a.node else ""
@@ -204,9 +206,27 @@ class TrainingPanel(QWidget):
             item.setData(Qt.ItemDataRole.UserRole, (a.first_step, a.node))
             if a.kind == "nonfinite":
                 item.setForeground(pg.mkColor("#c62828"))
+            elif a.kind == "spike":
+                item.setForeground(pg.mkColor("#e65100"))
             self.alert_list.addItem(item)
         if not self.watch.alerts and log.records:
             self.alert_list.addItem("No alerts: every record is finite; no layer vanishes, explodes or dies.")
+
+    def _mark_spikes(self, steps: list[int]) -> None:
+        """A dashed orange line per loss spike, where its step falls between the recorded columns."""
+        for line in self.spike_lines:
+            self.heat_plot.removeItem(line)
+        self.spike_lines = []
+        if not steps:
+            return
+        for a in self.watch.alerts:
+            if a.kind != "spike":
+                continue
+            x = float(np.interp(a.first_step, steps, np.arange(len(steps)))) + 0.5
+            line = pg.InfiniteLine(pos=x, angle=90, pen=pg.mkPen("#e65100", width=2, style=Qt.PenStyle.DashLine))
+            line.setToolTip(f"loss spike at step {a.first_step}: {a.detail}")
+            self.heat_plot.addItem(line)
+            self.spike_lines.append(line)
 
     def _row_ticks(self) -> None:
         """Node names on the left, as many as fit without overlapping (every k-th row)."""
@@ -232,8 +252,11 @@ class TrainingPanel(QWidget):
 
     def _alert_clicked(self, item: QListWidgetItem) -> None:
         data = item.data(Qt.ItemDataRole.UserRole)
-        if data:
+        log = self.watch.log
+        if data and log is not None and log.records:
             step, node = data
+            if step not in log.steps:  # a spike between records: the record nearest it
+                step = min(log.steps, key=lambda s: abs(s - step))
             self.watch.select(step, node)
 
     def _show_cell(self) -> None:

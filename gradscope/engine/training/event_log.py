@@ -21,6 +21,7 @@ from typing import Any
 
 from gradscope.backend import tf, write_summary
 from gradscope.core.errors import GradscopeError
+from gradscope.engine.training.replicas import replica_local_variable
 
 #: The writer never flushes by the clock inside a write op (a flush there fails the step on a full disk);
 #: ``MonitorLog.flush`` does it from Python every ``FLUSH_EVERY_S`` (the Training view reads every 2 s).
@@ -38,7 +39,7 @@ class MonitorWarning(UserWarning):
 class MonitorLog:
     """The monitor's file writer, its ``recording`` switch (a variable the compiled step reads) and its run."""
 
-    def __init__(self, folder: Path) -> None:
+    def __init__(self, folder: Path, strategy: Any = None) -> None:
         self.folder = folder
         try:
             folder.mkdir(parents=True, exist_ok=True)
@@ -53,7 +54,7 @@ class MonitorLog:
             "pid": os.getpid(),
         }
         self._writer = tf.summary.create_file_writer(str(folder), max_queue=MAX_QUEUE, flush_millis=_NEVER_MS)
-        self.recording = tf.Variable(True, trainable=False, name="gradscope_recording")
+        self.recording = replica_local_variable(strategy, True, "gradscope_recording")
         self.failure: str | None = None
         self._last_flush = time.monotonic()
         # Events still queued when the process ends (a fit stopped by Ctrl-C) are written then, not lost.

@@ -8,7 +8,9 @@ one that runs the same train step (Keras' ``train_step``, step for step: loss, l
 optimizer, metrics) with the forward pass run node by node by gradscope's engine, so the signal at every node's
 output is a gradient source; ``on_train_end`` puts Keras' own function back. Everything is in the compiled step:
 
-- every step, a sentinel: is the loss finite, are all weight gradients finite (one reduction per variable);
+- every step, a sentinel: is the loss finite, are all weight gradients finite; it is the sum of squares of each
+  gradient (one reduction per variable), so the same reduction gives every step's global and per-variable
+  gradient norm, kept as one small event (the loss spikes and clipping of ``train-report``);
 - every ``every`` steps the record: per node the flow statistics of its output signal and the dead-unit
   fraction of ReLUs; per variable |W| and its gradient's statistics. Written in-graph as TensorBoard scalars and
   histograms per layer, plus one matrix per step that gradscope reads back (``gradscope.core.training_log`` has
@@ -23,12 +25,17 @@ more set of weights in memory. Without it (``locate_ops=False``, or ``steps_per_
 step records it, and every step then holds its signals until the sentinel has run (~5 % of a step).
 
 A model trained through ``plan_model`` is monitored with its plan: the recorded signals are the plan's.
+
+Where training runs: sparse gradients (an ``Embedding``'s) are measured over the rows the step touched
+(``statistics``); under ``tf.distribute`` the records are of the global batch and one replica writes
+(``replicas``); with a loss scaler (``mixed_float16``) the statistics are of the unscaled gradients and an update
+the scaler skips for an overflow is written as such, not as a NaN.
 """
 
 from __future__ import annotations
 
+import contextlib
 import math
-import re
 import time
 import warnings
 from pathlib import Path
@@ -36,7 +43,13 @@ from typing import Any
 
 import numpy as np
 
-from gradscope.backend import keras, keras_train_step_internals, tf, unscale_loss_for_distribution
+from gradscope.backend import (
+    keras,
+    keras_train_step_internals,
+    reduce_per_replica,
+    tf,
+    unscale_loss_for_distribution,
+)
 from gradscope.core.errors import GradscopeError
 from gradscope.core.training_log import (
     ALERT_TAG,
@@ -45,18 +58,39 @@ from gradscope.core.training_log import (
     LOSS_TAG,
     META_TAG,
     NODES_TAG,
+    NORMS_TAG,
+    OVERFLOW_TAG,
     PLUGIN,
     WEIGHTS_TAG,
     tensorboard_tag,
 )
-from gradscope.engine.backward.stats import magnitude_rows, nan_inf_counts, stats_rows
+from gradscope.engine.backward.stats import magnitude_rows, stats_rows
 from gradscope.engine.diagnostics.flow import RELU_ACTIVATIONS
 from gradscope.engine.diagnostics.paths import variable_owners
 from gradscope.engine.training.event_log import MonitorLog, MonitorWarning, is_write_failure
-
-# check_numerics' message: '!!! Detected Infinity or NaN in output 0 of eagerly-executing op "Exp" ...'
-_DETECTED = re.compile(r'Detected (.+?) in output \d+ of .*?op "([^"]+)"')
-_VARIABLE = re.compile(r'ResourceHandle\(name="([^"]+)"')
+from gradscope.engine.training.replicas import (
+    all_reduced,
+    combined_rows,
+    gathered,
+    is_chief,
+    is_writer,
+    local_results,
+    optimizer_reduction_off,
+    replica_context,
+    replica_local_variable,
+    strategy_of,
+)
+from gradscope.engine.training.statistics import (
+    dead_fraction,
+    dense_signal,
+    histogram,
+    nonfinite_counts,
+    squared_norms,
+    unit_maxima,
+    unscaled_rows,
+    weight_gradient,
+    weight_rows,
+)
 
 
 def _metadata(plugin: str = PLUGIN, data_class: int = 2) -> bytes:
@@ -69,48 +103,19 @@ def _metadata(plugin: str = PLUGIN, data_class: int = 2) -> bytes:
     return meta.SerializeToString()
 
 
-_BUCKETS = 30
+def _when(condition: Any, write: Any) -> None:
+    """Run ``write`` (events) in the compiled step only when ``condition`` holds."""
+
+    def run() -> Any:
+        write()
+        return tf.constant(True)
+
+    tf.cond(condition, run, lambda: tf.constant(False))
 
 
-_FRACTIONS = np.linspace(0.0, 1.0, _BUCKETS + 1)  # bucket edges as fractions of the range
-
-
-def _histogram(values: Any) -> Any:
-    """(buckets, 3) [left edge, right edge, count]: TensorBoard's histogram tensor (its writer's layout, 30 equal
-    buckets). A tensor with NaN/Inf has no range: its counts are 0 (the records count the NaN/Inf).
-    Counted by ``bincount`` of the bucket indices: 2x faster than the ``histogram_fixed_width`` kernel, which
-    also refuses NaN (a full-size ``where`` before it cost as much again). Few ops and no tf.cond: ResNet50 has
-    ~560 of these in its step, and every op lengthens the first step."""
-    v = tf.reshape(values, [-1])
-    lo, hi = tf.reduce_min(v), tf.reduce_max(v)
-    # min/max may skip a NaN, the sum does not; an empty tensor's max - min is -inf - inf
-    usable = tf.logical_and(tf.math.is_finite(hi - lo), tf.math.is_finite(tf.reduce_sum(v)))
-    lo = tf.where(usable, lo, 0.0)
-    # one value repeated: a range its float can tell apart from lo (lo + 1 == lo for |lo| > 2**24)
-    span = tf.where(tf.logical_and(usable, hi > lo), hi - lo, tf.maximum(tf.abs(lo), 1.0))
-    # the bucket of each value; the max falls on the right edge, into the last bucket; NaN/Inf (counts 0 then)
-    # cast to whatever the CPU makes of them, which the clip keeps in range
-    index = tf.clip_by_value(tf.cast((v - lo) * (_BUCKETS / span), tf.int32), 0, _BUCKETS - 1)
-    counts = tf.math.bincount(index, minlength=_BUCKETS, maxlength=_BUCKETS) * tf.cast(usable, tf.int32)
-    edges = tf.cast(lo, tf.float64) + tf.cast(span, tf.float64) * _FRACTIONS
-    return tf.stack([edges[:-1], edges[1:], tf.cast(counts, tf.float64)], axis=1)
-
-
-def _nonfinite_counts(tensors: list) -> Any:
-    """NaN/Inf count of each tensor: one plain sum each (0.8 ms on 4M floats, against 2.6 ms for counting);
-    ``nan_inf_counts`` counts only when a sum is not finite."""
-    if not tensors:
-        return tf.zeros([0])
-    tensors = [tf.cast(t, tf.float32) for t in tensors]
-    sums = tf.stack([tf.reduce_sum(t) for t in tensors])
-    return tf.reduce_sum(nan_inf_counts(tensors, sums), axis=1)
-
-
-def _dead_fraction(value: Any) -> Any:
-    """Fraction of units (last axis) that are 0 for every sample and position (cf. ``flow.dead_unit_fraction``).
-    A ReLU's output is >= 0, so "all zero" is "max is 0": one read, no tensor written (2.3 -> 0.6 ms on 4M)."""
-    v = tf.reshape(tf.cast(value, tf.float32), [-1, tf.shape(value)[-1]])
-    return tf.reduce_mean(tf.cast(tf.equal(tf.reduce_max(v, axis=0), 0.0), tf.float32))
+def _first_line(exc: BaseException) -> str:
+    text = str(exc).strip().splitlines()
+    return f"{type(exc).__name__}: {text[0][:300] if text else ''}".rstrip(": ")
 
 
 def keras_function(train_function: Any) -> Any:
@@ -174,7 +179,13 @@ class GradientMonitor(keras.callbacks.Callback):
 
     # ------------------------------------------------------------------------------------------- set-up
     def on_train_begin(self, logs: Any = None) -> None:
-        model = self.model
+        try:
+            self._begin(self.model)
+        except Exception as exc:
+            self._note_failure(self.model, f"the monitor could not start: {_first_line(exc)}")
+            raise
+
+    def _begin(self, model: Any) -> None:
         if type(model).train_step is not keras.Model.train_step:
             raise GradscopeError(
                 f"{type(model).__name__} overrides train_step: GradientMonitor runs Keras' standard train step, "
@@ -209,6 +220,7 @@ class GradientMonitor(keras.callbacks.Callback):
         if getattr(self, "_built_for", None) != (model, model.optimizer):
             self._build(model)
         self._fit_params = self.params
+        self._steps_run = 0
         model.train_function = self._attached(keras_function(current))
         self._checkpoints_seen = {p.name for p in self.log_dir.glob("*.keras")}
 
@@ -233,12 +245,18 @@ class GradientMonitor(keras.callbacks.Callback):
                 return keras_step(iterator)
             self._armed = False
             try:
-                return self._train_function(iterator)
+                logs = self._train_function(iterator)
             except tf.errors.OpError as exc:  # the writer flushed inside the step (its queue full) and failed
                 if self._log is None or not is_write_failure(exc):
+                    self._note_step_failure(exc)
                     raise
                 self._log.fail(exc)  # recording off: the next steps cannot fail so; this batch was not trained
                 return model.get_metrics_result()
+            except Exception as exc:
+                self._note_step_failure(exc)
+                raise
+            self._steps_run += 1
+            return logs
 
         train_function.gradscope_monitor = self  # type: ignore[attr-defined]
         train_function.gradscope_keras_function = keras_step  # type: ignore[attr-defined]
@@ -253,12 +271,26 @@ class GradientMonitor(keras.callbacks.Callback):
         if self._log is not None:
             self._log.flush(force=True)
 
-    def _note_failure(self, model: Any, why: str) -> None:
-        """A run that records nothing says why in its log (``train-report`` shows it), not only in a warning."""
-        log = MonitorLog(self.log_dir)
-        meta = {"version": LOG_VERSION, "model_name": model.name, "run": log.run, "nodes": [], "weights": []}
-        log.write_json(META_TAG, {**meta, "failure": why}, 0, _metadata())
-        log.close()
+    def _note_step_failure(self, exc: BaseException) -> None:
+        """The first monitored step (its trace: the set-up) failing is written into the log before it is raised."""
+        if self._steps_run == 0 and not isinstance(exc, KeyboardInterrupt):
+            self._note_failure(self.model, f"the first monitored step failed: {_first_line(exc)}", in_run=True)
+
+    def _note_failure(self, model: Any, why: str, in_run: bool = False) -> None:
+        """A run that records nothing says why in its log (``train-report`` shows it), not only in a warning:
+        its meta written again with the reason (``in_run``: the reader keeps a run's last), or a run of its own."""
+        if not getattr(self, "_chief", True):
+            return
+        try:
+            if in_run and self._log is not None:
+                self._log.write_json(META_TAG, {**self._meta, "failure": why}, 0, _metadata())
+                return
+            log = MonitorLog(self.log_dir)
+            meta = {"version": LOG_VERSION, "model_name": model.name, "run": log.run, "nodes": [], "weights": []}
+            log.write_json(META_TAG, {**meta, "failure": why}, 0, _metadata())
+            log.close()
+        except Exception:  # noqa: BLE001 - a log folder that cannot be written: the error raised says enough
+            return
 
     def _note_checkpoints(self) -> None:
         """Name the ``.keras`` files that appeared in the log folder since the last step (a ModelCheckpoint's)
@@ -294,13 +326,27 @@ class GradientMonitor(keras.callbacks.Callback):
         # BiasAdd + Relu), which cost every step, recording or not (demo CNN: 1.16 -> 1.10x at every=10). The
         # activation's value carries a NaN on (ReLU, sigmoid, GELU... propagate it); the report names the layer.
         self._value_checked = [i for i, n in enumerate(self._nodes) if not engine.graph.node(n).fused_activation]
-        self._log = log = MonitorLog(self.log_dir)
-        self._first_bad = tf.Variable(-1, dtype=tf.int64, trainable=False, name="gradscope_first_bad")
+        self._strategy = strategy = strategy_of(model)
+        self._chief = is_chief(strategy)
+        optimizer = model.optimizer
+        if not optimizer.built:
+            # Built before the step is traced, as Keras' symbolic build does when it can: a loss scaler traced
+            # unbuilt scales the loss by its initial scale, a constant, while it unscales by its variable.
+            with strategy.scope() if strategy is not None else contextlib.nullcontext():
+                optimizer.build(self._variables)
+        self._loss_scaler = isinstance(optimizer, keras.optimizers.LossScaleOptimizer)
+        self._log = log = MonitorLog(self.log_dir, strategy)
+        self._first_bad = replica_local_variable(strategy, -1, "gradscope_first_bad", tf.int64)
         self._backup = (
-            [tf.Variable(v, trainable=False, name="gradscope_backup") for v in self._variables]
+            [replica_local_variable(strategy, tf.convert_to_tensor(v), "gradscope_backup") for v in self._variables]
             if self.locate_ops
             else []
         )
+        clipping = {
+            name: float(getattr(optimizer, name))
+            for name in ("clipnorm", "global_clipnorm", "clipvalue")
+            if getattr(optimizer, name, None)
+        }
         graph = engine.graph
         meta = {
             "version": LOG_VERSION,
@@ -309,6 +355,10 @@ class GradientMonitor(keras.callbacks.Callback):
             "every": self.every,
             "statistics": self.statistics,
             "plan": plan,
+            "replicas": strategy.num_replicas_in_sync if strategy is not None else 1,
+            "strategy": type(strategy).__name__ if strategy is not None else None,
+            "loss_scaled": self._loss_scaler,
+            "clipping": clipping,
             "nodes": [
                 {
                     "id": n,
@@ -326,7 +376,9 @@ class GradientMonitor(keras.callbacks.Callback):
             # nodes no trainable variable acts before: no gradient reaches them in training, by design
             "before_weights": _before_weights(graph, self._nodes, set(owners.values())),
         }
-        log.write_json(META_TAG, meta, 0, _metadata())
+        self._meta = meta
+        if self._chief:
+            log.write_json(META_TAG, meta, 0, _metadata())
         self._train_function = self._make_train_function()
         self._built_for = (model, model.optimizer)
 
@@ -338,24 +390,27 @@ class GradientMonitor(keras.callbacks.Callback):
 
     # ------------------------------------------------------------------------------------------- the step
     def _make_train_function(self) -> Any:
-        model = self.model
-        # No AutoGraph: the step has no tensor-dependent Python control flow (it branches with tf.cond), and
-        # converting it and everything it calls (the engine, Keras' loss) made the first step ~2x slower to trace.
-        step_fn = (
-            self._train_step
-            if model.run_eagerly
-            else tf.function(self._train_step, reduce_retracing=True, autograph=False)
-        )
-        single = model.steps_per_execution == 1 and not tf.distribute.has_strategy()
-        if not single:  # Keras' own loop over steps; no replay (the batch is not visible from here)
+        model, strategy = self.model, self._strategy
+        if model.steps_per_execution != 1:  # Keras' own loop over steps; no replay (the batch is not visible here)
             self.locate_ops = False
             return model._make_function(self._train_step)
 
+        def one_step(data: Any) -> Any:
+            if strategy is None:
+                return self._step(data)
+            logs, local_bad = strategy.run(self._step, args=(data,))
+            return reduce_per_replica(logs, strategy), local_results(strategy, local_bad)
+
+        # No AutoGraph: the step has no tensor-dependent Python control flow (it branches with tf.cond), and
+        # converting it and everything it calls (the engine, Keras' loss) made the first step ~2x slower to trace.
+        step_fn = one_step if model.run_eagerly else tf.function(one_step, reduce_retracing=True, autograph=False)
+
         def function(iterator: Any) -> Any:
             data = next(iterator)
-            logs = step_fn(data)
+            logs, local_bad = step_fn(data)
             if self.locate_ops and not self.alerts and int(self._first_bad.numpy()) >= 0:
-                self._locate(data)
+                flags = [bool(np.asarray(f)) for f in (local_bad if strategy is not None else [local_bad])]
+                self._locate(data, flags.index(True) if True in flags else 0)
             return logs
 
         return function
@@ -378,7 +433,8 @@ class GradientMonitor(keras.callbacks.Callback):
 
     def _signals(self, x: Any, y: Any, sample_weight: Any, *, track_loss: bool) -> tuple:
         """(y_pred, loss, node values, node signals, weight gradients) of one step, as Keras' train step computes
-        them (the scaled loss differentiated); ``track_loss``: update Keras' loss tracker (not in a replay)."""
+        them (the scaled loss differentiated; this replica's); ``track_loss``: update Keras' loss tracker (not in
+        a replay)."""
         model, variables = self.model, self._variables
         with tf.GradientTape() as tape:
             y_pred, node_values = self._forward(x)
@@ -389,23 +445,50 @@ class GradientMonitor(keras.callbacks.Callback):
             scaled = model.optimizer.scale_loss(loss)
         node_outs = [node_values[n][0] for n in self._nodes]
         grads = tape.gradient(scaled, variables + node_outs)
-        return y_pred, loss, node_outs, grads[len(variables) :], grads[: len(variables)]
+        node_grads = [None if g is None else dense_signal(g) for g in grads[len(variables) :]]
+        return y_pred, loss, node_outs, node_grads, grads[: len(variables)]
+
+    def _inverse_scale(self) -> Any:
+        """1 / the loss scale the step's gradients carry (None: unscaled), read before the update changes it."""
+        optimizer = self.model.optimizer
+        if self._loss_scaler:
+            return 1.0 / tf.cast(tf.convert_to_tensor(optimizer.dynamic_scale), tf.float32)
+        factor = getattr(optimizer, "loss_scale_factor", None)
+        return tf.constant(1.0 / factor) if factor else None
 
     def _train_step(self, data: Any) -> Any:
         """Keras' ``train_step`` (TensorFlow backend, 3.x) with every node's output a gradient source."""
-        model = self.model
+        return self._step(data)[0]
+
+    def _step(self, data: Any) -> tuple[Any, Any]:
+        """(Keras' logs, whether this replica's own gradient was not finite when the global one was not)."""
+        model, variables = self.model, self._variables
+        context = replica_context()
         x, y, sample_weight = keras.utils.unpack_x_y_sample_weight(data)
-        variables = self._variables
-        y_pred, loss, node_outs, node_grads, weight_grads = self._signals(x, y, sample_weight, track_loss=True)
+        inverse = self._inverse_scale()
+        y_pred, loss, node_outs, node_grads, local_grads = self._signals(x, y, sample_weight, track_loss=True)
+        reduced, global_loss = all_reduced(context, local_grads, loss)
+        wgrads = [weight_gradient(g) for g in reduced]
+        squares = squared_norms(wgrads)  # every step: the sentinel and the spikes' norms, one read a gradient
+        grads_finite = tf.math.is_finite(tf.reduce_sum(squares))
+        loss_finite = tf.math.is_finite(tf.cast(global_loss, tf.float32))
+        # a loss scaler skips a step whose gradients overflowed: that is its business, not a NaN alert
+        sentinel = loss_finite if self._loss_scaler else tf.logical_and(loss_finite, grads_finite)
+        overflow = tf.logical_and(loss_finite, tf.logical_not(grads_finite)) if self._loss_scaler else None
+        local_bad = tf.constant(False)
+        if context is not None:  # which replica's own gradient went bad (only looked at when the global one did)
+
+            def own_gradient_bad() -> Any:
+                local = [weight_gradient(g) for g in local_grads]
+                finite = tf.math.is_finite(tf.reduce_sum(squared_norms(local)))
+                return tf.logical_not(tf.logical_and(tf.math.is_finite(tf.cast(loss, tf.float32)), finite))
+
+            local_bad = tf.cond(sentinel, lambda: tf.constant(False), own_gradient_bad)
 
         step = tf.cast(model.optimizer.iterations, tf.int64)
-        sentinel = tf.math.is_finite(tf.cast(loss, tf.float32))
-        if weight_grads:
-            zeros = [tf.reduce_sum(tf.cast(g, tf.float32) * 0.0) for g in weight_grads if g is not None]
-            if zeros:
-                sentinel = tf.logical_and(sentinel, tf.math.is_finite(tf.add_n(zeros)))
         first_bad = tf.logical_and(tf.logical_not(sentinel), self._first_bad < 0)
         recording = self._log.recording  # off for good after a failed write
+        writer = tf.logical_and(is_writer(context), self._chief)
         record = tf.logical_and(tf.equal(step % self.every, 0), recording)
         with_histograms = tf.equal(step % (self.every * max(self.histograms, 1)), 0)
         # What a record reads is held until its branch is decided: decided by the step number, it is decided at
@@ -419,16 +502,36 @@ class GradientMonitor(keras.callbacks.Callback):
             with_histograms = tf.logical_or(with_histograms, first_bad)
             count_values = first_bad
 
-        # Every step recording: the statistics need not wait for the sentinel either, so each node's run while
-        # the backward pass goes on below it.
-        early = self._measure(node_outs, node_grads, weight_grads) if self.every == 1 else None
+        if context is None:
+            # every step recording: the statistics need not wait for the sentinel, so each node's run while the
+            # backward pass goes on below it
+            early = self._node_measures(node_outs, node_grads, inverse) if self.every == 1 else None
+
+            def nodes() -> tuple:
+                return early if early is not None else self._node_measures(node_outs, node_grads, inverse)
+
+        else:  # each replica measures its shard; all of them are gathered (a collective: never inside a cond)
+            gathered_nodes = self._gathered_node_measures(context, record, node_outs, node_grads, inverse)
+
+            def nodes() -> tuple:
+                return gathered_nodes
 
         def write() -> Any:
-            measured = early if early is not None else self._measure(node_outs, node_grads, weight_grads)
-            self._write(step, loss, measured, node_outs, node_grads, weight_grads, with_histograms, count_values, x)
+            rows, sizes, dead = nodes()
+            wrows, wextra = weight_rows(wgrads, variables, inverse)
+            measured = {"rows": rows, "sizes": sizes, "dead": dead, "wrows": wrows, "wextra": wextra}
+            if count_values is not None:
+                measured["nonfinite"] = tf.cond(
+                    count_values, lambda: self.value_counts(node_outs), lambda: self._uncounted(len(node_outs))
+                )
+            self._write(step, global_loss, measured, node_outs, node_grads, wgrads, inverse, with_histograms)
+            self._write_loss(step, global_loss, count_values, node_outs, x)
             return tf.constant(True)
 
-        tf.cond(record, write, lambda: tf.constant(False))
+        tf.cond(tf.logical_and(record, writer), write, lambda: tf.constant(False))
+        self._write_step_norms(step, global_loss, squares, inverse, tf.logical_and(recording, writer))
+        if overflow is not None:
+            self._write_overflow(step, inverse, tf.logical_and(overflow, tf.logical_and(recording, writer)))
         if self._backup:
 
             def keep() -> Any:
@@ -439,31 +542,52 @@ class GradientMonitor(keras.callbacks.Callback):
             tf.cond(first_bad, keep, lambda: tf.constant(False))
         self._first_bad.assign(tf.where(first_bad, step, self._first_bad))
         if variables:
-            model.optimizer.apply(weight_grads, variables)
-        return model.compute_metrics(x, y, y_pred, sample_weight=sample_weight)
+            with optimizer_reduction_off(model.optimizer, context):
+                model.optimizer.apply(reduced, variables)
+        return model.compute_metrics(x, y, y_pred, sample_weight=sample_weight), local_bad
 
-    def _measure(self, node_outs: list, node_grads: list, weight_grads: list) -> dict:
-        """The record's statistics: stateless ops on the step's signals, gradients and weights."""
+    def _node_measures(self, node_outs: list, node_grads: list, inverse: Any) -> tuple:
+        """((n, 6) statistics of each node's signal, (n,) sizes, (n,) dead-unit fractions; NaN: not a ReLU)."""
+        if not node_outs:
+            return tf.zeros([0, 6]), tf.zeros([0]), tf.zeros([0])
         filled = [tf.zeros_like(o) if g is None else g for g, o in zip(node_grads, node_outs)]
-        variables = self._variables
-        wfilled = [tf.zeros_like(v) if g is None else tf.convert_to_tensor(g) for g, v in zip(weight_grads, variables)]
-        nan = tf.constant(float("nan"))
-        dead = [nan] * len(node_outs)
+        rows = unscaled_rows((stats_rows if self.statistics == "all" else magnitude_rows)(filled), inverse)
+        # sizes from the gradients (same shapes): a size op on a forward value is a reader too (see _build)
+        sizes = tf.cast(tf.stack([tf.size(g) for g in filled]), tf.float32)
+        dead = [tf.constant(float("nan"))] * len(node_outs)
         for i in self._relu:
-            dead[i] = _dead_fraction(node_outs[i])
-        return {
-            "filled": filled,
-            "wfilled": wfilled,
-            "rows": (stats_rows if self.statistics == "all" else magnitude_rows)(filled),
-            "dead": tf.stack(dead) if node_outs else tf.zeros([0]),
-            "wrows": stats_rows(wfilled),
-            "norms": (
-                tf.stack([tf.sqrt(2.0 * tf.nn.l2_loss(tf.cast(v, tf.float32))) for v in variables])
-                if variables
-                else tf.zeros([0])
-            ),
-            "wbad": _nonfinite_counts(variables),
-        }
+            dead[i] = dead_fraction(unit_maxima(node_outs[i]))
+        return rows, sizes, tf.stack(dead)
+
+    def _gathered_node_measures(
+        self, context: Any, record: Any, node_outs: list, node_grads: list, inverse: Any
+    ) -> tuple:
+        """``_node_measures`` of the global batch: each replica's rows, sizes and ReLU unit maxima (zeros when the
+        step does not record), gathered from every replica and combined."""
+        n = len(node_outs)
+        if n == 0:
+            return tf.zeros([0, 6]), tf.zeros([0]), tf.zeros([0])
+        relu = [i for i in self._relu if node_outs[i].shape[-1] is not None]
+        units = [int(node_outs[i].shape[-1]) for i in relu]
+
+        def measure() -> tuple:
+            rows, sizes, _ = self._node_measures(node_outs, node_grads, inverse)
+            maxima = [unit_maxima(node_outs[i]) for i in relu]
+            return rows, sizes, tf.concat(maxima, axis=0) if maxima else tf.zeros([0])
+
+        def nothing() -> tuple:
+            return tf.zeros([n, 6]), tf.zeros([n]), tf.zeros([sum(units)])
+
+        rows, sizes, maxima = tf.cond(record, measure, nothing)
+        # one collective for all (an empty one crashes TensorFlow's ring gatherer: there is always a row here)
+        every = gathered(context, tf.concat([tf.reshape(rows, [-1]), sizes, maxima], axis=0))
+        rows = tf.reshape(every[:, : 6 * n], [-1, n, 6])
+        rows, total = combined_rows(rows, every[:, 6 * n : 7 * n])
+        maxima = tf.reduce_max(every[:, 7 * n :], axis=0)
+        dead = [tf.constant(float("nan"))] * n
+        for i, part in zip(relu, tf.split(maxima, units) if units else []):
+            dead[i] = dead_fraction(part)
+        return rows, total, tf.stack(dead)
 
     def _write(
         self,
@@ -472,154 +596,104 @@ class GradientMonitor(keras.callbacks.Callback):
         measured: dict,
         node_outs: list,
         node_grads: list,
-        weight_grads: list,
+        wgrads: list,
+        inverse: Any,
         histograms: Any,
-        count_values: Any,
-        x: Any,
     ) -> None:
-        """The record's events. ``histograms``: whether to write them; ``count_values``: whether to count NaN/Inf
-        in the forward values and the batch (None: not counted, 0)."""
-        rows, wrows, norms = measured["rows"], measured["wrows"], measured["norms"]
-        # sizes from the gradients (same shapes): a size op on a forward value is a reader too (see _build)
-        sizes = tf.cast(tf.stack([tf.size(g) for g in measured["filled"]]), tf.float32) if node_outs else tf.zeros([0])
+        """The record's events but its loss (``_write_loss``). ``histograms``: whether to write them;
+        ``measured["nonfinite"]``: NaN/Inf counted in each forward value (absent: none counted)."""
+        rows, wrows, wextra = measured["rows"], measured["wrows"], measured["wextra"]
         none = tf.constant([[float(g is None)] for g in node_grads], tf.float32, shape=[len(node_grads), 1])
-        # NaN/Inf in forward values: read on the first non-finite step only (the one the report traces back; the
-        # sentinel catches every NaN that reaches the loss), not on every record (one more read of every node);
-        # NaN for the values not read (see _build).
-        checked = [node_outs[i] for i in self._value_checked]
-        floats = [t for t in keras.tree.flatten(x) if t is not None and t.dtype.is_floating]  # the batch itself
-        if count_values is None:
-            counts, data_bad = [tf.constant(0.0)] * len(checked), tf.constant(0.0)
-        else:
-            counts = tf.unstack(
-                tf.cond(count_values, lambda: _nonfinite_counts(checked), lambda: tf.zeros([len(checked)])),
-                num=len(checked),
-            )
-            data_bad = tf.cond(count_values, lambda: tf.reduce_sum(_nonfinite_counts(floats)), lambda: 0.0)
-        column = [tf.constant(float("nan"))] * len(node_outs)
-        for i, count in zip(self._value_checked, counts):
-            column[i] = count
-        nonfinite = tf.stack(column) if node_outs else tf.zeros([0])
+        nonfinite = measured.get("nonfinite")
+        if nonfinite is None:
+            nonfinite = self._uncounted(len(node_outs))
         nodes = (
-            tf.concat([rows, none, nonfinite[:, None], measured["dead"][:, None], sizes[:, None]], axis=1)
+            tf.concat([rows, none, nonfinite[:, None], measured["dead"][:, None], measured["sizes"][:, None]], axis=1)
             if node_outs
             else None
         )
         variables = self._variables
-        wnone = tf.constant([float(g is None) for g in weight_grads], tf.float32, shape=[len(variables)])
-        weights = tf.concat([norms[:, None], wrows, wnone[:, None], measured["wbad"][:, None]], axis=1)
+        wnone = tf.constant([float(g.values is None) for g in wgrads], tf.float32, shape=[len(variables)])
+        # WEIGHT_COLUMNS: |W|, the gradient's statistics, none, NaN/Inf in W, |W| over the rows touched, rows
+        weights = tf.concat(
+            [wextra[:, 0:1], wrows, wnone[:, None], wextra[:, 3:4], wextra[:, 1:2], wextra[:, 2:3]], axis=1
+        )
 
         meta = _metadata()
         scalar = _metadata("scalars", 1)
         event = self._log.event
-        event(LOSS_TAG, tf.stack([tf.cast(loss, tf.float32), data_bad]), step, meta)
         if nodes is not None:
             event(NODES_TAG, nodes, step, meta)
         event(WEIGHTS_TAG, weights, step, meta)
         event("loss", tf.cast(loss, tf.float32), step, scalar)
         # one unstack, not a slice per node (three constants and an op each, in a step of thousands)
-        for n, value in zip(self._nodes, tf.unstack(rows[:, 1]) if node_outs else []):
+        for n, value in zip(self._nodes, tf.unstack(rows[:, 1], num=len(node_outs)) if node_outs else []):
             event(tensorboard_tag("grad_mean_abs", n), value, step, scalar)
-        ratios = tf.unstack(wrows[:, 0] / tf.maximum(norms, 1e-30)) if variables else []
+        ratios = tf.unstack(wrows[:, 0] / tf.maximum(wextra[:, 1], 1e-30), num=len(variables)) if variables else []
         for v, ratio in zip(variables, ratios):
             event(tensorboard_tag("weight_ratio", v.path), ratio, step, scalar)
         if self.histograms:
-            named = [
-                (tensorboard_tag("grad", n), g)
-                for n, g, raw in zip(self._nodes, measured["filled"], node_grads)
-                if raw is not None
-            ]
+            named = [(tensorboard_tag("grad", n), g) for n, g in zip(self._nodes, node_grads) if g is not None]
             named += [
-                (tensorboard_tag("weight_grad", v.path), g)
-                for v, g, raw in zip(variables, measured["wfilled"], weight_grads)
-                if raw is not None
+                (tensorboard_tag("weight_grad", v.path), g.values)
+                for v, g in zip(variables, wgrads)
+                if g.values is not None
             ]
-            tf.cond(histograms, lambda: self._write_histograms(named, step), lambda: tf.constant(False))
+            tf.cond(histograms, lambda: self._write_histograms(named, step, inverse), lambda: tf.constant(False))
 
-    def _write_histograms(self, named: list, step: Any) -> Any:
-        histogram = _metadata("histograms", 2)
+    def _write_loss(self, step: Any, loss: Any, count: Any, node_outs: list, x: Any) -> None:
+        """The record's loss and the NaN/Inf in the batch; on the first non-finite step where no replay records it
+        (``count``, None: never), also the NaN/Inf in each forward value, written after the nodes' matrix (the
+        reader keeps the last of a step). Forward values are read on that step only (the one the report traces
+        back; the sentinel catches every NaN that reaches the loss), not on every record (one more read of every
+        node); NaN for the values not read (see _build)."""
+        data_bad = tf.constant(0.0)
+        if count is not None:
+            floats = [t for t in keras.tree.flatten(x) if t is not None and t.dtype.is_floating]  # the batch itself
+            data_bad = tf.cond(count, lambda: tf.reduce_sum(nonfinite_counts(floats)), lambda: 0.0)
+        self._log.event(LOSS_TAG, tf.stack([tf.cast(loss, tf.float32), data_bad]), step, _metadata())
+
+    def _uncounted(self, n: int) -> Any:
+        """The NaN/Inf column of a record that counted none: 0 for the values it reads, NaN for the others."""
+        return tf.constant([0.0 if i in self._value_checked else float("nan") for i in range(n)], tf.float32, [n])
+
+    def value_counts(self, node_outs: list) -> Any:
+        """(n,) NaN/Inf in each node's forward value (NaN: a value not read, see _build)."""
+        checked = nonfinite_counts([node_outs[i] for i in self._value_checked])
+        column = [tf.constant(float("nan"))] * len(node_outs)
+        for i, c in zip(self._value_checked, tf.unstack(checked, num=len(self._value_checked))):
+            column[i] = c
+        return tf.stack(column) if node_outs else tf.zeros([0])
+
+    def _write_histograms(self, named: list, step: Any, inverse: Any) -> Any:
+        histogram_meta = _metadata("histograms", 2)
         for tag, values in named:
-            self._log.event(tag, _histogram(values), step, histogram)
+            values = tf.cast(values, tf.float32)
+            self._log.event(tag, histogram(values if inverse is None else values * inverse), step, histogram_meta)
         return tf.constant(True)
 
+    def _write_step_norms(self, step: Any, loss: Any, squares: Any, inverse: Any, write: Any) -> None:
+        """Every step: [loss, global norm, each variable's norm] of the gradients the optimizer gets (unscaled)."""
+        norms = tf.sqrt(squares)
+        if inverse is not None:
+            norms = norms * inverse
+        row = tf.concat([[tf.cast(loss, tf.float32), tf.sqrt(tf.reduce_sum(tf.square(norms)))], norms], axis=0)
+        _when(write, lambda: self._log.event(NORMS_TAG, row, step, _metadata()))
+
+    def _write_overflow(self, step: Any, inverse: Any, skipped: Any) -> None:
+        """A step the loss scaler skips: the scale it had (the report counts them; not a NaN alert)."""
+        _when(skipped, lambda: self._log.event(OVERFLOW_TAG, tf.reshape(1.0 / inverse, [1]), step, _metadata()))
+
     # ------------------------------------------------------------------------------------------- the NaN's op
-    def _record_replay(self, step: int, x: Any, y: Any, sample_weight: Any) -> None:
-        """The record of the first non-finite step, from an eager replay with the weights it saw: every statistic,
-        the histograms, and the NaN/Inf in each forward value and in the batch. Written when the replay makes the
-        NaN/Inf again (a random layer may not); it then stands in for the step's record, if it had one."""
-        _, loss, node_outs, node_grads, weight_grads = self._signals(x, y, sample_weight, track_loss=False)
-        finite = np.isfinite(float(loss)) and all(
-            bool(tf.reduce_all(tf.math.is_finite(g))) for g in weight_grads if g is not None
-        )
-        if finite:
-            return
-        measured = self._measure(node_outs, node_grads, weight_grads)
-        self._write(
-            tf.constant(step, tf.int64),
-            loss,
-            measured,
-            node_outs,
-            node_grads,
-            weight_grads,
-            tf.constant(self.histograms > 0),
-            tf.constant(True),
-            x,
-        )
+    def _locate(self, data: Any, replica: int) -> None:
+        """Replay the first non-finite step eagerly (``replica``'s shard of it), with the weights it saw."""
+        from gradscope.engine.training.replay import locate_first_nonfinite
 
-    def _locate(self, data: Any) -> None:
-        """Replay the first non-finite step eagerly, with the weights it saw, under check_numerics."""
-        step = int(self._first_bad.numpy())
-        alert: dict[str, Any] = {
-            "step": step,
-            "op": None,
-            "variable": None,
-            "node": None,
-            "phase": None,
-            "message": None,
-        }
-        # every variable as the step left it: the replay runs layers in training mode, so BatchNorm's moving
-        # statistics would move a second time; they and the weights are put back afterwards
-        everything = list(self.model.variables)
-        current = [tf.identity(v) for v in everything]
-        where: dict[str, str | None] = {"node": None}
-
-        def on_step(node_id: str) -> None:
-            where["node"] = node_id
-
-        x, y, sample_weight = keras.utils.unpack_x_y_sample_weight(data)
-        try:
-            for v, b in zip(self._variables, self._backup):
-                v.assign(b)
-            self._record_replay(step, x, y, sample_weight)
-            tf.debugging.enable_check_numerics()
-            try:
-                with tf.GradientTape() as tape:
-                    y_pred, _ = self._forward(x, on_step=on_step)
-                    where["node"] = None
-                    alert["phase"] = "loss"
-                    loss = self.model._compute_loss(x=x, y=y, y_pred=y_pred, sample_weight=sample_weight)
-                alert["phase"] = "backward"
-                tape.gradient(loss, self._variables)
-                alert["phase"] = None
-                alert["message"] = "the replay ran without NaN/Inf (a random layer, e.g. dropout, differed)"
-            finally:
-                tf.debugging.disable_check_numerics()
-        except Exception as exc:  # noqa: BLE001 - whatever stopped the replay is what is reported
-            text = str(exc)
-            found = _DETECTED.search(text)
-            alert["op"] = found.group(2) if found else None
-            handle = _VARIABLE.search(text) if found and found.group(2) == "ReadVariableOp" else None
-            alert["variable"] = handle.group(1).rsplit("/", 1)[0] if handle else None
-            if where["node"] is not None and alert["phase"] is None:
-                alert["phase"] = "forward"
-            alert["node"] = where["node"]
-            alert["message"] = f"{found.group(1)} in the output of op {found.group(2)}" if found else text[:300]
-        finally:
-            for v, c in zip(everything, current):
-                v.assign(c)
-        if alert["phase"] is None and alert["node"] is None and alert["op"] is None:
-            alert["phase"] = "unknown"
+        if self._strategy is not None:
+            data = local_results(self._strategy, data)[replica]
+        alert = locate_first_nonfinite(self, data)
+        alert["replica"] = replica if self._strategy is not None else None
         alert["wall_time"] = time.time()
         self.alerts.append(alert)
         if self._log is not None:
-            self._log.write_json(ALERT_TAG, alert, step, _metadata())
+            self._log.write_json(ALERT_TAG, alert, alert["step"], _metadata())

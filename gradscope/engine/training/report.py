@@ -14,14 +14,17 @@
 from __future__ import annotations
 
 import math
+import os
+import socket
 import time
 from dataclasses import asdict, dataclass, replace
 
 import numpy as np
 
 from gradscope.core.results import NodeStats
-from gradscope.core.training_log import NODE_COLUMNS, LogNode, StepRecord, TrainingLog
+from gradscope.core.training_log import NODE_COLUMNS, WEIGHT_COLUMNS, LogNode, StepRecord, TrainingLog
 from gradscope.engine.diagnostics.flow import FlowReport, FlowThresholds, WeightFlow, ancestors, flow_rows
+from gradscope.engine.training.spikes import loss_spikes, norm_lines, spike_detail
 
 #: Flags reported from the flow of each step (``nan`` has its own alert; ``no_gradient`` is structural).
 _TREND_FLAGS = ("vanishing", "exploding", "dead_relu", "zero_gradient", "no_gradient", "weights_zero_gradient")
@@ -59,8 +62,23 @@ def step_flow(log: TrainingLog, record: StepRecord | int, thresholds: FlowThresh
                 stats[n.id] = replace(stats[n.id], mean_abs=rms)
         dead[n.id] = float(row[col["dead_fraction"]])
     weights, by_node = [], {}
-    for w, row in zip(log.weights, record.weights):
-        norm, gnorm, mean_abs, max_abs, _zero, nan, inf, none, _bad = (float(v) for v in row)
+    columns = {name: record.weight_column(name) for name in WEIGHT_COLUMNS}
+    for i, w in enumerate(log.weights):
+        norm, gnorm, mean_abs, max_abs, nan, inf, none, touched = (
+            float(columns[name][i])
+            for name in (
+                "norm",
+                "grad_norm",
+                "grad_mean_abs",
+                "grad_max_abs",
+                "grad_nan",
+                "grad_inf",
+                "grad_none",
+                "norm_touched",
+            )
+        )
+        if math.isnan(touched):  # a log of version 1
+            touched = norm
         wf = WeightFlow(
             path=w.path,
             node=w.node,
@@ -69,7 +87,8 @@ def step_flow(log: TrainingLog, record: StepRecord | int, thresholds: FlowThresh
             grad_norm=math.nan if none else gnorm,
             grad_mean_abs=math.nan if none else mean_abs,
             grad_max_abs=math.nan if none else max_abs,
-            ratio=gnorm / norm if not none and norm > 0 else math.nan,
+            # a sparse gradient's update against the rows it touched (the whole |W| for a dense one)
+            ratio=gnorm / touched if not none and touched > 0 else math.nan,
             nan_count=int(nan),
             inf_count=int(inf),
             is_none=bool(none),
@@ -164,6 +183,7 @@ def _first_nonfinite(log: TrainingLog, record: StepRecord) -> TrainingAlert:
             where = alert.get("variable") or alert.get("node") or ""
             detail += f"; replayed with check_numerics: op {op}" + (f" at {where}" if where else "")
             detail += f" ({alert.get('phase')})" if alert.get("phase") else ""
+    detail += _replica_text(log, step)
     weight_grads_bad = (record.weight_column("grad_nan") + record.weight_column("grad_inf")).any()
     if not math.isfinite(record.loss) or weight_grads_bad:  # what the monitor checks every step
         detail += f" (step {step} is the first whose loss or weight gradients were not finite: checked every step)"
@@ -185,20 +205,36 @@ def _unrecorded_nonfinite(log: TrainingLog, first_recorded: int | None) -> Train
         f"the loss or weight gradients of step {step} were not finite (checked every step); the step fell between "
         f"records and was not recorded: {alert.get('message') or 'its replay did not make the NaN/Inf again'}"
     )
+    detail += _replica_text(log, step)
     return TrainingAlert("nonfinite", alert.get("node"), step, detail, op=alert.get("op"))
 
 
-def training_alerts(log: TrainingLog, thresholds: FlowThresholds | None = None) -> list[TrainingAlert]:
-    """NaN/Inf first, then the nodes the flow flags in at least half of the finite records."""
+def _replica_text(log: TrainingLog, step: int) -> str:
+    """Where the NaN started under tf.distribute: the replica whose own gradient went bad (the monitor's replay)."""
+    for alert in log.alerts:
+        if int(alert.get("step", -1)) == step and alert.get("replica") is not None and log.replicas > 1:
+            return f"; it started on replica {alert['replica']} of {log.replicas} (its shard of the batch was replayed)"
+    return ""
+
+
+def training_alerts(
+    log: TrainingLog, thresholds: FlowThresholds | None = None, spike: float = 5.0
+) -> list[TrainingAlert]:
+    """NaN/Inf first, then the loss spikes (global gradient norm above ``spike`` x the running median), then the
+    nodes the flow flags in at least half of the finite records."""
     thresholds = thresholds or FlowThresholds()
     alerts: list[TrainingAlert] = []
-    bad = [r for r in log.records if not r.finite]
+    # a record of an update the loss scaler skipped (its gradients overflowed, the loss finite) is neither a NaN
+    # nor a finite record; Keras repeats the step number, and the record of the update that ran replaces it
+    skipped = {step for step, _ in log.overflows}
+    records = [r for r in log.records if not (r.step in skipped and not r.finite and math.isfinite(r.loss))]
+    bad = [r for r in records if not r.finite]
     unrecorded = _unrecorded_nonfinite(log, bad[0].step if bad else None)
     if unrecorded is not None:
         alerts.append(unrecorded)
     elif bad:
         alerts.append(_first_nonfinite(log, bad[0]))
-    finite = [r for r in log.records if r.finite]
+    finite = [r for r in records if r.finite]
     counts: dict[tuple[str, str], list[int]] = {}
     for r in finite:
         for row in step_flow(log, r, thresholds).rows:
@@ -217,7 +253,13 @@ def training_alerts(log: TrainingLog, thresholds: FlowThresholds | None = None) 
                     of=len(finite),
                 )
             )
-    order = {name: i for i, name in enumerate(("nonfinite", *_TREND_FLAGS))}
+    node_of_layer: dict[str, str] = {}
+    for n in log.nodes:
+        node_of_layer.setdefault(n.layer_name or n.id, n.id)
+    for s in loss_spikes(log, spike):
+        top = node_of_layer.get(s.layers[0][0]) if s.layers else None
+        alerts.append(TrainingAlert("spike", top, s.step, spike_detail(s)))
+    order = {name: i for i, name in enumerate(("nonfinite", "spike", *_TREND_FLAGS))}
     position = {n.id: i for i, n in enumerate(log.nodes)}
     alerts.sort(key=lambda a: (order.get(a.kind, 99), position.get(a.node or "", -1)))
     return alerts
@@ -239,6 +281,25 @@ def _run_lines(log: TrainingLog) -> list[str]:
     ]
 
 
+def stopped_before_first_record(log: TrainingLog) -> str | None:
+    """Why a run without records will get none (None: it may still be starting): the failure its monitor wrote,
+    or its process is gone (same host)."""
+    if log.records:
+        return None
+    if log.failure:
+        return log.failure
+    pid, host = log.writer.get("pid"), log.writer.get("host")
+    if pid is None or host != socket.gethostname():
+        return None
+    try:
+        os.kill(int(pid), 0)
+    except ProcessLookupError:
+        return f"its process ({pid} on {host}) ended before the first step finished, and wrote no reason"
+    except (PermissionError, OSError):
+        return None
+    return None
+
+
 def report_text(log: TrainingLog, alerts: list[TrainingAlert]) -> str:
     records = log.records
     head = f"Training log {log.folder}: model {log.model_name!r}, {len(log.nodes)} nodes"
@@ -250,20 +311,29 @@ def report_text(log: TrainingLog, alerts: list[TrainingAlert]) -> str:
             f"{e.get('select')} -> {e.get('rule')}" for e in entries
         )
     lines = [head, *_run_lines(log), *(f"warning: {p}" for p in log.problems)]
-    if log.failure and not records:
-        return "\n".join([*lines, f"Nothing recorded: {log.failure}."])
+    stopped = stopped_before_first_record(log)
+    if stopped:
+        why = stopped if log.failure else f"the run stopped before its first record: {stopped}"
+        return "\n".join([*lines, f"Nothing recorded: {why}."])
     if not records:
-        return "\n".join([*lines, "No step recorded yet."])
+        return "\n".join([*lines, "No step recorded yet (the run is starting)."])
     losses = [r.loss for r in records if math.isfinite(r.loss)]
     lines += [
         f"{len(records)} records (every {log.every} steps), steps {records[0].step}..{records[-1].step}"
         + (f"; loss {losses[0]:.4g} -> {losses[-1]:.4g}" if losses else ""),
     ]
+    if log.replicas > 1:
+        lines.append(f"{log.replicas} replicas in sync: the statistics are of the global batch (after the all-reduce)")
     if not alerts:
         lines.append("No alerts: every record is finite and no layer vanishes, explodes or dies.")
+    lines += norm_lines(log)
     groups: dict[tuple, list[TrainingAlert]] = {}
     for a in alerts:  # one line for the nodes a flag holds for alike (a vanishing stack is one finding)
-        key = (a.kind, a.first_step, a.detail) if a.kind == "nonfinite" else (a.kind, a.first_step, a.flagged, a.of)
+        key = (
+            (a.kind, a.first_step, a.detail)
+            if a.kind in ("nonfinite", "spike")
+            else (a.kind, a.first_step, a.flagged, a.of)
+        )
         groups.setdefault(key, []).append(a)
     for group in groups.values():
         a = group[0]
@@ -271,6 +341,9 @@ def report_text(log: TrainingLog, alerts: list[TrainingAlert]) -> str:
         where = ""
         if nodes:
             where = f" at {', '.join(nodes[:6])}" + (f" and {len(nodes) - 6} more" if len(nodes) > 6 else "")
+        if a.kind == "spike":
+            lines.append(f"[spike] step {a.first_step}: {a.detail}")
+            continue
         detail = a.detail if a.kind == "nonfinite" else f"{a.flagged} of {a.of} finite records"
         lines.append(f"[{a.kind}] from step {a.first_step}{where}: {detail}")
     return "\n".join(lines)

@@ -243,7 +243,7 @@ def test_magnitude_statistics_are_exact_and_stand_in_for_mean_abs(tmp_path):
 
 
 def test_histogram_counts_like_numpy_and_survives_odd_tensors():
-    from gradscope.engine.training.monitor import _histogram
+    from gradscope.engine.training.statistics import histogram as _histogram
 
     values = np.random.default_rng(3).normal(size=(64, 9)).astype("float32")
     hist = _histogram(values).numpy()
