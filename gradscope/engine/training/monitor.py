@@ -147,8 +147,9 @@ class GradientMonitor(keras.callbacks.Callback):
     ``histograms``: also a histogram per node signal and per weight gradient (TensorBoard's Histograms tab) every
     ``histograms`` records (0: none; they cost as much as the other statistics together: see bench_monitor);
     ``statistics``: "all" (norm, mean|g|, max|g|, zero fraction, NaN/Inf of every node's signal) or
-    "magnitude" (norm, max|g|, NaN/Inf: no tensor written, ~1/4 of the cost, for recording every step; the
-    report then measures vanishing/exploding by the RMS, norm / sqrt(size), in place of mean|g|);
+    "magnitude" (norm, max|g|, NaN/Inf of every node's signal and every weight gradient: no tensor written,
+    ~1/4 of the cost, for recording every step, a language model's above all; the report then measures
+    vanishing/exploding by the RMS, norm / sqrt(size), in place of mean|g|);
     ``locate_ops``: record the first non-finite step and find the op of its first NaN/Inf by eager replays
     (see the module docstring).
     """
@@ -467,7 +468,16 @@ class GradientMonitor(keras.callbacks.Callback):
         x, y, sample_weight = keras.utils.unpack_x_y_sample_weight(data)
         inverse = self._inverse_scale()
         y_pred, loss, node_outs, node_grads, local_grads = self._signals(x, y, sample_weight, track_loss=True)
-        reduced, global_loss = all_reduced(context, local_grads, loss)
+        step = tf.cast(model.optimizer.iterations, tf.int64)
+        recording = self._log.recording  # off for good after a failed write
+        record = tf.logical_and(tf.equal(step % self.every, 0), recording)
+        # under a strategy each replica's node statistics travel in the gradients' all-reduce (a collective
+        # cannot sit in a cond, and a second one a step cost 5 % of a small model's step); without the replay
+        # the first non-finite step records too, which is known only after it: a gather of its own then
+        shard = None
+        if context is not None and self.locate_ops:
+            shard = self._node_shard(record, node_outs, node_grads, inverse)
+        reduced, global_loss, shards = all_reduced(context, local_grads, loss, shard)
         wgrads = [weight_gradient(g) for g in reduced]
         squares = squared_norms(wgrads)  # every step: the sentinel and the spikes' norms, one read a gradient
         grads_finite = tf.math.is_finite(tf.reduce_sum(squares))
@@ -485,11 +495,8 @@ class GradientMonitor(keras.callbacks.Callback):
 
             local_bad = tf.cond(sentinel, lambda: tf.constant(False), own_gradient_bad)
 
-        step = tf.cast(model.optimizer.iterations, tf.int64)
         first_bad = tf.logical_and(tf.logical_not(sentinel), self._first_bad < 0)
-        recording = self._log.recording  # off for good after a failed write
         writer = tf.logical_and(is_writer(context), self._chief)
-        record = tf.logical_and(tf.equal(step % self.every, 0), recording)
         with_histograms = tf.equal(step % (self.every * max(self.histograms, 1)), 0)
         # What a record reads is held until its branch is decided: decided by the step number, it is decided at
         # once, and a step that does not record lets go of its signals as plain fit does. Waiting for the sentinel
@@ -511,14 +518,16 @@ class GradientMonitor(keras.callbacks.Callback):
                 return early if early is not None else self._node_measures(node_outs, node_grads, inverse)
 
         else:  # each replica measures its shard; all of them are gathered (a collective: never inside a cond)
-            gathered_nodes = self._gathered_node_measures(context, record, node_outs, node_grads, inverse)
+            if shards is None:
+                shards = gathered(context, self._node_shard(record, node_outs, node_grads, inverse))
+            gathered_nodes = self._combined_node_measures(shards, node_outs)
 
             def nodes() -> tuple:
                 return gathered_nodes
 
         def write() -> Any:
             rows, sizes, dead = nodes()
-            wrows, wextra = weight_rows(wgrads, variables, inverse)
+            wrows, wextra = weight_rows(wgrads, variables, inverse, statistics=self.statistics)
             measured = {"rows": rows, "sizes": sizes, "dead": dead, "wrows": wrows, "wextra": wextra}
             if count_values is not None:
                 measured["nonfinite"] = tf.cond(
@@ -559,31 +568,32 @@ class GradientMonitor(keras.callbacks.Callback):
             dead[i] = dead_fraction(unit_maxima(node_outs[i]))
         return rows, sizes, tf.stack(dead)
 
-    def _gathered_node_measures(
-        self, context: Any, record: Any, node_outs: list, node_grads: list, inverse: Any
-    ) -> tuple:
-        """``_node_measures`` of the global batch: each replica's rows, sizes and ReLU unit maxima (zeros when the
-        step does not record), gathered from every replica and combined."""
+    def _relu_units(self, node_outs: list) -> tuple[list[int], list[int]]:
+        relu = [i for i in self._relu if node_outs[i].shape[-1] is not None]
+        return relu, [int(node_outs[i].shape[-1]) for i in relu]
+
+    def _node_shard(self, record: Any, node_outs: list, node_grads: list, inverse: Any) -> Any:
+        """This replica's node statistics as one vector: rows (n x 6), sizes (n), the ReLU units' maxima; zeros
+        when the step does not record. Never empty (an empty collective crashes TensorFlow's ring gatherer)."""
+        n = len(node_outs)
+        relu, units = self._relu_units(node_outs)
+
+        def measure() -> Any:
+            rows, sizes, _ = self._node_measures(node_outs, node_grads, inverse)
+            maxima = [unit_maxima(node_outs[i]) for i in relu]
+            return tf.concat([tf.reshape(rows, [-1]), sizes, *maxima, tf.zeros([1])], axis=0)
+
+        return tf.cond(record, measure, lambda: tf.zeros([7 * n + sum(units) + 1]))
+
+    def _combined_node_measures(self, shards: Any, node_outs: list) -> tuple:
+        """``_node_measures`` of the global batch from every replica's ``_node_shard`` (replicas, size): norms
+        add in squares, means by size, maxima by max; a ReLU unit is dead when it is 0 on every shard."""
         n = len(node_outs)
         if n == 0:
             return tf.zeros([0, 6]), tf.zeros([0]), tf.zeros([0])
-        relu = [i for i in self._relu if node_outs[i].shape[-1] is not None]
-        units = [int(node_outs[i].shape[-1]) for i in relu]
-
-        def measure() -> tuple:
-            rows, sizes, _ = self._node_measures(node_outs, node_grads, inverse)
-            maxima = [unit_maxima(node_outs[i]) for i in relu]
-            return rows, sizes, tf.concat(maxima, axis=0) if maxima else tf.zeros([0])
-
-        def nothing() -> tuple:
-            return tf.zeros([n, 6]), tf.zeros([n]), tf.zeros([sum(units)])
-
-        rows, sizes, maxima = tf.cond(record, measure, nothing)
-        # one collective for all (an empty one crashes TensorFlow's ring gatherer: there is always a row here)
-        every = gathered(context, tf.concat([tf.reshape(rows, [-1]), sizes, maxima], axis=0))
-        rows = tf.reshape(every[:, : 6 * n], [-1, n, 6])
-        rows, total = combined_rows(rows, every[:, 6 * n : 7 * n])
-        maxima = tf.reduce_max(every[:, 7 * n :], axis=0)
+        relu, units = self._relu_units(node_outs)
+        rows, total = combined_rows(tf.reshape(shards[:, : 6 * n], [-1, n, 6]), shards[:, 6 * n : 7 * n])
+        maxima = tf.reduce_max(shards[:, 7 * n : 7 * n + sum(units)], axis=0)
         dead = [tf.constant(float("nan"))] * n
         for i, part in zip(relu, tf.split(maxima, units) if units else []):
             dead[i] = dead_fraction(part)

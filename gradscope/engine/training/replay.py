@@ -30,7 +30,7 @@ def _record_replay(monitor: Any, step: int, x: Any, y: Any, sample_weight: Any) 
     inverse = monitor._inverse_scale()
     rows, sizes, dead = monitor._node_measures(node_outs, node_grads, inverse)
     wgrads = [weight_gradient(g) for g in weight_grads]
-    wrows, wextra = weight_rows(wgrads, monitor._variables, inverse)
+    wrows, wextra = weight_rows(wgrads, monitor._variables, inverse, statistics=monitor.statistics)
     measured = {
         "rows": rows,
         "sizes": sizes,

@@ -7,7 +7,8 @@ plain Keras ``fit`` cannot run on this project's machines, so untested) the moni
   its own all-reduce turned off while the step is traced: the records, the sentinel and the per-step norms are
   of the global batch's gradients at no second all-reduce. One difference from Keras' own step: a ``clipnorm`` /
   ``global_clipnorm`` optimizer clips the global gradient, where Keras clips each replica's before adding them;
-- gathers each node's statistics from every replica (the signals are of each replica's shard) and combines them;
+- gathers each node's statistics from every replica (the signals are of each replica's shard), in the same
+  all-reduce, and combines them;
 - checks its own shard only when the global gradient is not finite, to name the replica where a NaN started;
 - writes from replica 0 of the chief worker only.
 
@@ -62,15 +63,22 @@ def is_writer(context: Any | None) -> Any:
     return tf.equal(context.replica_id_in_sync_group, 0)
 
 
-def all_reduced(context: Any | None, grads: list, loss: Any) -> tuple[list, Any]:
+def all_reduced(context: Any | None, grads: list, loss: Any, shard: Any = None) -> tuple[list, Any, Any]:
     """(the gradients, the loss) summed over the replicas (each replica's loss is already divided by their number,
-    as Keras scales it): one all-reduce for all of them."""
+    as Keras scales it), and ``shard`` (a vector, each replica's own) of every replica stacked (replicas, size):
+    one all-reduce for all of them, ``shard`` in its replica's slot of a zero vector (a sum that gathers)."""
     if context is None:
-        return grads, loss
+        return grads, loss, None if shard is None else shard[None]
     present = [g for g in grads if g is not None]
-    reduced = iter(context.all_reduce(tf.distribute.ReduceOp.SUM, [*present, tf.cast(loss, tf.float32)]))
+    extra = []
+    if shard is not None:
+        slot = tf.one_hot(context.replica_id_in_sync_group, context.num_replicas_in_sync, dtype=tf.float32)
+        extra = [tf.reshape(slot[:, None] * shard[None, :], [-1])]
+    reduced = iter(context.all_reduce(tf.distribute.ReduceOp.SUM, [*present, tf.cast(loss, tf.float32), *extra]))
     grads = [None if g is None else next(reduced) for g in grads]
-    return grads, next(reduced)
+    loss = next(reduced)
+    stacked = tf.reshape(next(reduced), [context.num_replicas_in_sync, -1]) if shard is not None else None
+    return grads, loss, stacked
 
 
 def gathered(context: Any | None, value: Any) -> Any:

@@ -79,6 +79,10 @@ def step_flow(log: TrainingLog, record: StepRecord | int, thresholds: FlowThresh
         )
         if math.isnan(touched):  # a log of version 1
             touched = norm
+        if log.statistics == "magnitude" and math.isnan(mean_abs) and not none:  # mean|g| not recorded: the RMS
+            rows = float(columns["rows_touched"][i])
+            size = (rows * math.prod(w.shape[1:])) if not math.isnan(rows) else math.prod(w.shape)
+            mean_abs = gnorm / math.sqrt(size) if size > 0 else math.nan
         wf = WeightFlow(
             path=w.path,
             node=w.node,

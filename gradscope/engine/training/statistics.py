@@ -88,8 +88,11 @@ def weight_rows(
         else:
             touched.append(tf.sqrt(2.0 * tf.nn.l2_loss(tf.gather(value, g.rows))))
             counts.append(tf.cast(tf.size(g.rows), tf.float32))
-    bad = nonfinite_counts(list(variables))
-    extra = tf.stack([tf.stack(norms), tf.stack(touched), tf.stack(counts), bad], axis=1)
+    # NaN/Inf in W counted only when a norm is not finite: the norm's read is the check (one read of W, not two)
+    norms_t = tf.stack(norms)
+    values = [tf.cast(v, tf.float32) for v in variables]
+    bad = tf.reduce_sum(nan_inf_counts(values, norms_t), axis=1) if values else tf.zeros([0])
+    extra = tf.stack([norms_t, tf.stack(touched), tf.stack(counts), bad], axis=1)
     return rows, extra
 
 

@@ -294,3 +294,22 @@ def test_a_run_still_starting_is_not_called_stopped(tmp_path, capsys):
     log.close()
     assert main(["train-report", str(tmp_path)]) == 0
     assert "No step recorded yet (the run is starting)." in capsys.readouterr().out
+
+
+def test_magnitude_statistics_measure_the_weight_gradients_cheaply_too(tmp_path):
+    x, y = token_batch()
+    model = text_classifier()
+    model.compile(keras.optimizers.SGD(0.0), keras.losses.SparseCategoricalCrossentropy(from_logits=True))
+    monitor = GradientMonitor(tmp_path, every=1, statistics="magnitude")
+    model.fit(x, y, batch_size=16, shuffle=False, verbose=0, callbacks=[monitor])
+    log = read_training_log(tmp_path)
+    record = log.records[0]
+    assert np.isnan(record.weight_column("grad_mean_abs")).all()  # not measured: no tensor written
+    from gradscope.engine.training.report import step_flow
+
+    flows = {wf.path: wf for wf in step_flow(log, 0).weights}
+    kernel = next(wf for path, wf in flows.items() if "logits/kernel" in path)
+    np.testing.assert_allclose(kernel.grad_mean_abs, kernel.grad_norm / np.sqrt(WIDTH * 3), rtol=1e-6)  # the RMS
+    table = next(wf for path, wf in flows.items() if "embedding" in path)
+    touched = weight_row(log, record, "embedding")["rows_touched"]
+    np.testing.assert_allclose(table.grad_mean_abs, table.grad_norm / np.sqrt(touched * WIDTH), rtol=1e-6)
