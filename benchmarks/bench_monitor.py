@@ -3,14 +3,18 @@
     .venv/bin/python benchmarks/bench_monitor.py                # the demo CNN (64x64, batch 32) and ResNet50
     .venv/bin/python benchmarks/bench_monitor.py --only demo    # one model
     .venv/bin/python benchmarks/bench_monitor.py --steps 40     # more timed steps per configuration
+    .venv/bin/python benchmarks/bench_monitor.py --only llama3 --steps 4 --rounds 2   # Llama-3 309 M fine-tune
+    .venv/bin/python benchmarks/bench_monitor.py --mirrored     # under MirroredStrategy over 2 logical CPUs
 
 Per model: the time of each training step (on_train_batch_begin -> end, which includes the step's record and the
 sentinel) after a warm-up epoch that traces, for plain ``fit``, ``every=10``, ``every=1`` (all statistics,
 histograms every 10th record: the defaults) and ``every=1`` with ``statistics="magnitude"``; the fits interleave
 (plain, 10, 1, 1 magnitude, plain, ...) so that a machine getting slower hits all alike; each configuration keeps
 its model and monitor, so its step is traced once. Reported: per round the mean step time, the median
-over rounds, and its ratio to plain (goals: <= 1.10 at every=10, <= 1.30 at every=1).
-Writes benchmarks/results/monitor.{json,csv}.
+over rounds, and its ratio to plain (goals: <= 1.10 at every=10, <= 1.30 at every=1). Set-up: from ``fit``'s
+call to the end of its first step (the monitor's build and trace, or Keras' own trace) in the warm-up epoch, as a
+ratio to plain ``fit``'s (goal <= 1.5).
+Writes benchmarks/results/monitor.{json,csv} (monitor_<options>.{json,csv} with --only / --mirrored).
 """
 
 from __future__ import annotations
@@ -29,11 +33,19 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import numpy as np  # noqa: E402
+import tensorflow as _tf  # noqa: E402
+
+MIRRORED = "--mirrored" in sys.argv
+if MIRRORED:  # logical devices are fixed before TensorFlow starts
+    _cpu = _tf.config.list_physical_devices("CPU")[0]
+    _tf.config.set_logical_device_configuration(_cpu, [_tf.config.LogicalDeviceConfiguration()] * 2)
 
 from gradscope.backend import keras, tf  # noqa: E402
 from gradscope.engine.training.monitor import GradientMonitor  # noqa: E402
 
 RESULTS = Path(__file__).resolve().parent / "results"
+# One strategy for the process: a second MirroredStrategy reuses collective instance keys and aborts (TensorFlow)
+_STRATEGY = tf.distribute.MirroredStrategy(["/cpu:0", "/cpu:1"]) if MIRRORED else None
 
 
 class StepTimer(keras.callbacks.Callback):
@@ -74,6 +86,39 @@ def resnet_case():
     return "ResNet50 (64x64, batch 16)", build, x, y, 16
 
 
+def llama3_case():
+    sys.path.insert(0, str(Path(__file__).resolve().parent))
+    from bench_language_model import llama3
+
+    def build():
+        keras.utils.set_random_seed(0)
+        model = llama3(16)
+        model.compile(
+            optimizer=keras.optimizers.SGD(1e-4),
+            loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True),
+            weighted_metrics=[],
+        )
+        return model
+
+    rng = np.random.default_rng(0)
+    ids = rng.integers(1, 32_000, size=(16, 65)).astype("int32")
+    x = {"token_ids": ids[:, :-1], "padding_mask": np.ones((16, 64), "int32")}
+    return "Llama-3 309 M fine-tune (sequence 64, batch 4)", build, x, ids[:, 1:], 4
+
+
+class SetupTimer(keras.callbacks.Callback):
+    """From ``fit``'s call (``t0``, set before it) to the end of the first step."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.t0 = time.perf_counter()
+        self.first: float | None = None
+
+    def on_train_batch_end(self, batch, logs=None):
+        if self.first is None:
+            self.first = time.perf_counter() - self.t0
+
+
 def make_monitor(folder: Path, every: int) -> GradientMonitor:
     """``every`` < 0: every |every| steps, magnitude statistics only (defaults otherwise)."""
     folder = folder.with_name(folder.name.replace("=", "").replace(" ", "_"))
@@ -84,17 +129,35 @@ def measure(name, build, x, y, batch, steps: int, rounds: int) -> dict:
     configs = {"plain": None, "every=10": 10, "every=1": 1, "every=1 magnitude": -1}
     models: dict = {}
     fits: dict[str, list[float]] = {k: [] for k in configs}
-    steps_per_epoch = len(x) // batch
+    setup: dict[str, float] = {}
+    steps_per_epoch = len(keras.tree.flatten(x)[0]) // batch
     epochs = max(1, steps // steps_per_epoch)
+    strategy = _STRATEGY
     with tempfile.TemporaryDirectory() as tmp:
         for label, every in configs.items():  # warm-up: build + trace once per configuration
-            model = build()
+            if strategy is not None:
+                with strategy.scope():
+                    model = build()
+            else:
+                model = build()
             monitor = make_monitor(Path(tmp) / label, every) if every else None
-            t = time.perf_counter()
+            timer = SetupTimer()
+            t = timer.t0 = time.perf_counter()
             model.fit(
-                x, y, batch_size=batch, epochs=1, verbose=0, shuffle=False, callbacks=[monitor] if monitor else []
+                x,
+                y,
+                batch_size=batch,
+                epochs=1,
+                verbose=0,
+                shuffle=False,
+                callbacks=[monitor, timer] if monitor else [timer],
             )
-            print(f"  {name} {label}: first epoch (trace) {time.perf_counter() - t:.1f} s", flush=True)
+            setup[label] = float(timer.first)
+            print(
+                f"  {name} {label}: first epoch (trace) {time.perf_counter() - t:.1f} s, to the end of the first "
+                f"step {timer.first:.2f} s",
+                flush=True,
+            )
             models[label] = (model, monitor)
         for _ in range(rounds):
             for label, (model, monitor) in models.items():
@@ -105,38 +168,48 @@ def measure(name, build, x, y, batch, steps: int, rounds: int) -> dict:
     # Per round, the mean step time (record steps included); across rounds, the median (this machine is shared:
     # one slow round would otherwise decide the ratio).
     plain = float(np.median(fits["plain"]))
-    row = {"model": name, "rounds": rounds, "steps_per_round": epochs * steps_per_epoch - 1, "plain_s": plain}
+    row = {
+        "model": name + (" under MirroredStrategy (2 CPUs)" if MIRRORED else ""),
+        "rounds": rounds,
+        "steps_per_round": epochs * steps_per_epoch - 1,
+        "plain_s": plain,
+        "plain_setup_s": setup["plain"],
+    }
     for label in [k for k in configs if k != "plain"]:
         per_step = float(np.median(fits[label]))
         row[f"{label}_s"] = per_step
         row[f"{label}_ratio"] = per_step / plain
+        row[f"{label}_setup_ratio"] = setup[label] / setup["plain"]
     return row
 
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--only", choices=("demo", "resnet"))
+    parser.add_argument("--only", choices=("demo", "resnet", "llama3"))
+    parser.add_argument("--mirrored", action="store_true", help="train under MirroredStrategy over 2 logical CPUs")
     parser.add_argument("--steps", type=int, default=20, help="timed steps per configuration and round")
     parser.add_argument("--rounds", type=int, default=5)
     args = parser.parse_args()
-    cases = {"demo": demo_case, "resnet": resnet_case}
+    cases = {"demo": demo_case, "resnet": resnet_case, "llama3": llama3_case}
     rows = []
     for key, case in cases.items():
-        if args.only and key != args.only:
-            continue
+        if (args.only and key != args.only) or (not args.only and key == "llama3"):
+            continue  # the language model only when asked for (minutes a step set)
         name, build, x, y, batch = case()
         rows.append(measure(name, build, x, y, batch, args.steps, args.rounds))
         r = rows[-1]
         print(
             f"{r['model']}: plain {r['plain_s'] * 1e3:.1f} ms/step; every=10 {r['every=10_ratio']:.3f}x; "
             f"every=1 {r['every=1_ratio']:.3f}x, magnitude statistics {r['every=1 magnitude_ratio']:.3f}x "
-            f"(median of {r['rounds']} rounds of {r['steps_per_round']} steps)",
+            f"(median of {r['rounds']} rounds of {r['steps_per_round']} steps); set-up (fit -> end of the first "
+            f"step) {r['every=10_setup_ratio']:.2f}x plain's {r['plain_setup_s']:.2f} s",
             flush=True,
         )
     RESULTS.mkdir(exist_ok=True)
     meta = {"machine": platform.platform(), "cpus": os.cpu_count(), "tensorflow": tf.__version__}
-    (RESULTS / "monitor.json").write_text(json.dumps({"meta": meta, "rows": rows}, indent=2))
-    with (RESULTS / "monitor.csv").open("w", newline="") as f:
+    stem = "monitor" + "".join(f"_{part}" for part in (args.only, "mirrored" if MIRRORED else None) if part)
+    (RESULTS / f"{stem}.json").write_text(json.dumps({"meta": meta, "rows": rows}, indent=2))
+    with (RESULTS / f"{stem}.csv").open("w", newline="") as f:
         writer = csv.DictWriter(f, fieldnames=list(rows[0]))
         writer.writeheader()
         writer.writerows(rows)
