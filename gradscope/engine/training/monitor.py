@@ -64,13 +64,12 @@ from gradscope.core.training_log import (
     WEIGHTS_TAG,
     tensorboard_tag,
 )
-from gradscope.engine.backward.stats import magnitude_rows, stats_rows
 from gradscope.engine.diagnostics.flow import RELU_ACTIVATIONS
 from gradscope.engine.diagnostics.paths import variable_owners
 from gradscope.engine.training.event_log import MonitorLog, MonitorWarning, is_write_failure
+from gradscope.engine.training.node_measures import combined_node_measures, node_measures, node_shard
 from gradscope.engine.training.replicas import (
     all_reduced,
-    combined_rows,
     gathered,
     is_chief,
     is_writer,
@@ -81,13 +80,10 @@ from gradscope.engine.training.replicas import (
     strategy_of,
 )
 from gradscope.engine.training.statistics import (
-    dead_fraction,
     dense_signal,
     histogram,
     nonfinite_counts,
     squared_norms,
-    unit_maxima,
-    unscaled_rows,
     weight_gradient,
     weight_rows,
 )
@@ -476,7 +472,7 @@ class GradientMonitor(keras.callbacks.Callback):
         # the first non-finite step records too, which is known only after it: a gather of its own then
         shard = None
         if context is not None and self.locate_ops:
-            shard = self._node_shard(record, node_outs, node_grads, inverse)
+            shard = node_shard(record, node_outs, node_grads, inverse, self._relu, self.statistics)
         reduced, global_loss, shards = all_reduced(context, local_grads, loss, shard)
         wgrads = [weight_gradient(g) for g in reduced]
         squares = squared_norms(wgrads)  # every step: the sentinel and the spikes' norms, one read a gradient
@@ -512,15 +508,23 @@ class GradientMonitor(keras.callbacks.Callback):
         if context is None:
             # every step recording: the statistics need not wait for the sentinel, so each node's run while the
             # backward pass goes on below it
-            early = self._node_measures(node_outs, node_grads, inverse) if self.every == 1 else None
+            early = (
+                node_measures(node_outs, node_grads, inverse, self._relu, self.statistics) if self.every == 1 else None
+            )
 
             def nodes() -> tuple:
-                return early if early is not None else self._node_measures(node_outs, node_grads, inverse)
+                return (
+                    early
+                    if early is not None
+                    else node_measures(node_outs, node_grads, inverse, self._relu, self.statistics)
+                )
 
         else:  # each replica measures its shard; all of them are gathered (a collective: never inside a cond)
             if shards is None:
-                shards = gathered(context, self._node_shard(record, node_outs, node_grads, inverse))
-            gathered_nodes = self._combined_node_measures(shards, node_outs)
+                shards = gathered(
+                    context, node_shard(record, node_outs, node_grads, inverse, self._relu, self.statistics)
+                )
+            gathered_nodes = combined_node_measures(shards, node_outs, self._relu)
 
             def nodes() -> tuple:
                 return gathered_nodes
@@ -554,50 +558,6 @@ class GradientMonitor(keras.callbacks.Callback):
             with optimizer_reduction_off(model.optimizer, context):
                 model.optimizer.apply(reduced, variables)
         return model.compute_metrics(x, y, y_pred, sample_weight=sample_weight), local_bad
-
-    def _node_measures(self, node_outs: list, node_grads: list, inverse: Any) -> tuple:
-        """((n, 6) statistics of each node's signal, (n,) sizes, (n,) dead-unit fractions; NaN: not a ReLU)."""
-        if not node_outs:
-            return tf.zeros([0, 6]), tf.zeros([0]), tf.zeros([0])
-        filled = [tf.zeros_like(o) if g is None else g for g, o in zip(node_grads, node_outs)]
-        rows = unscaled_rows((stats_rows if self.statistics == "all" else magnitude_rows)(filled), inverse)
-        # sizes from the gradients (same shapes): a size op on a forward value is a reader too (see _build)
-        sizes = tf.cast(tf.stack([tf.size(g) for g in filled]), tf.float32)
-        dead = [tf.constant(float("nan"))] * len(node_outs)
-        for i in self._relu:
-            dead[i] = dead_fraction(unit_maxima(node_outs[i]))
-        return rows, sizes, tf.stack(dead)
-
-    def _relu_units(self, node_outs: list) -> tuple[list[int], list[int]]:
-        relu = [i for i in self._relu if node_outs[i].shape[-1] is not None]
-        return relu, [int(node_outs[i].shape[-1]) for i in relu]
-
-    def _node_shard(self, record: Any, node_outs: list, node_grads: list, inverse: Any) -> Any:
-        """This replica's node statistics as one vector: rows (n x 6), sizes (n), the ReLU units' maxima; zeros
-        when the step does not record. Never empty (an empty collective crashes TensorFlow's ring gatherer)."""
-        n = len(node_outs)
-        relu, units = self._relu_units(node_outs)
-
-        def measure() -> Any:
-            rows, sizes, _ = self._node_measures(node_outs, node_grads, inverse)
-            maxima = [unit_maxima(node_outs[i]) for i in relu]
-            return tf.concat([tf.reshape(rows, [-1]), sizes, *maxima, tf.zeros([1])], axis=0)
-
-        return tf.cond(record, measure, lambda: tf.zeros([7 * n + sum(units) + 1]))
-
-    def _combined_node_measures(self, shards: Any, node_outs: list) -> tuple:
-        """``_node_measures`` of the global batch from every replica's ``_node_shard`` (replicas, size): norms
-        add in squares, means by size, maxima by max; a ReLU unit is dead when it is 0 on every shard."""
-        n = len(node_outs)
-        if n == 0:
-            return tf.zeros([0, 6]), tf.zeros([0]), tf.zeros([0])
-        relu, units = self._relu_units(node_outs)
-        rows, total = combined_rows(tf.reshape(shards[:, : 6 * n], [-1, n, 6]), shards[:, 6 * n : 7 * n])
-        maxima = tf.reduce_max(shards[:, 7 * n : 7 * n + sum(units)], axis=0)
-        dead = [tf.constant(float("nan"))] * n
-        for i, part in zip(relu, tf.split(maxima, units) if units else []):
-            dead[i] = dead_fraction(part)
-        return rows, total, tf.stack(dead)
 
     def _write(
         self,

@@ -10,6 +10,7 @@ from typing import Any
 import numpy as np
 
 from gradscope.backend import keras, tf
+from gradscope.engine.training.node_measures import node_measures
 from gradscope.engine.training.statistics import weight_gradient, weight_rows
 
 # check_numerics' message: '!!! Detected Infinity or NaN in output 0 of eagerly-executing op "Exp" ...'
@@ -28,7 +29,7 @@ def _record_replay(monitor: Any, step: int, x: Any, y: Any, sample_weight: Any) 
     if finite:
         return
     inverse = monitor._inverse_scale()
-    rows, sizes, dead = monitor._node_measures(node_outs, node_grads, inverse)
+    rows, sizes, dead = node_measures(node_outs, node_grads, inverse, monitor._relu, monitor.statistics)
     wgrads = [weight_gradient(g) for g in weight_grads]
     wrows, wextra = weight_rows(wgrads, monitor._variables, inverse, statistics=monitor.statistics)
     measured = {

@@ -268,18 +268,18 @@ def test_ctrl_c_stops_after_a_batch_and_the_same_command_resumes(shapes, tmp_pat
         "--out",
         str(out),
         "--batch",
-        "2",
+        "1",
         "--metric",
         "pointing,deletion",
         "--steps",
-        "30",
+        "200",  # a batch takes long enough for the Ctrl-C to land before the last one (16 of 30 steps: < 1 s)
         "--tolerance",
         str(TOL),
     ]
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     deadline = time.monotonic() + 120
     while not list((out / "batches").glob("*.json")) and time.monotonic() < deadline and proc.poll() is None:
-        time.sleep(0.05)
+        time.sleep(0.01)
     proc.send_signal(signal.SIGINT)
     _, err = proc.communicate(timeout=120)
     assert proc.returncode == 130, err[-2000:]
@@ -290,7 +290,7 @@ def test_ctrl_c_stops_after_a_batch_and_the_same_command_resumes(shapes, tmp_pat
     again = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
     assert again.returncode == 0, again.stderr[-2000:]
     doc = json.loads((out / "results.json").read_text())
-    assert doc["complete"] and doc["images"] == 16 and len(list((out / "batches").glob("*.json"))) == 8 > done
+    assert doc["complete"] and doc["images"] == 16 and len(list((out / "batches").glob("*.json"))) == 16 > done
 
 
 @pytest.mark.parametrize("name", ["gradient", "cmwp", "grad_cam", "integrated_gradients"])
