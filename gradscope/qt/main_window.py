@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from PySide6.QtCore import QSettings, Qt, QTimer, Signal
-from PySide6.QtGui import QAction, QFontDatabase, QKeySequence
+from PySide6.QtGui import QAction, QFontDatabase
 from PySide6.QtWidgets import (
     QDialog,
     QDockWidget,
@@ -38,6 +38,7 @@ from gradscope.qt.evaluation_panel import EvaluationPanel
 from gradscope.qt.flow_plot import FlowPlot
 from gradscope.qt.graph.pane import GraphPane
 from gradscope.qt.inspector import InspectorWidget
+from gradscope.qt.menus import build_menus
 from gradscope.qt.overlay_view import OverlayView
 from gradscope.qt.reflow import VerticalScroll
 from gradscope.qt.training_panel import TrainingPanel
@@ -84,7 +85,7 @@ class MainWindow(QMainWindow):
         self.setAcceptDrops(True)
         self.resize(1560, 960)
         self._build_widgets()
-        self._build_menus()
+        build_menus(self)
         self._build_status_bar()
         self._connect_session()
         self.session.catalog.start()
@@ -122,21 +123,18 @@ class MainWindow(QMainWindow):
         self.graph_view = self.graph_pane.view
         self.color_by = self.graph_pane.color_by
 
-        self.bottom_split = QSplitter(Qt.Orientation.Horizontal)
-        # the overlay's controls and pictures scroll (vertically only) when a short window also shows a dock
-        overlay_scroll = VerticalScroll(self.overlay)
+        # three columns: the graph over the gradient flow (both per node), the map (what the user came for: the
+        # tallest pane), the inspector and rule editor
+        overlay_scroll = VerticalScroll(self.overlay)  # a short window scrolls the controls, never cuts them
         overlay_scroll.setObjectName("overlay_scroll")
-        overlay_scroll.setMinimumHeight(200)
-        self.bottom_split.addWidget(overlay_scroll)
-        self.bottom_split.addWidget(self.flow)
-        self.bottom_split.setSizes([700, 560])
-
+        overlay_scroll.setMinimumWidth(300)
         left = QSplitter(Qt.Orientation.Vertical)
         self.graph_pane.setMinimumHeight(150)  # whatever docks open, the graph stays usable
+        self.flow.setMinimumHeight(120)
         left.addWidget(self.graph_pane)
-        left.addWidget(self.bottom_split)
-        left.setSizes([560, 400])
-        left.setStretchFactor(0, 1)  # a taller window grows the graph; the controls keep their height
+        left.addWidget(self.flow)
+        left.setSizes([600, 300])
+        left.setStretchFactor(0, 1)
         left.setStretchFactor(1, 0)
         self.left_split = left
         self._split_placed = False
@@ -146,137 +144,41 @@ class MainWindow(QMainWindow):
         scroll.setMinimumWidth(300)
         main = QSplitter(Qt.Orientation.Horizontal)
         main.addWidget(left)
+        main.addWidget(overlay_scroll)
         main.addWidget(scroll)
-        main.setSizes([1160, 400])
-        main.setStretchFactor(0, 1)
+        main.setChildrenCollapsible(False)
+        main.setStretchFactor(0, 2)
+        main.setStretchFactor(1, 3)  # a wider window widens the map most
+        main.setStretchFactor(2, 0)
+        self.main_split = main
+        self._columns_moved = False  # the user dragged a divider: a resize keeps their proportions
+        for split in (main, left):
+            split.splitterMoved.connect(lambda *_: setattr(self, "_columns_moved", True))
         self.setCentralWidget(main)
+        self.overlay.panels_box.set_shown(tuple(_as_list(self.settings.value("map_panels", []))))
+        self.overlay.panels_box.shown_changed.connect(lambda names: self.settings.setValue("map_panels", list(names)))
         self.flow.node_clicked.connect(self.session.selection.select)
 
     def showEvent(self, event) -> None:  # noqa: N802
         super().showEvent(event)
-        if not self._split_placed:  # once, at the first show: the bottom pane as tall as its controls need
+        if not self._split_placed:  # once, at the first show: the columns in proportion to the window
             self._split_placed = True
-            total = sum(self.left_split.sizes())
-            bottom = min(self.overlay.sizeHint().height(), int(total * 0.5))
-            self.left_split.setSizes([max(total - bottom, 150), bottom])
+            self.place_columns()
 
-    def _build_menus(self) -> None:
-        bar = self.menuBar()
-        s = self.session
+    def resizeEvent(self, event) -> None:  # noqa: N802
+        super().resizeEvent(event)
+        if self._split_placed and not self._columns_moved:
+            self.place_columns()
 
-        def act(menu: Any, text: str, slot: Any, shortcut: Any = None, tip: str = "") -> QAction:
-            a = QAction(text, self)
-            if shortcut is not None:
-                a.setShortcut(QKeySequence(shortcut))
-            if tip:
-                a.setStatusTip(tip)
-                a.setToolTip(tip)
-            a.triggered.connect(slot)
-            menu.addAction(a)
-            return a
-
-        f = bar.addMenu("&File")
-        act(f, "Open &model…", self.open_model_dialog, QKeySequence.StandardKey.Open, "Open a .keras or .h5 model")
-        act(
-            f,
-            "Open model with custom objects…",
-            self.open_model_with_custom_objects_dialog,
-            None,
-            "Open a model that uses custom layers, with the Python file that defines them",
-        )
-        act(f, "Open &input…", self.open_image_dialog, "Ctrl+I", "An image, arrays (.npy/.npz), a CSV row or token ids")
-        act(
-            f, "&Type tokens…", self.type_tokens_dialog, "Ctrl+T", "Token ids, or words with a vocabulary, as the input"
-        )
-        act(f, "Open vocabulary…", self.open_vocabulary_dialog, None, "Show token ids as words (one token per line)")
-        act(
-            f,
-            "Open training &log…",
-            self.open_training_log_dialog,
-            "Ctrl+Shift+L",
-            "A GradientMonitor log folder: gradient flow over training steps, alerts, checkpoints",
-        )
-        self.recent_menu = f.addMenu("Recent models")
-        f.addSeparator()
-        act(f, "Open session…", self.open_session_dialog, "Ctrl+Shift+O", "Open a .gradscope.json session")
-        act(
-            f,
-            "&Save session…",
-            self.save_session_dialog,
-            QKeySequence.StandardKey.Save,
-            "Save model, image, plan, view",
-        )
-        f.addSeparator()
-        act(f, "Export overlay PNG…", self.export_overlay_dialog, "Ctrl+E", "The overlay as PNG + JSON sidecar")
-        act(f, "Export flow plot (PNG/SVG)…", self.export_flow_image_dialog, None, "The gradient-flow plot")
-        act(f, "Export flow CSV…", self.export_flow_csv_dialog, None, "Per-node gradient statistics as CSV")
-        act(f, "Export map only…", self.export_map_dialog, None, "The coloured map without the image (PNG)")
-        act(f, "Export signal (.npy)…", self.export_signal_dialog, None, "The raw signal behind the map, as NumPy")
-        act(f, "Export plan JSON…", self.export_plan_dialog, None, "The plan as JSON")
-        act(f, "Export plan as Python…", self.export_snippet_dialog, None, "A training script that uses this plan")
-        act(f, "Import plan JSON…", self.import_plan_dialog, None, "Replace the plan with one from a JSON file")
-        act(f, "Load rule file…", self.inspector.rule_editor._load_file, None, "Import user rules from a Python file")
-        act(
-            f,
-            "Load installed rule plugins…",
-            self.load_rule_plugins_dialog,
-            None,
-            "Import the rules installed packages offer (shows them first)",
-        )
-        f.addSeparator()
-        act(f, "&Quit", self.close, QKeySequence.StandardKey.Quit)
-
-        e = bar.addMenu("&Edit")
-        self.undo_action = act(e, "&Undo plan change", s.editor.undo, QKeySequence.StandardKey.Undo)
-        self.redo_action = act(e, "&Redo plan change", s.editor.redo, "Ctrl+Shift+Z")
-        act(e, "Clear plan", s.editor.clear, None, "Back to the true gradient everywhere")
-
-        v = bar.addMenu("&View")
-        act(v, "Fit graph", self.graph_view.fit_all, None, "F in the graph")
-        act(v, "Zoom in", lambda: self.graph_view.zoom(1.25), None, "Ctrl+= in the graph")
-        act(v, "Zoom out", lambda: self.graph_view.zoom(0.8), None, "Ctrl+- in the graph")
-        act(v, "Find node…", self.graph_view.focus_search, QKeySequence.StandardKey.Find)
-        self.lr_action = act(
-            v, "Left-to-right layout", self._toggle_direction, "Ctrl+L", "Lay the graph out left to right"
-        )
-        self.lr_action.setCheckable(True)
-        act(v, "Collapse groups", lambda: self.session.document.collapse_all(True))
-        act(v, "Expand all groups", lambda: self.session.document.collapse_all(False))
-        v.addSeparator()
-        toggle = self.diagnostics_dock.toggleViewAction()
-        toggle.setText("Diagnostics panel")
-        v.addAction(toggle)
-        toggle = self.training_dock.toggleViewAction()
-        toggle.setText("Training view")
-        v.addAction(toggle)
-        toggle = self.evaluation_dock.toggleViewAction()
-        toggle.setText("Evaluation view")
-        v.addAction(toggle)
-
-        r = bar.addMenu("&Run")
-        act(r, "Re-run", s.run, "F5", "Run the backward pass again")
-        act(r, "Cancel", s.cancel, "Esc", "Cancel the running work")
-        r.addSeparator()
-        act(r, "Run diagnostics", self.diagnose, "Ctrl+D", "Which trainable variables get no gradient, and why")
-        act(
-            r,
-            "Sanity checks of this plan",
-            s.sanity_checks,
-            "Ctrl+K",
-            "Conservation, model randomisation (Adebayo et al. 2018) and finite differences",
-        )
-        act(
-            r,
-            "Evaluate on a folder…",
-            self.evaluation_dock.show,
-            "Ctrl+Shift+E",
-            "Pointing Game, deletion/insertion, MuFidelity of the methods and this plan over a folder of images",
-        )
-
-        h = bar.addMenu("&Help")
-        act(h, "Keyboard shortcuts", self._show_shortcuts)
-        act(h, "About gradscope", self._show_about)
-        self._refresh_recent()
+    def place_columns(self) -> None:
+        """The inspector as wide as its controls need (300-420 px), of the rest 40 % for the graph and flow,
+        60 % for the map; the flow a third of its column's height."""
+        total = sum(self.main_split.sizes()) or self.width()
+        inspector = min(max(int(total * 0.24), 300), 420)
+        graph = max(int((total - inspector) * 0.4), 200)
+        self.main_split.setSizes([graph, total - inspector - graph, inspector])
+        height = sum(self.left_split.sizes())
+        self.left_split.setSizes([height - height // 3, height // 3])
 
     def _build_status_bar(self) -> None:
         sb = self.statusBar()
@@ -679,3 +581,10 @@ class MainWindow(QMainWindow):
         timer = QTimer(self)
         timer.timeout.connect(check)
         timer.start(100)
+
+
+def _as_list(value: Any) -> list[str]:
+    """A QSettings list (a lone string when it held one item; None or junk when never set or hand-edited)."""
+    if isinstance(value, str):
+        return [value]
+    return [str(v) for v in value] if isinstance(value, (list, tuple)) else []

@@ -13,9 +13,9 @@ from PySide6.QtWidgets import (
     QHBoxLayout,
     QLabel,
     QPushButton,
-    QSizePolicy,
     QSlider,
     QSpinBox,
+    QToolButton,
     QVBoxLayout,
     QWidget,
 )
@@ -32,6 +32,7 @@ from gradscope.app.session import Session
 from gradscope.core.errors import GradscopeError
 from gradscope.qt.images import to_pixmap
 from gradscope.qt.language_panel import LanguagePanel
+from gradscope.qt.map_panels import MapWindow, PanelRow
 from gradscope.qt.reflow import ReflowGrid
 
 
@@ -69,55 +70,6 @@ class PositionsPanel(QWidget):
 
     def pixmap(self) -> QPixmap | None:
         return self._pixmap
-
-
-class ImagePanel(QWidget):
-    """A captioned picture that scales to its space and keeps its aspect ratio."""
-
-    def __init__(self, caption: str, parent: QWidget | None = None) -> None:
-        super().__init__(parent)
-        lay = QVBoxLayout(self)
-        lay.setContentsMargins(2, 2, 2, 2)
-        lay.setSpacing(2)
-        self.caption = QLabel(caption)
-        self.caption.setAlignment(Qt.AlignmentFlag.AlignCenter)
-        self.caption.setWordWrap(True)  # a long caption (scores per token at a node) wraps, never widens the pane
-        self.caption.setStyleSheet("color:#455a64; font-weight:600")
-        self.picture = _Picture()
-        self.picture.setAlignment(Qt.AlignmentFlag.AlignCenter)
-        self.picture.setMinimumSize(96, 96)
-        self.picture.setWordWrap(True)  # a placeholder ("No image: File ▸ Open image") wraps in a narrow panel
-        self.picture.setSizePolicy(QSizePolicy.Policy.Expanding, QSizePolicy.Policy.Expanding)
-        self.picture.setStyleSheet("background:#eceff1; border:1px solid #cfd8dc; color:#78909c")
-        lay.addWidget(self.caption)
-        lay.addWidget(self.picture, 1)
-        self._pixmap: QPixmap | None = None
-        self._smooth = True
-
-    def set_array(self, array: np.ndarray | None, placeholder: str = "", smooth: bool = True) -> None:
-        self._smooth = smooth
-        if array is None:
-            self._pixmap = None
-            self.picture.setPixmap(QPixmap())
-            self.picture.setText(placeholder)
-            return
-        self._pixmap = to_pixmap(array)
-        self.picture.setText("")
-        self._rescale()
-
-    def pixmap(self) -> QPixmap | None:
-        return self._pixmap
-
-    def resizeEvent(self, event) -> None:  # noqa: N802
-        super().resizeEvent(event)
-        self._rescale()
-
-    def _rescale(self) -> None:
-        if self._pixmap is None or self._pixmap.isNull():
-            return
-        size = self.picture.size() - QSize(4, 4)
-        mode = Qt.TransformationMode.SmoothTransformation if self._smooth else Qt.TransformationMode.FastTransformation
-        self.picture.setPixmap(self._pixmap.scaled(size, Qt.AspectRatioMode.KeepAspectRatio, mode))
 
 
 class OverlayView(QWidget):
@@ -233,14 +185,16 @@ class OverlayView(QWidget):
         )
         lay.addWidget(self.controls)
         lay.addWidget(self._compare_bar())
-        self.panels_box = QWidget()
-        panels = QHBoxLayout(self.panels_box)
-        panels.setContentsMargins(0, 0, 0, 0)
-        self.input_panel = ImagePanel("Input")
-        self.map_panel = ImagePanel("Map")
-        self.blend_panel = ImagePanel("Overlay")
-        for p in (self.input_panel, self.map_panel, self.blend_panel):
-            panels.addWidget(p, 1)
+        self.panels_box = PanelRow()  # input, map and overlay: the user's choice of them, large and zoomable
+        self.input_panel = self.panels_box.panels["input"]
+        self.map_panel = self.panels_box.panels["map"]
+        self.blend_panel = self.panels_box.panels["overlay"]
+        self.detach_button = QToolButton()
+        self.detach_button.setText("Window")
+        self.detach_button.setToolTip("The map in a window of its own, kept up to date (Ctrl+Shift+M)")
+        self.detach_button.clicked.connect(self.open_map_window)
+        self.panels_box.bar.addWidget(self.detach_button)
+        self.map_window: MapWindow | None = None
         lay.addWidget(self.panels_box, 1)
         # text and tabular inputs: one wide picture of the scores per token / feature, in place of the three
         self.positions_panel = PositionsPanel()
@@ -377,47 +331,76 @@ class OverlayView(QWidget):
         for w in (self.swap_button, self.unpin_button, self.export_compare_button):
             w.setEnabled(pinned)
         comparison = s.comparison() if pinned else None
+        for row in self._rows():
+            row.show_all(comparison is not None)
         if comparison is None:
             if not pinned:
                 self.compare_label.setText("Compare plans: pin a result as B, then change the plan")
-            self.input_panel.caption.setText("Input")
-            self.blend_panel.caption.setText("Overlay")
+            self._caption("input", "Input")
+            self._caption("overlay", "Overlay")
             return False
         where = comparison.a.node or "model input"
-        self.input_panel.caption.setText(f"A: {comparison.a_label}")
-        self.map_panel.caption.setText(f"B: {comparison.b_label} (pinned)")
-        self.blend_panel.caption.setText(f"A − B at {where}")
-        self.input_panel.set_array(comparison.a.picture, smooth=comparison.a.spatial)
-        self.map_panel.set_array(comparison.b.picture, smooth=comparison.b.spatial)
-        self.blend_panel.set_array(comparison.difference, smooth=False)
+        self._caption("input", f"A: {comparison.a_label}")
+        self._caption("map", f"B: {comparison.b_label} (pinned)")
+        self._caption("overlay", f"A − B at {where}")
+        self._draw("input", comparison.a.picture, smooth=comparison.a.spatial, values=comparison.a.saliency)
+        self._draw("map", comparison.b.picture, smooth=comparison.b.spatial, values=comparison.b.saliency)
+        self._draw("overlay", comparison.difference, smooth=False, values=comparison.difference_values)
         finite = [v for v in s.ab.node_cosine.values() if v == v]
         agree = f"; lowest node cosine {min(finite):.3f}" if finite else ""
         self.compare_label.setText(f"A vs B: map cosine {comparison.map_cosine:.3f}{agree} (red: A stronger)")
         self.compare_label.setToolTip(self.compare_label.text())  # the pane may be too narrow for all of it
         return True
 
+    # ------------------------------------------------------------------------------------------- map window
+    def open_map_window(self) -> None:
+        """The panels in a window of their own, drawn from every result from now on."""
+        if self.map_window is None:
+            self.map_window = MapWindow(self)
+            self.map_window.row.set_shown(self.panels_box.shown)
+        self.map_window.show()
+        self.map_window.raise_()
+        self.refresh()
+
+    def _rows(self) -> list[PanelRow]:
+        window = self.map_window
+        return [self.panels_box] + ([window.row] if window is not None and window.isVisible() else [])
+
+    def _draw(self, name: str, array: Any, placeholder: str = "", smooth: bool = True, values: Any = None) -> None:
+        for row in self._rows():
+            row.panels[name].set_array(array, placeholder, smooth=smooth, values=values)
+
+    def _caption(self, name: str, text: str) -> None:
+        for row in self._rows():
+            row.panels[name].caption.setText(text)
+
+    def _set_note(self, text: str) -> None:
+        self.note.setText(text)
+        if self.map_window is not None:
+            self.map_window.note.setText(text)
+
     # ------------------------------------------------------------------------------------------- drawing
     def refresh(self) -> None:
         s = self.session
         if self._refresh_compare():
             self._show_positions(False)
-            self.note.setText(f"{s.result_caption()}  Comparing with the pinned {s.ab.pinned.method}.")
+            self._set_note(f"{s.result_caption()}  Comparing with the pinned {s.ab.pinned.method}.")
             return
-        self.input_panel.set_array(s.fed.image, "No image: File ▸ Open input" if s.graph else "")
+        self._draw("input", s.fed.image, "No image: File ▸ Open input" if s.graph else "")
         which = "current" if self.which.currentIndex() == 0 else "baseline"
         res = s.result if which == "current" else s.baseline
         if res is None:
             self._show_positions(False)
-            self.map_panel.set_array(None, "…" if s.jobs.busy else "")
-            self.blend_panel.set_array(None, "")
-            self.note.setText(s.fed.note)
+            self._draw("map", None, "…" if s.jobs.busy else "")
+            self._draw("overlay", None, "")
+            self._set_note(s.fed.note)
             return
         try:
             images = s.overlay(which=which, width=max(240, self.width() - 12))  # drawn 1:1 at the pane's width
         except GradscopeError as exc:
             self._show_positions(False)
-            self.map_panel.set_array(None, str(exc))
-            self.blend_panel.set_array(None, "")
+            self._draw("map", None, str(exc))
+            self._draw("overlay", None, "")
             return
         where = images.node or "model input"
         per_position = bool(images.labels)
@@ -426,9 +409,10 @@ class OverlayView(QWidget):
             what = "token" if s.fed.fed.kind == "tokens" else "feature"
             self.positions_panel.caption.setText(f"Score per {what} at {where} (red: for the target, blue: against)")
             self.positions_panel.set_array(images.heat)
-        self.map_panel.caption.setText(f"Map at {where}")
-        self.map_panel.set_array(images.heat, smooth=images.spatial)
-        self.blend_panel.set_array(images.blend, "(no spatial map to blend)" if not images.spatial else "")
+        self._caption("map", f"Map at {where}")
+        values = images.saliency if images.saliency.ndim == 2 else None
+        self._draw("map", images.heat, smooth=images.spatial, values=values)
+        self._draw("overlay", images.blend, "(no spatial map to blend)" if not images.spatial else "", values=values)
         finite = images.saliency[np.isfinite(images.saliency)]
         method = "baseline (no rules)" if which == "baseline" else s.result_caption()
         shape = "×".join(map(str, images.saliency.shape))
@@ -443,7 +427,7 @@ class OverlayView(QWidget):
             parts.append(empty)
         if s.fed.note:
             parts.append(s.fed.note)
-        self.note.setText("  ".join(parts))
+        self._set_note("  ".join(parts))
 
     def resizeEvent(self, event) -> None:  # noqa: N802
         super().resizeEvent(event)

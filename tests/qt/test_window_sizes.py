@@ -89,6 +89,101 @@ def test_no_control_is_clipped(window, qtbot, wait_idle, model_file, image_file,
         assert not view.minimap.geometry().intersects(view.search.geometry())
 
 
+MAP_SIDE = {(1024, 640): 160, (1280, 720): 256, (1920, 1080): 400}  # the least short side of the map, in px
+
+
+@pytest.mark.parametrize("size", SIZES, ids=lambda s: f"{s[0]}x{s[1]}")
+def test_the_map_is_large_and_in_sight_at_every_size(window, qtbot, wait_idle, model_file, image_file, size):
+    """The map and the overlay each show at least MAP_SIDE[size] px on their short side, with no scrolling."""
+    assert window.open_image(str(image_file))
+    window.open_model(str(model_file))
+    wait_idle(window)
+    window.resize(*size)
+    scroll = window.findChild(QAbstractScrollArea, "overlay_scroll")
+
+    def sides() -> list[int]:
+        out = []
+        for panel in (window.overlay.map_panel, window.overlay.blend_panel):
+            shown = panel.view.shown_size()
+            top = panel.view.mapTo(scroll.viewport(), panel.view.rect().topLeft()).y()
+            in_sight = top >= 0 and top + panel.view.height() <= scroll.viewport().height() + 1
+            out.append(min(shown.width(), shown.height()) if in_sight else 0)
+        return out
+
+    with contextlib.suppress(QtTimeout):  # (laid out a few event-loop turns after the resize)
+        qtbot.waitUntil(lambda: min(sides()) >= MAP_SIDE[size], timeout=5_000)
+    assert min(sides()) >= MAP_SIDE[size], f"map and overlay {sides()} px at {size}"
+    assert not scroll.verticalScrollBar().isVisible()
+    assert not clipped(window), clipped(window)
+
+
+def test_the_panels_shown_are_the_users_choice_and_kept(window, qtbot, wait_idle, model_file, image_file, tmp_path):
+    """Input / map / overlay toggles: one alone fills the row, the last one cannot go, the choice outlives the
+    window; the map zooms with the wheel, a double-click fits it again, hovering says the value under the
+    pointer; the map opens in a window of its own that follows the next result."""
+    import numpy as np
+    from PySide6.QtCore import QPoint, QPointF, QSettings, Qt
+    from PySide6.QtGui import QWheelEvent
+
+    from gradscope.qt.main_window import MainWindow
+
+    assert window.open_image(str(image_file))
+    window.open_model(str(model_file))
+    wait_idle(window)
+    row = window.overlay.panels_box
+    assert row.shown == ("map", "overlay") and not window.overlay.input_panel.isVisible()
+    both = window.overlay.map_panel.width()
+    row.toggles["overlay"].click()
+    assert row.shown == ("map",)
+    qtbot.waitUntil(lambda: window.overlay.map_panel.width() > 1.5 * both, timeout=2_000)  # it fills the row
+    row.toggles["map"].click()  # the last one stays
+    assert row.shown == ("map",) and row.toggles["map"].isChecked()
+
+    view = window.overlay.map_panel.view
+    fitted = view.shown_size()
+    centre = view.viewport().rect().center()
+    wheel = QWheelEvent(
+        QPointF(centre),
+        QPointF(view.viewport().mapToGlobal(centre)),
+        QPoint(),
+        QPoint(0, 480),
+        Qt.MouseButton.NoButton,
+        Qt.KeyboardModifier.NoModifier,
+        Qt.ScrollPhase.NoScrollPhase,
+        False,
+    )
+    view.wheelEvent(wheel)
+    assert view.zoomed and view.transform().m11() > 1.5 * view.fitted_scale()
+    view.mouseDoubleClickEvent(None)
+    assert not view.zoomed and view.shown_size() == fitted
+
+    saliency = window.session.overlay().saliency
+    assert saliency.ndim == 2
+    view.hovered.emit(0, 0)  # the top-left pixel of the picture is the map's first cell
+    assert window.overlay.map_panel.readout.text() == f"x 0, y 0: {saliency[0, 0]:.4g}"
+    view.hovered.emit(-1, -1)
+    assert window.overlay.map_panel.readout.text() == ""
+
+    window.overlay.open_map_window()
+    detached = window.overlay.map_window
+    assert detached.isVisible() and detached.row.shown == ("map",)
+    assert detached.row.panels["map"].pixmap() is not None
+    before = detached.note.text()
+    window.session.editor.apply_method("guided_backprop")
+    wait_idle(window)
+    qtbot.waitUntil(lambda: "guided" in window.overlay.note.text(), timeout=60_000)
+    assert detached.note.text() == window.overlay.note.text() != before
+    assert np.shape(window.session.overlay().saliency) == saliency.shape
+    detached.close()
+
+    again = MainWindow(settings=QSettings(window.settings.fileName(), QSettings.Format.IniFormat), modal_errors=False)
+    qtbot.addWidget(again)
+    try:
+        assert again.overlay.panels_box.shown == ("map",)
+    finally:
+        again.session.jobs.executor.shutdown()
+
+
 def test_a_headless_screenshot_is_exactly_the_size_asked_for(tmp_path):
     """It used to be clamped to the offscreen platform's screen and the window's minimum (1155 px wide)."""
     import os

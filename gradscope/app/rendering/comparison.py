@@ -32,6 +32,7 @@ class Comparison:
     b_label: str
     map_cosine: float  # cosine of the two maps (1: the same picture up to scale)
     norm_ratio: dict[str, float] = field(default_factory=dict)  # node -> |g|_A / |g|_B (NaN: no signal in one)
+    difference_values: np.ndarray | None = None  # what ``difference`` draws: a/max|a| - b/max|b| per cell
 
 
 def _unit(saliency: np.ndarray) -> np.ndarray:
@@ -57,7 +58,14 @@ def compare(
     diff[np.abs(diff) < 1e-6] = 0.0  # float noise of equal maps must not straddle the colormap's centre
     heat = render.apply_colormap(np.clip(diff, -1.0, 1.0), "bwr", signed=True)
     return Comparison(
-        a, b, np.asarray(heat)[..., :3].astype(np.uint8), labels[0], labels[1], _cosine(ua, ub), norm_ratio(*stats)
+        a,
+        b,
+        np.asarray(heat)[..., :3].astype(np.uint8),
+        labels[0],
+        labels[1],
+        _cosine(ua, ub),
+        norm_ratio(*stats),
+        diff,
     )
 
 

@@ -47,8 +47,10 @@ class Minimap(QWidget):
         if self._picture is None or self._source != bounds:
             self._draw_picture(bounds)
         port = self.main.viewport()
-        search = self.main.search.geometry()
-        if port.height() - SIZE[1] - 10 < search.bottom() + 6:  # a short view: the map would cover the Find box
+        search = self.main.search.geometry() if self.main.search.isVisible() else QRectF(0, 0, 0, 0).toRect()
+        legend = self.main.legend.geometry()
+        small = port.width() < 2 * SIZE[0] or port.height() < 2 * SIZE[1]  # it would cover much of the graph
+        if small or port.height() - SIZE[1] - 10 < max(search.bottom(), legend.bottom()) + 6:
             self.hide()
             return
         self.move(port.width() - SIZE[0] - 10, port.height() - SIZE[1] - 10)

@@ -24,7 +24,7 @@ class GraphPane(QWidget):
         self.view.setObjectName("graph_view")
         self.title = QLabel("<b>Layer graph</b>")
         self.title.setWordWrap(True)  # "Layer graph — resnet50, 178 nodes" wraps on a narrow window
-        self.title.setMinimumWidth(190)  # ...into two lines, not three
+        self.title.setMinimumWidth(120)
         self.color_by = QComboBox()
         self.color_by.addItems(["plan", "baseline", "diagnosis"])
         self.color_by.setToolTip(
@@ -32,12 +32,15 @@ class GraphPane(QWidget):
             "diagnostics (red: the op that cuts a gradient path and the nodes on that path)"
         )
         self.color_by.currentIndexChanged.connect(lambda *_: self.update_state())
+        # two rows (title and view buttons; colouring and group buttons): the pane fits a third of a laptop screen
         tools = QHBoxLayout()
         tools.setContentsMargins(6, 4, 6, 0)
-        tools.addWidget(self.title)
-        tools.addStretch(1)
-        tools.addWidget(QLabel("colour by"))
-        tools.addWidget(self.color_by)
+        tools.addWidget(self.title, 1)
+        second = QHBoxLayout()
+        second.setContentsMargins(6, 0, 6, 0)
+        second.addWidget(QLabel("colour by"))
+        second.addWidget(self.color_by)
+        second.addStretch(1)
         self.group_buttons: list[QToolButton] = []  # shown when the graph has groups
         for text, tip, slot in (
             ("Fit", "Fit the whole graph (F)", self.view.fit_all),
@@ -50,7 +53,7 @@ class GraphPane(QWidget):
             b.setText(text)
             b.setToolTip(tip)
             b.clicked.connect(slot)
-            tools.addWidget(b)
+            (second if text in ("Collapse", "Expand") else tools).addWidget(b)
             if text in ("Collapse", "Expand"):
                 b.setVisible(False)
                 self.group_buttons.append(b)
@@ -58,6 +61,7 @@ class GraphPane(QWidget):
         box.setContentsMargins(0, 0, 0, 0)
         box.setSpacing(2)
         box.addLayout(tools)
+        box.addLayout(second)
         box.addWidget(self.view, 1)
 
         self.view.node_clicked.connect(session.selection.select)

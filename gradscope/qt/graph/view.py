@@ -53,7 +53,7 @@ from gradscope.qt.graph.style import (
 )
 from gradscope.render.graph_layout import GraphLayout, GroupFrame, NodeBox
 
-LEGIBLE_ZOOM = 0.45  # below this a box's text is hard to read (Fit stays above it)
+LEGIBLE_ZOOM = 0.6  # below this a box's text is hard to read (Fit stays above it; 0.45 drew 6 px labels)
 LABEL_ZOOM = 0.25  # below this boxes are drawn without text
 
 
@@ -238,6 +238,8 @@ class GraphView(QGraphicsView):
         self.search.setToolTip("Type part of a node name, id or type; Enter jumps to the next match")
         self.search.textChanged.connect(self._on_search_text)
         self.search.returnPressed.connect(self.next_match)
+        self.search.hide()  # shown by Find / Ctrl+F: on a narrow pane it covered the graph's top right
+        self.user_zoomed = False  # until the user zooms, a resize fits the graph again
         self.scene().selectionChanged.connect(self._on_scene_selection)
         self._add_shortcuts()
         self.minimap = Minimap(self)
@@ -419,6 +421,7 @@ class GraphView(QGraphicsView):
 
     # ------------------------------------------------------------------------------------------- zoom, search
     def zoom(self, factor: float) -> None:
+        self.user_zoomed = True
         current = self.transform().m11()
         factor = min(max(factor, 0.02 / current), 4.0 / current)
         self.scale(factor, factor)
@@ -427,6 +430,7 @@ class GraphView(QGraphicsView):
     def fit_all(self) -> None:
         """Fit the whole graph if its boxes stay legible that way (zoom >= ``LEGIBLE_ZOOM``); else fit its width
         (at least at the legible zoom) and show its top: a tall graph scrolls instead of shrinking to a line."""
+        self.user_zoomed = False
         if not (self.layout_data and self.layout_data.boxes):
             return
         x0, y0, x1, y1 = self.layout_data.bounds
@@ -497,11 +501,17 @@ class GraphView(QGraphicsView):
     def resizeEvent(self, event) -> None:  # noqa: N802
         super().resizeEvent(event)
         self.search.move(self.viewport().width() - self.search.width() - 10, 10)
+        if not self.user_zoomed and event.oldSize().isValid() and event.size() != event.oldSize():
+            self.fit_all()  # (the window was resized or a dock opened: the graph follows until the user zooms)
+            chosen = [i for i in self.scene().selectedItems() if isinstance(i, NodeItem)]
+            if chosen:  # ...and the selected box (or a diagnosis' cut) stays in sight
+                self.ensureVisible(chosen[0], 60, 60)
         self.minimap.refresh()
 
     def keyPressEvent(self, event) -> None:  # noqa: N802
         if event.key() == Qt.Key.Key_Escape and self.search.hasFocus():
             self.search.clear()
+            self.search.hide()
             self.setFocus()
             return
         super().keyPressEvent(event)
