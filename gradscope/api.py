@@ -226,6 +226,13 @@ def model_input(
     return ModelInput((x,), "image", str(source) if isinstance(source, (str, Path)) else "<array>", image=img)
 
 
+def _vocabulary_beside(model: Any) -> Path | None:
+    """A vocabulary file beside a model given as a path (as the window and the CLI read it), else None."""
+    from gradscope.app.files.session_files import find_vocabulary
+
+    return find_vocabulary(model) if isinstance(model, (str, Path)) else None
+
+
 def _inputs(engine: Any, source: Any, preprocessing: str, target: Target | int | None, **how: Any) -> tuple:
     """(``ModelInput``, the model's input batch, ``Target``) from any input and a class index."""
     fed = model_input(engine, source, preprocessing=preprocessing, **how)
@@ -265,6 +272,7 @@ def explain(
     if reduction is not None and reduction not in REDUCTIONS:
         raise ViewError(f"Unknown channel reduction {reduction!r}; choose: {', '.join(REDUCTIONS)}.")
     engine = open_engine(model, safe_mode=safe_mode)
+    vocab = vocab if vocab is not None else _vocabulary_beside(model)
     fed, x, target = _inputs(engine, image, preprocessing, target, vocab=vocab, row=row)
     m = resolve_method(engine, method, plan, **(method_options or {}))
     node = layer or m.readout_node
@@ -410,6 +418,7 @@ def explain_generation(
     from gradscope.rules.base import carries_relevance
 
     engine = open_engine(model, safe_mode=safe_mode)
+    vocab = vocab if vocab is not None else _vocabulary_beside(model)
     fed = model_input(engine, prompt, vocab=vocab)
     if fed.kind != "tokens":
         raise GraphError("Generation needs token ids or text for a language model.")

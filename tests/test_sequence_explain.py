@@ -113,13 +113,31 @@ def test_the_cli_explains_typed_text_and_says_what_is_wrong_in_one_line(text_mod
     capsys.readouterr()
     for bad, message in (
         (["--tokens", "2 3 99 0 0 0 0 0"], "Token 2 of input 'tokens' is id 99, outside the embedding's vocabulary"),
-        (["--tokens", "2 3"], "Input 'tokens' takes 8 token ids; got 2"),
-        (["--text", "the movie"], "--text needs --vocab FILE"),
+        (["--tokens", "2 3"], "Input 'tokens' takes 8 token ids; got 2 (with no vocabulary, id 0 is not known"),
+        (["--text", "the movie"], "--text needs a vocabulary to turn words into token ids: --vocab FILE"),
         (["--tokens", "2 x"], "Token 1 'x' is not a token id"),
     ):
         assert main(["explain", str(text_model), *bad, "--out", str(tmp_path / "bad.png")]) == EXIT_USER_ERROR
         err = capsys.readouterr().err.strip().splitlines()
         assert len(err) == 1 and message in err[0], err
+
+
+def test_a_vocabulary_beside_the_model_is_read_by_the_cli_and_the_api(text_model, vocab_file, tmp_path, capsys):
+    """As the window does (README: words typed for a model with its vocab.txt beside it)."""
+    import shutil
+
+    folder = tmp_path / "model"
+    folder.mkdir()
+    model = folder / "clf.keras"
+    shutil.copy(text_model, model)
+    shutil.copy(vocab_file, folder / "clf.vocab.txt")
+    out = tmp_path / "words.png"
+    assert main(["explain", str(model), "--text", "the movie was great", "--out", str(out)]) == 0
+    side = json.loads(out.with_suffix(".json").read_text())
+    assert [p["label"] for p in side["positions"][:4]] == ["the", "movie", "was", "great"]
+    e = gs.explain(str(model), "the movie was great")
+    assert e.labels[:4] == ("the", "movie", "was", "great")
+    assert np.allclose(e.saliency[:4], [p["score"] for p in side["positions"][:4]], rtol=1e-4, atol=1e-7)
 
 
 def test_the_session_shows_and_exports_the_same_token_scores_as_the_api(text_model, vocab_file, tmp_path):
@@ -152,8 +170,14 @@ def test_the_session_shows_and_exports_the_same_token_scores_as_the_api(text_mod
     assert [p["label"] for p in side["positions"][:4]] == ["the", "movie", "was", "great"]
     assert side["image"] == "<typed: the movie was great>" and (tmp_path / "shown_scores.csv").is_file()
     np.testing.assert_allclose([p["score"] for p in side["positions"]], lrp.saliency, rtol=1e-5, atol=1e-8)
-    s.fed.set_typed("2 3 99")  # an id the embedding lacks: told, and a random input meanwhile
-    assert "Token 2 of input 'tokens' is id 99" in s.fed.problem
+    errors: list[str] = []
+    s.feedback.error_raised.connect(lambda title, message, exc: errors.append(message))
+    ids = s.fed.fed.ids.copy()
+    assert not s.fed.set_typed("2 3 99")  # an id the embedding lacks: told, and the last good input stays
+    assert "Token 2 of input 'tokens' is id 99" in errors[-1] and "unchanged" in errors[-1]
+    assert s.fed.typed == "the movie was great" and np.array_equal(s.fed.fed.ids, ids)
+    assert not s.fed.set_typed(" ".join(["movie"] * (LENGTH + 1)))  # too long: refused the same way
+    assert s.fed.typed == "the movie was great" and len(errors) == 2
 
 
 def test_a_session_file_keeps_typed_tokens_and_their_vocabulary(text_model, vocab_file, tmp_path):

@@ -114,7 +114,10 @@ def typed_input(args: argparse.Namespace, engine: Any) -> Any:
     vocab = Vocabulary.load(args.vocab) if args.vocab else None
     if args.text is not None:
         if vocab is None:
-            raise GradscopeError("--text needs --vocab FILE (one token per line) to turn words into token ids.")
+            raise GradscopeError(
+                "--text needs a vocabulary to turn words into token ids: --vocab FILE (one token per line), or a "
+                "vocab.txt / <model>.vocab.txt beside the model."
+            )
         return text_input(engine.graph, args.text, vocab)
     source = Path(args.tokens).expanduser()
     ids = read_token_file(source) if source.is_file() else parse_token_ids(args.tokens)
@@ -208,6 +211,11 @@ def run(args: argparse.Namespace) -> int:
     from gradscope.rules.plan import Plan
 
     check_long_side(args.size)  # before the model loads: an absurd size is one line, at once
+    if not args.vocab and args.model:  # as the window does: a vocabulary beside the model is read (data, not code)
+        from gradscope.app.files.session_files import find_vocabulary
+
+        found = find_vocabulary(args.model)
+        args.vocab = str(found) if found is not None else None
     if args.generate is not None:
         return run_generation(args)
     plan = Plan.load(args.plan) if args.plan else None  # a bad plan too

@@ -67,7 +67,7 @@ def token_input(graph: LayerGraph, ids: Any, *, vocab: Vocabulary | None = None,
         if len(ids) > length or not (pad_token or masked):
             raise InputError(
                 f"Input {input_id!r} takes {length} token ids; got {len(ids)}"
-                + ("." if len(ids) > length else " (and the vocabulary has no padding token at id 0 to fill it).")
+                + ("." if len(ids) > length else _why_not_padded(vocab))
             )
         what = f"id 0 ({vocab.tokens[0]!r})" if pad_token else "id 0, hidden by the padding mask"
         note = f"Padded {length - len(ids)} position(s) at the end with {what}."
@@ -192,3 +192,12 @@ def _single_input(graph: LayerGraph, what: str) -> str:
             "an .npz file with one array per input, named as the inputs."
         )
     return graph.input_ids[0]
+
+
+def _why_not_padded(vocab: Any) -> str:
+    if vocab is None:  # nothing says id 0 means padding in this model
+        return (
+            " (with no vocabulary, id 0 is not known to be padding: give all of them, or a vocabulary whose id 0 is"
+            " a padding token such as [PAD])."
+        )
+    return f" (and the vocabulary's id 0, {vocab.tokens[0]!r}, is no padding token to fill it)."

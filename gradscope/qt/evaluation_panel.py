@@ -140,7 +140,9 @@ class EvaluationPanel(QWidget):
                 self.table.setItem(i, j, QTableWidgetItem(text))
         state = "" if report.complete else " — stopped: Evaluate again to resume"
         bad = f"; {len(report.bad)} image(s) could not be used (bad_data.csv)" if report.bad else ""
-        self.summary.setText(f"{report.images} of {report.total} images{state}{bad}. 95 % bootstrap intervals.")
+        out = self.session.evaluations.out
+        where = f" In {out.name}." if out is not None else ""
+        self.summary.setText(f"{report.images} of {report.total} images{state}{bad}. 95 % bootstrap intervals.{where}")
         self.open_button.setEnabled(True)
 
     def open_results(self) -> None:

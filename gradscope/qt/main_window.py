@@ -519,10 +519,18 @@ class MainWindow(QMainWindow):
         self.recent_menu.setEnabled(bool(items))
 
     def _last_dir(self) -> str:
+        """Where a file dialog starts: where this window's last file was chosen, else beside the open model, else
+        the last folder of an earlier run, else home."""
+        model = self.session.document.path
+        if getattr(self, "_chosen_dir", None):
+            return self._chosen_dir
+        if model and Path(model).parent.is_dir():
+            return str(Path(model).parent)
         return str(self.settings.value("last_dir", str(Path.home())))
 
     def _remember_dir(self, path: str) -> None:
-        self.settings.setValue("last_dir", str(Path(path).parent))
+        self._chosen_dir = str(Path(path).parent)
+        self.settings.setValue("last_dir", self._chosen_dir)
 
     def _default_name(self, suffix: str) -> str:
         stem = Path(self.session.fed.image_path or self.session.document.path or "gradscope").stem

@@ -48,6 +48,18 @@ def test_evaluation_view_scores_the_current_plan_and_shows_what_is_exported(wind
             assert shown == "-"
     assert "6 of 6 images" in panel.summary.text() and panel.open_button.isEnabled()
 
+    # a new plan, Evaluate again: a new evaluation beside the first (the window has no --out / --restart to give)
+    first = (out / "results.csv").read_bytes()
+    window.session.editor.clear()
+    window.session.editor.add_rule("type:ReLU", "deconvnet")
+    panel.run_button.click()
+    qtbot.waitUntil(lambda: window.session.evaluations.out != out, timeout=180_000)
+    again = window.session.evaluations.report
+    assert window.session.evaluations.out == tmp_path / "shapes-evaluation-2" and again.images == 6
+    assert again.settings["plan"]["entries"] == window.session.editor.plan.to_dict()["entries"]
+    assert (out / "results.csv").read_bytes() == first  # the first one is kept as it was
+    assert "shapes-evaluation-2" in panel.summary.text()
+
 
 def test_the_shortcuts_list_is_read_from_the_menus(window, monkeypatch):
     from PySide6.QtWidgets import QMessageBox

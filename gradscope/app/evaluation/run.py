@@ -32,6 +32,7 @@ from gradscope.app.evaluation.scoring import (
     SMOOTHED,
     EvalSettings,
     EvaluationError,
+    OtherEvaluationError,
     eval_methods,
 )
 from gradscope.core.errors import Cancelled
@@ -63,7 +64,7 @@ def prepare_out(out: Path, settings: EvalSettings, header: dict, restart: bool =
         except EvaluationError:
             old = None
         if old != json.loads(json.dumps(doc)):
-            raise EvaluationError(
+            raise OtherEvaluationError(
                 f"{out} holds an evaluation with other settings, model or data; give another --out, or --restart "
                 "to replace it."
             )

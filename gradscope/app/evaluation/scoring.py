@@ -36,6 +36,10 @@ class EvaluationError(GradscopeError):
     """The evaluation cannot run as asked (an unknown method or metric, an output folder of another run)."""
 
 
+class OtherEvaluationError(EvaluationError):
+    """The output folder holds an evaluation with other settings, model or data (not this run's to resume)."""
+
+
 @dataclass
 class EvalSettings:
     """Everything that decides the scores: written to ``OUT/settings.json`` and checked on resume."""

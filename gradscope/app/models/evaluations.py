@@ -42,6 +42,7 @@ class Evaluations:
     ) -> None:
         """Evaluate ``methods`` (and the current plan when ``with_plan``) on the images in ``data`` into ``out``."""
         from gradscope.app.evaluation.run import evaluation_settings, run_evaluation, source_of
+        from gradscope.app.evaluation.scoring import OtherEvaluationError
 
         engine = self._document.engine
         if engine is None:
@@ -61,22 +62,37 @@ class Evaluations:
                 eta = f", about {left:.0f} s left" if left == left else ""  # NaN before the first batch
                 token.step(f"Evaluating: {done} of {total} images{eta}...")
 
-            return run_evaluation(
-                engine,
-                source,
-                settings,
-                out,
-                model=model,
-                restart=restart,
-                progress=progress,
-                should_stop=lambda: token.cancelled,
-            )[1]
+            # the window has no --out to change: a run with other settings (a new plan, other metrics) goes into
+            # the next free folder beside the old one, which stays as it was
+            for folder in _folders(out):
+                try:
+                    return folder, run_evaluation(
+                        engine,
+                        source,
+                        settings,
+                        folder,
+                        model=model,
+                        restart=restart,
+                        progress=progress,
+                        should_stop=lambda: token.cancelled,
+                    )[1]
+                except OtherEvaluationError:
+                    continue
+            raise GradscopeError(f"{out} and the 99 folders beside it hold other evaluations: choose another.")
 
-        def done(report: Any) -> None:
-            self.report, self.out = report, out
+        def done(result: Any) -> None:
+            folder, report = result
+            self.report, self.out = report, folder
             self.finished.emit(report)
             stopped = "" if report.complete else " (stopped: start it again to resume)"
             bad = f"; {len(report.bad)} image(s) could not be used" if report.bad else ""
-            self._feedback.say(f"Evaluation: {report.images} of {report.total} images scored{stopped}{bad}; {out}")
+            self._feedback.say(f"Evaluation: {report.images} of {report.total} images scored{stopped}{bad}; {folder}")
 
         self._jobs.submit("evaluate", f"Evaluating on {Path(data).name}...", job, done)
+
+
+def _folders(out: Path):
+    """``out``, then ``out-2`` ... ``out-100``."""
+    yield out
+    for k in range(2, 101):
+        yield out.with_name(f"{out.name}-{k}")

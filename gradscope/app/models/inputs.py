@@ -37,6 +37,7 @@ class Inputs:
         self.preprocessing = "unit"
         self.source: str | None = None
         self.typed: str | None = None
+        self._graph: LayerGraph | None = None  # the model the last batch was prepared for
         self.vocab: Vocabulary | None = None
         self.batch: Any = None  # one array, or a list of arrays for a multi-input model
         self.fed: ModelInput | None = None
@@ -93,6 +94,12 @@ class Inputs:
         if not text.strip():
             self._feedback.error("No input", "Type token ids such as 12 7 99, or words when a vocabulary is loaded.")
             return False
+        if self._graph is not None:  # refused now, the last good input stays (it was replaced by a random one)
+            try:
+                typed_input(self._graph, text, self.vocab)
+            except InputError as exc:
+                self._feedback.error("Input refused", f"{exc} The input shown is unchanged.", exc)
+                return False
         self._take(typed=text)
         return True
 
@@ -152,6 +159,7 @@ class Inputs:
         """The batch for ``graph``'s inputs: the chosen input, checked against the model; an image, scaled, when
         the model takes one image; else a seeded random batch, so the gradient flow of any model can still be
         inspected (``problem`` says why the chosen input was not used)."""
+        self._graph = graph
         shapes = [graph.node(i).output_shape for i in graph.input_ids]
         self.note, self.problem, self.fed = "", "", None
         self.version += 1

@@ -89,9 +89,16 @@ def test_typed_tokens_files_and_a_vocabulary_become_the_batch(tmp_path):
     assert fed.set_typed("the movie")
     fed.prepare(g)
     assert fed.batch.tolist() == [[2, 3, 0, 0, 0, 0]] and fed.labels[:2] == ("the", "movie") and "Padded" in fed.note
-    fed.set_typed("1 2 99")  # an id outside the embedding's vocabulary: not used, and why
+    assert not fed.set_typed("1 2 99")  # an id outside the embedding's vocabulary: refused, the last input stays
+    assert errors[-1][0] == "Input refused" and errors[-1][1].startswith("Token 2 of input 'tokens' is id 99")
     fed.prepare(g)
-    assert fed.problem.startswith("Token 2 of input 'tokens' is id 99") and "random" in fed.note.lower()
+    assert fed.batch.tolist() == [[2, 3, 0, 0, 0, 0]] and fed.typed == "the movie"
+    fresh, _, _ = told()
+    fresh.set_typed(
+        "1 2 99 4 5 6"
+    )  # typed before any model: checked when a model's batch is made, and why it is not used
+    fresh.prepare(g)
+    assert fresh.problem.startswith("Token 2 of input 'tokens' is id 99") and "random" in fresh.note.lower()
     (tmp_path / "row.csv").write_text("a,b,c\n1,2,3\n")
     assert fed.open(tmp_path / "row.csv") and fed.source.endswith("row.csv")
     fed.prepare(table_graph(3))
