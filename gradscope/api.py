@@ -488,6 +488,8 @@ def evaluate(
     masks: Any = None,
     class_map: dict[int, int] | str | Path | None = None,
     difficult: str | Path | None = None,
+    class_names: Any = None,
+    split: str = "val",
     preprocessing: str = "unit",
     batch: int = 16,
     tolerance: float = 15.0,
@@ -526,8 +528,20 @@ def evaluate(
         fidelity_samples=fidelity_samples,
         seed=seed,
     )
+    if class_names is None and isinstance(model, (str, Path)):
+        from gradscope.app.files.session_files import find_class_names
+
+        class_names = find_class_names(model)
     source = source_of(
-        engine, data, settings, masks=masks, class_map=class_map, difficult=difficult, preprocessing=preprocessing
+        engine,
+        data,
+        settings,
+        masks=masks,
+        class_map=class_map,
+        difficult=difficult,
+        preprocessing=preprocessing,
+        class_names=class_names,
+        split=split,
     )
     model_name = str(model) if isinstance(model, (str, Path)) else getattr(ray, "model", "")
     if ray is not None and not getattr(ray, "model", ""):

@@ -67,6 +67,8 @@ def run(args: Any) -> int:
         out=out,
         class_map=args.class_map,
         difficult=args.difficult,
+        class_names=_class_names(args.model),
+        split=args.split,
         preprocessing=args.preprocessing,
         batch=args.batch,
         tolerance=args.tolerance,
@@ -115,7 +117,13 @@ def add_parser(sub: Any) -> None:
     p.add_argument("--metric", default="pointing", help="comma-separated: pointing, deletion, insertion, mufidelity")
     p.add_argument("--out", default="evaluation", help="results folder (default: ./evaluation); resumed if it exists")
     p.add_argument("--restart", action="store_true", help="discard the run in --out and start again")
-    p.add_argument("--class-map", metavar="FILE", help="JSON {mask value: model class index} (default: value - 1)")
+    p.add_argument(
+        "--class-map",
+        metavar="FILE",
+        help="JSON {mask value: model class index} (default: value - 1; a Pascal VOC folder: by class name when the "
+        "model's class names are beside it)",
+    )
+    p.add_argument("--split", default="val", help="a Pascal VOC folder's split (ImageSets/Segmentation; default val)")
     p.add_argument(
         "--difficult",
         metavar="FILE",
@@ -141,3 +149,10 @@ def add_parser(sub: Any) -> None:
     )
     p.add_argument("--ray-actors", type=int, help="Ray workers, each holding one model (default: one per CPU, max 8)")
     model_options(p)
+
+
+def _class_names(model: Any) -> list[str]:
+    """The model's class names from a description beside it (to map a VOC folder's classes by name)."""
+    from gradscope.app.files.session_files import find_class_names
+
+    return find_class_names(model) if model else []

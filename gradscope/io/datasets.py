@@ -1,10 +1,13 @@
 """Evaluation data: a folder of images with VOC-style class masks, or arrays already in the model's input space.
 
-A folder holds the images (any format ``load_image`` reads) and, for the Pointing Game, ``masks/<image
-stem>.png``: an indexed (or grayscale) PNG of the image's size whose pixel value is the class index + 1, 0 the
-background and 255 "ignore" (the VOC convention); a class map (``{mask value: model class}``) replaces the +1
-rule. Every problem with one image (it does not decode, its mask is missing, unreadable, of another size or
-holds a value outside the class map) is a ``DataProblem`` naming it: the evaluation lists it and goes on.
+A folder is in one of three layouts (``find_layout``): the images themselves with ``masks/`` beside them;
+``images/`` and ``masks/`` side by side (the usual segmentation layout); or Pascal VOC (``JPEGImages/``,
+``SegmentationClass/``, the split in ``ImageSets/Segmentation/<split>.txt``; the folder may be ``VOC2012``,
+``VOCdevkit`` or the folder above it). A mask is ``<image stem>.png``: an indexed (or grayscale) PNG of the
+image's size whose pixel value is the class index + 1, 0 the background and 255 "ignore" (the VOC convention); a
+class map (``{mask value: model class}``, or ``class_map_by_name``) replaces the +1 rule. Every problem with one
+image (it does not decode, its mask is missing, unreadable, of another size or holds a value outside the class
+map) is a ``DataProblem`` naming it: the evaluation lists it and goes on.
 """
 
 from __future__ import annotations
@@ -23,6 +26,78 @@ from gradscope.io.images import list_images, load_image, prepare_input
 
 BACKGROUND, IGNORE = -1, -2  # what mask pixels that name no class hold in ``Sample.mask``
 MASK_FOLDER = "masks"
+VOC_CLASSES = (  # mask value k + 1 (0 is the background, 255 the objects' borders: ignored)
+    "aeroplane", "bicycle", "bird", "boat", "bottle", "bus", "car", "cat", "chair", "cow", "diningtable", "dog",
+    "horse", "motorbike", "person", "pottedplant", "sheep", "sofa", "train", "tvmonitor",
+)  # fmt: skip
+LAYOUTS = (
+    "images with masks/ beside them (DATA/*.png + DATA/masks/*.png)",
+    "images/ and masks/ side by side (DATA/images/ + DATA/masks/)",
+    "Pascal VOC (JPEGImages/, SegmentationClass/, ImageSets/Segmentation/<split>.txt)",
+)
+
+
+@dataclass(frozen=True)
+class Layout:
+    """Where a dataset folder keeps its images and masks, and which images it names (a VOC split)."""
+
+    name: str  # "flat", "images+masks" or "voc"
+    images: Path
+    masks: Path
+    stems: tuple[str, ...] | None = None  # the split's image stems, in its order (None: every image)
+    split: str | None = None
+
+
+def find_layout(root: str | Path, split: str = "val") -> Layout:
+    """The layout of the dataset folder ``root``; a ``GradscopeError`` naming the layouts looked for if none."""
+    root = Path(root).expanduser()
+    if not root.is_dir():
+        raise GradscopeError(f"The dataset folder {root} does not exist.")
+    voc = _voc_root(root)
+    if voc is not None:
+        return _voc_layout(voc, split)
+    if (root / "images").is_dir() and list_images(root / "images"):
+        return Layout("images+masks", root / "images", root / MASK_FOLDER)
+    if list_images(root):
+        return Layout("flat", root, root / MASK_FOLDER)
+    looked = "; ".join(LAYOUTS)
+    raise GradscopeError(f"{root} holds no images in a layout gradscope reads. It looked for: {looked}.")
+
+
+def _voc_root(root: Path) -> Path | None:
+    candidates = [root, *sorted(root.glob("VOC20*")), *sorted(root.glob("VOCdevkit/VOC20*"))]
+    return next((c for c in candidates if (c / "JPEGImages").is_dir() and (c / "SegmentationClass").is_dir()), None)
+
+
+def _voc_layout(root: Path, split: str) -> Layout:
+    sets = root / "ImageSets" / "Segmentation"
+    path = sets / f"{split}.txt"
+    if not path.is_file():
+        have = ", ".join(sorted(p.stem for p in sets.glob("*.txt"))) or "none"
+        raise GradscopeError(f"Pascal VOC folder {root}: no split {split!r} ({path} is missing; splits: {have}).")
+    try:
+        stems = tuple(line.split()[0] for line in path.read_text(encoding="utf-8").splitlines() if line.strip())
+    except (OSError, UnicodeDecodeError) as exc:
+        raise GradscopeError(f"Cannot read the VOC split {path}: {exc}.") from exc
+    return Layout("voc", root / "JPEGImages", root / "SegmentationClass", stems, split)
+
+
+def class_map_by_name(dataset_classes: Sequence[str], model_classes: Sequence[str]) -> dict[int, int]:
+    """``{mask value: model class}`` for the dataset's classes (mask value k + 1 is ``dataset_classes[k]``) whose
+    name the model has ("dining table", "DiningTable" and "diningtable" are one name); a ``GradscopeError`` when
+    none match."""
+
+    def key(name: str) -> str:
+        return "".join(ch for ch in name.lower() if ch.isalnum())
+
+    index = {key(n): i for i, n in enumerate(model_classes)}
+    out = {k + 1: index[key(n)] for k, n in enumerate(dataset_classes) if key(n) in index}
+    if not out:
+        raise GradscopeError(
+            f"None of the dataset's classes ({', '.join(dataset_classes[:5])}, ...) is a class name of the model; "
+            "give a class map (--class-map) instead."
+        )
+    return out
 
 
 class DataProblem(GradscopeError):
@@ -130,7 +205,8 @@ def read_mask(path: Path, size: tuple[int, int]) -> np.ndarray:
 
 @dataclass
 class ImageFolder:
-    """Images in ``root`` (sorted by name) with their masks in ``root/masks`` when ``with_masks``."""
+    """The images of the dataset folder ``root`` (in the order of its split, else by name) with their masks when
+    ``with_masks``, wherever its layout (``find_layout``) keeps them."""
 
     root: Path
     input_shape: tuple
@@ -139,12 +215,20 @@ class ImageFolder:
     class_map: dict[int, int] | None = None
     classes: int | None = None  # the model's class count (a mask naming another class is a problem)
     difficult_flags: dict[str, list[bool]] | None = None  # ``load_difficult_flags``: pairs flagged per image
+    split: str = "val"  # a Pascal VOC folder's split
+
+    def __post_init__(self) -> None:
+        self.layout = find_layout(self.root, self.split)
 
     def keys(self) -> list[str]:
-        return [p.name for p in list_images(self.root)]
+        images = list_images(self.layout.images)
+        if self.layout.stems is None:
+            return [p.name for p in images]
+        by_stem = {p.stem: p.name for p in images}
+        return [by_stem[s] for s in self.layout.stems if s in by_stem]  # (a listed image that is missing: skipped)
 
     def load(self, key: str) -> Sample:
-        path = self.root / key
+        path = self.layout.images / key
         try:
             image = load_image(path)
             x = prepare_input(image, self.input_shape, self.preprocessing)[0]
@@ -152,7 +236,7 @@ class ImageFolder:
             raise DataProblem(f"image does not decode: {exc}") from exc
         mask = None
         if self.with_masks:
-            values = read_mask(self.root / MASK_FOLDER / f"{Path(key).stem}.png", image.shape[:2])
+            values = read_mask(self.layout.masks / f"{Path(key).stem}.png", image.shape[:2])
             mask = classes_of_mask(values, self.class_map, self.classes)
         return Sample(key, x, mask, self._difficult(Path(key).stem))
 
@@ -167,6 +251,8 @@ class ImageFolder:
     def describe(self) -> dict:
         return {
             "folder": str(self.root),
+            **({"layout": self.layout.name} if self.layout.name != "flat" else {}),  # (flat: as before, resumable)
+            **({"split": self.layout.split} if self.layout.split else {}),
             "preprocessing": self.preprocessing,
             "class_map": {str(k): v for k, v in (self.class_map or {}).items()} or None,
             "difficult_flags": None if self.difficult_flags is None else _digest(self.difficult_flags),

@@ -144,25 +144,41 @@ def source_of(
     class_map: Any = None,
     difficult: Any = None,
     preprocessing: str = "unit",
+    class_names: Any = None,
+    split: str = "val",
 ) -> Any:
-    """The samples of ``data``: a folder (``ImageFolder``: masks read for the Pointing Game only), an array of
-    model inputs with ``masks``, or anything with ``keys()`` and ``load(key)``."""
+    """The samples of ``data``: a folder (``ImageFolder`` in any layout ``find_layout`` reads: masks read for the
+    Pointing Game only; a Pascal VOC folder's classes mapped to the model's by name when it has ``class_names``
+    and no class map is given), an array of model inputs with ``masks``, or anything with ``keys()`` and
+    ``load(key)``."""
     import numpy as np
 
-    from gradscope.io.datasets import ArraySamples, ImageFolder, load_class_map, load_difficult_flags
+    from gradscope.io.datasets import (
+        VOC_CLASSES,
+        ArraySamples,
+        ImageFolder,
+        class_map_by_name,
+        find_layout,
+        load_class_map,
+        load_difficult_flags,
+    )
 
     if isinstance(data, (str, Path)):
         if isinstance(class_map, (str, Path)):
             class_map = load_class_map(class_map)
+        pointing = "pointing" in settings.metrics
+        if class_map is None and class_names and pointing and find_layout(data, split).name == "voc":
+            class_map = class_map_by_name(VOC_CLASSES, class_names)
         graph = engine.graph
         return ImageFolder(
             Path(data).expanduser(),
             tuple(graph.node(graph.input_ids[0]).output_shape),
             preprocessing,
-            with_masks="pointing" in settings.metrics,
+            with_masks=pointing,
             class_map=class_map,
             classes=graph.class_count(),
             difficult_flags=load_difficult_flags(difficult) if difficult is not None else None,
+            split=split,
         )
     if isinstance(data, np.ndarray):
         return ArraySamples(data, masks)

@@ -53,7 +53,8 @@ class Evaluations:
 
             plan = dataclasses.replace(self._editor.plan, name=PLAN_METHOD)
         settings = evaluation_settings(methods, metrics, plan, **options)
-        source = source_of(engine, data, settings, preprocessing=self._inputs.preprocessing)
+        names = self._document.class_names
+        source = source_of(engine, data, settings, preprocessing=self._inputs.preprocessing, class_names=names)
         out = Path(out)
         model = self._document.path or ""
 
