@@ -65,7 +65,7 @@ def main(argv: list[str] | None = None) -> int:
         _fit_to_screen(window, app)
     window.show()
     model, image = args.model, args.image
-    if model is None and not args.no_demo:
+    if model is None and not args.no_demo and not args.training:  # a log alone: not the demo beside it
         model, image, problem = _demo_paths(image)
         if problem:
             window.status_label.setText(problem)

@@ -113,7 +113,8 @@ class MainWindow(QMainWindow):
         self.training = TrainingPanel(s)
         self.training.open_log = self.open_training_log_dialog
         self.training_dock = self._bottom_dock("Training: gradient flow over steps", "training_dock", self.training)
-        s.training.changed.connect(lambda *_: self.training_dock.show())
+        s.training.changed.connect(self._on_training_log)
+        self.training_dock.visibilityChanged.connect(lambda shown: shown or self._show_model_panes(True))
         self.evaluation = EvaluationPanel(s)
         self.evaluation_dock = self._bottom_dock(
             "Evaluation: methods scored over a folder of images", "evaluation_dock", self.evaluation
@@ -219,7 +220,21 @@ class MainWindow(QMainWindow):
             sig.on_error = self._on_subscriber_error
 
     # ------------------------------------------------------------------------------------------- session events
+    def _on_training_log(self, log: Any) -> None:
+        """A log of another model (or with none open) takes the whole window: graph, map and inspector would
+        describe a model the log is not about. Opening a model, or closing the view, brings them back."""
+        self.training_dock.show()
+        graph = self.session.graph
+        self._show_model_panes(graph is not None and graph.model_name == log.model_name)
+
+    def _show_model_panes(self, shown: bool) -> None:
+        central = self.centralWidget()
+        if central.isVisibleTo(self) != shown:
+            central.setVisible(shown)
+            self.training.alone_note.setVisible(not shown)
+
     def _on_model_loaded(self, graph: Any) -> None:
+        self._show_model_panes(True)  # the user chose a model: show it (beside a log, if one is open)
         path = self.session.document.path
         if path:
             self._add_recent(path)

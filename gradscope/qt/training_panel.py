@@ -87,6 +87,13 @@ class TrainingPanel(QWidget):
         self.open_button.clicked.connect(lambda: self.open_log() if self.open_log else None)
         self.folder_label = QLabel("No training log. model.fit(..., callbacks=[gradscope.GradientMonitor(DIR)])")
         self.folder_label.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
+        self.alone_note = QLabel(
+            "The log alone: its model is not the one open. File ▸ Open model (its .keras file) shows the graph and "
+            "maps beside it."
+        )
+        self.alone_note.setWordWrap(True)
+        self.alone_note.setStyleSheet("color:#607d8b")
+        self.alone_note.hide()
         self.statistic = QComboBox()
         self.statistic.addItems(list(STATISTICS))
         self.statistic.setToolTip("The statistic of each node's signal the heatmap shows (log10)")
@@ -99,6 +106,7 @@ class TrainingPanel(QWidget):
         bar.addWidget(self.statistic)
         bar.addWidget(self.live)
         lay.addLayout(bar)
+        lay.addWidget(self.alone_note)
 
         pg.setConfigOptions(antialias=True, background="w", foreground="#37474f")
         self.heat_plot = pg.PlotWidget()
@@ -109,6 +117,8 @@ class TrainingPanel(QWidget):
         self.heat = _Heatmap(self._cell_clicked)
         self.heat.setColorMap(pg.colormap.get("viridis"))
         self.heat_plot.addItem(self.heat)
+        self.colorbar = pg.ColorBarItem(colorMap=self.heat.getColorMap(), interactive=False, width=12)
+        self.colorbar.setImageItem(self.heat, insert_in=self.heat_plot.getPlotItem())  # what a colour means
         self.nan_marks = pg.ScatterPlotItem(symbol="x", size=9, pen=pg.mkPen("#d50000", width=2), brush=None)
         self.alert_marks = pg.ScatterPlotItem(symbol="s", size=13, pen=pg.mkPen("#d50000", width=2), brush=None)
         self.cursor = pg.ScatterPlotItem(symbol="s", size=15, pen=pg.mkPen("#ffffff", width=2), brush=None)
@@ -181,6 +191,9 @@ class TrainingPanel(QWidget):
         if n_steps:
             self.heat.setImage(values.T, levels=levels, autoLevels=False)  # pyqtgraph: image[x, y]
             self.heat.setRect(0, 0, n_steps, n_nodes)
+            self.colorbar.setLevels(levels)
+            name = self.statistic.currentText()
+            self.colorbar.axis.setLabel(name if statistic == "grad_zero_fraction" else f"log10 {name}")
         self._row_ticks()
         steps = log.steps
         every_step = max(1, math.ceil(len(steps) / 12))

@@ -28,6 +28,9 @@ def test_training_view_shows_the_log_and_follows_it(window, qtbot, blowup_log, t
     window.open_training_log(str(tmp_path))
     qtbot.waitUntil(lambda: watch.log is not None, timeout=60_000)
     assert window.training_dock.isVisible()
+    # no model open: the log alone takes the window (no graph or map of another model beside it), and says so
+    assert not window.centralWidget().isVisible() and panel.alone_note.isVisible()
+    assert window.training_dock.height() > 0.7 * window.height()
     first = len(watch.log.records)
     image = panel.heat.image
     assert image.shape == (first, len(watch.log.nodes))  # image[x = record, y = node]
@@ -38,6 +41,8 @@ def test_training_view_shows_the_log_and_follows_it(window, qtbot, blowup_log, t
     alert = panel.alert_list.item(0).text()
     assert alert.startswith("[nonfinite] step")
     assert len(panel.nan_marks.data) > 0 and len(panel.alert_marks.data) > 0
+    assert panel.colorbar.levels() == pytest.approx(panel.heat.getLevels())  # the colour scale is the heatmap's
+    assert panel.colorbar.axis.labelText == "log10 mean |g|"
 
     log = watch.log
     row = next(i for i, n in enumerate(log.nodes) if n.id == "conv1:pre")
@@ -57,5 +62,6 @@ def test_training_view_shows_the_log_and_follows_it(window, qtbot, blowup_log, t
         lambda: window.session.document.path is not None and window.session.jobs.busy is None, timeout=60_000
     )
     assert str(window.session.document.path).endswith(".keras")
+    assert window.centralWidget().isVisible() and not panel.alone_note.isVisible()  # a model: its panes are back
     assert str(window.session.document.path).startswith(str(tmp_path))
     assert np.isfinite(panel.heat.image).all()
