@@ -8,6 +8,7 @@ The per-layer picture of one backward pass; ``gradscope.engine.diagnostics.paths
 from __future__ import annotations
 
 import csv
+import dataclasses
 import io
 import math
 import re
@@ -58,6 +59,7 @@ class FlowThresholds:
 
 #: ReLU-like activations whose "dead" units output exactly 0.
 RELU_ACTIVATIONS = ("relu", "relu6")
+FITTED_LOSS = 1e-6  # a loss at or below this: the batch is fitted (float32 cross-entropy of a sure, right answer)
 
 
 @dataclass(frozen=True)
@@ -209,6 +211,8 @@ class FlowReport:
         lines.append(f"{len(flagged)} flagged node(s); thresholds: {self.thresholds.describe()}.")
         if self.reference_node:
             lines.append(f"rel = mean|g| relative to {self.reference_node!r} (the output end).")
+        if self.meta.get("note"):
+            lines.append(self.meta["note"])
         return "\n".join(lines)
 
     def to_png(self, path: str | Path) -> Path:
@@ -514,6 +518,16 @@ def gradient_flow(
     rows, reference_node = flow_rows(
         [n for n in graph.nodes if not n.is_input], stats, upstream, dead, by_node, thresholds
     )
+    loss_value = result.meta.get("loss_value")
+    meta: dict[str, Any] = {"seconds": result.meta.get("seconds"), "softmax_stripped": engine.softmax_stripped}
+    if loss_value is not None and abs(loss_value) <= FITTED_LOSS:
+        # a fitted batch: small gradients are the loss's doing, not the network's (11 of 23 nodes were "vanishing")
+        small = {"vanishing", "zero_gradient", "weights_zero_gradient"}
+        rows = [dataclasses.replace(r, flags=tuple(f for f in r.flags if f not in small)) for r in rows]
+        meta["note"] = (
+            f"The loss is {loss_value:.3g}: the batch is already fitted, so its gradients are (near) zero; no node is "
+            "flagged vanishing or zero for that. Try a batch the model gets wrong."
+        )
     return FlowReport(
         model_name=engine.model.name,
         target=result.meta.get("loss") or target.describe(),
@@ -521,6 +535,6 @@ def gradient_flow(
         weights=weights,
         thresholds=thresholds,
         reference_node=reference_node,
-        loss_value=result.meta.get("loss_value"),
-        meta={"seconds": result.meta.get("seconds"), "softmax_stripped": engine.softmax_stripped},
+        loss_value=loss_value,
+        meta=meta,
     )

@@ -21,6 +21,7 @@ outputs and the loss are computed from the substituted values (``PlanModel.warni
 
 from __future__ import annotations
 
+import contextlib
 from typing import Any
 
 from gradscope.backend import keras
@@ -104,11 +105,19 @@ def inputs_in_graph_order(graph: Any, inputs: Any) -> list[Any]:
 def plan_model(model: Any, plan: Plan | Any) -> PlanModel:
     """A Keras model to ``compile`` / ``fit`` whose gradients follow ``plan`` (a ``Plan`` or a ``Method``).
 
-    The user's ``model`` is not copied: training updates its variables (see the module docstring).
+    The user's ``model`` is not copied: training updates its variables (see the module docstring). A compiled
+    ``model`` hands on its compile settings (loss, metrics, a fresh optimizer of the same configuration), so
+    ``plan_model(model, plan).fit(...)`` runs as ``model.fit(...)`` would; ``compile`` again to change them.
     """
     if not isinstance(model, keras.Model):
         raise PlanError(f"plan_model needs a keras.Model, got {type(model).__name__}.")
     plan = getattr(plan, "plan", plan)  # a method preset carries its plan
     if not isinstance(plan, Plan):
         raise PlanError(f"Expected a Plan (or a method preset), got {type(plan).__name__}.")
-    return PlanModel(model, plan)
+    planned = PlanModel(model, plan)
+    if getattr(model, "compiled", False):
+        config = model.get_compile_config()
+        if config:  # (a custom loss that cannot be rebuilt from its config: compile the planned model yourself)
+            with contextlib.suppress(Exception):
+                planned.compile_from_config(config)
+    return planned

@@ -347,3 +347,16 @@ def test_cli_flow_writes_csv_and_png(tmp_path, capsys):
     assert "Input file not found" in capsys.readouterr().err
     assert main([*args, "--label", "cat,dog"]) == 2
     assert "Cannot read labels" in capsys.readouterr().err
+
+
+def test_a_fitted_batch_flags_no_vanishing_and_says_why():
+    """At loss 0 every gradient is zero by the loss's doing: no node is "vanishing" (11 of 23 were), the report
+    says so; a batch the model gets wrong is flagged as before."""
+    model = _scaled_net(1e-8)
+    x = np.random.default_rng(0).normal(size=(4, 4)).astype("float32")
+    fitted = gradient_flow(model, x, labels=np.asarray(model(x)), loss="mse")
+    assert fitted.loss_value == pytest.approx(0.0, abs=1e-12)
+    assert not any({"vanishing", "zero_gradient", "weights_zero_gradient"} & set(r.flags) for r in fitted.rows)
+    assert "already fitted" in fitted.to_text()
+    wrong = gradient_flow(model, x, labels=np.asarray(model(x)) + 1.0, loss="mse")
+    assert "vanishing" in wrong.row("low").flags and "note" not in wrong.meta

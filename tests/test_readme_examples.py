@@ -1,0 +1,54 @@
+"""The README's examples run as written on what ships with gradscope: the bundled-files CLI block, the
+``plan_model(model, plan).fit`` example (a compiled model hands on its compile settings), and a headless
+screenshot without a display (in tests/qt/test_window_sizes.py)."""
+
+from __future__ import annotations
+
+import json
+import re
+import shlex
+from pathlib import Path
+
+import numpy as np
+
+from gradscope.cli import main
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def _bundled_block() -> list[list[str]]:
+    text = (ROOT / "README.md").read_text(encoding="utf-8")
+    block = text.split("To try them on what ships with gradscope", 1)[1].split("```bash", 1)[1].split("```", 1)[0]
+    return [shlex.split(line.split("#")[0]) for line in block.strip().splitlines() if line.strip()]
+
+
+def test_the_bundled_files_cli_block_runs_as_written(tmp_path, monkeypatch):
+    monkeypatch.chdir(ROOT)
+    commands = _bundled_block()
+    assert [c[1] for c in commands] == ["explain", "explain", "evaluate", "gui"]
+    for argv in commands[:3]:
+        argv = [re.sub(r"^/tmp/", f"{tmp_path}/", a) for a in argv[1:]]
+        assert main(argv) == 0, argv
+    assert (tmp_path / "map.png").is_file()
+    sides = sorted((tmp_path / "maps").glob("*.json"))
+    assert len(sides) == 6 and json.loads(sides[0].read_text())["plan"]["name"] == "relu_backward_sigmoid"
+    results = json.loads((tmp_path / "eval" / "results.json").read_text())
+    assert results["complete"] and results["images"] == 24
+
+
+def test_plan_model_fits_a_compiled_model_as_the_readme_shows():
+    import keras
+
+    import gradscope as gs
+
+    keras.utils.set_random_seed(0)
+    i = keras.Input((4,))
+    model = keras.Model(i, keras.layers.Dense(2, activation="relu")(keras.layers.Dense(8, activation="relu")(i)))
+    model.compile(optimizer="sgd", loss="mse", metrics=["mae"])
+    plan = gs.Plan().with_entry("activation:relu", "backward_as", {"activation": "sigmoid"})
+    planned = gs.plan_model(model, plan)
+    x, y = np.random.default_rng(0).normal(size=(16, 4)), np.ones((16, 2))
+    before = [w.numpy().copy() for w in model.trainable_weights]
+    history = planned.fit(x, y, epochs=1, batch_size=8, verbose=0)
+    assert set(history.history) == {"loss", "mae"}  # the user's loss and metrics
+    assert any(not np.array_equal(a, w.numpy()) for a, w in zip(before, model.trainable_weights))
