@@ -23,9 +23,12 @@ from PySide6.QtWidgets import (
     QPushButton,
     QTableWidget,
     QTableWidgetItem,
+    QTabWidget,
     QVBoxLayout,
     QWidget,
 )
+
+from gradscope.qt.evaluation_browser import CurvesPlot, ImageBrowser
 
 METRIC_LABELS = {
     "pointing": "Pointing Game",
@@ -78,11 +81,14 @@ class EvaluationPanel(QWidget):
         metric_row.addWidget(QLabel("hit distance"))
         metric_row.addWidget(self.tolerance)
         metric_row.addStretch(1)
-        form = QFormLayout()
+        folder_row.addWidget(QLabel("Results"))
+        folder_row.addWidget(self.out, 1)
+        method_row = QHBoxLayout()
+        method_row.addWidget(self.methods, 1)
+        method_row.addWidget(self.with_plan)
+        form = QFormLayout()  # three rows: the results below get the room
         form.addRow("Images", folder_row)
-        form.addRow("Results", self.out)
-        form.addRow("Methods", self.methods)
-        form.addRow("", self.with_plan)
+        form.addRow("Methods", method_row)
         form.addRow("Metrics", metric_row)
         buttons = QHBoxLayout()
         buttons.addWidget(self.run_button)
@@ -91,7 +97,13 @@ class EvaluationPanel(QWidget):
         layout = QVBoxLayout(self)
         layout.addLayout(form)
         layout.addLayout(buttons)
-        layout.addWidget(self.table, 1)
+        self.curves = CurvesPlot()
+        self.browser = ImageBrowser(session)
+        self.tabs = QTabWidget()
+        self.tabs.addTab(self.table, "Scores")
+        self.tabs.addTab(self.curves, "Curves")
+        self.tabs.addTab(self.browser, "Images")
+        layout.addWidget(self.tabs, 1)
         session.evaluations.finished.connect(self.show_report)
 
     def choose_folder(self) -> None:
@@ -144,6 +156,8 @@ class EvaluationPanel(QWidget):
         where = f" In {out.name}." if out is not None else ""
         self.summary.setText(f"{report.images} of {report.total} images{state}{bad}. 95 % bootstrap intervals.{where}")
         self.open_button.setEnabled(True)
+        self.curves.show_report(report)
+        self.browser.show_report(report)
 
     def open_results(self) -> None:
         out = self.session.evaluations.out

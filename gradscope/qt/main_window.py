@@ -119,6 +119,7 @@ class MainWindow(QMainWindow):
         self.evaluation_dock = self._bottom_dock(
             "Evaluation: methods scored over a folder of images", "evaluation_dock", self.evaluation
         )
+        self.evaluation_dock.visibilityChanged.connect(self._size_evaluation_dock)
 
         self.graph_pane = GraphPane(s, self.diagnose)
         self.graph_view = self.graph_pane.view
@@ -220,6 +221,12 @@ class MainWindow(QMainWindow):
             sig.on_error = self._on_subscriber_error
 
     # ------------------------------------------------------------------------------------------- session events
+    def _size_evaluation_dock(self, shown: bool) -> None:
+        """Opened: the results (a table, curves, the images with their maps) get 60 % of the height."""
+        if shown:
+            dock = self.evaluation_dock
+            QTimer.singleShot(0, lambda: self.resizeDocks([dock], [int(self.height() * 0.6)], Qt.Orientation.Vertical))
+
     def _on_training_log(self, log: Any) -> None:
         """A log of another model (or with none open) takes the whole window: graph, map and inspector would
         describe a model the log is not about. Opening a model, or closing the view, brings them back."""

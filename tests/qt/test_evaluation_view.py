@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import csv
 
+import numpy as np
+
 from gradscope.io.demo import demo_model_path
 from tests.app.evaluation.test_evaluation import SIZE, write_folder
 
@@ -70,3 +72,51 @@ def test_the_shortcuts_list_is_read_from_the_menus(window, monkeypatch):
     (text,) = shown
     assert "Ctrl+Shift+E\tEvaluate on a folder…" in text and "F5\tRe-run" in text and "Esc\tCancel" in text
     assert "Ctrl+Shift+L\tOpen training log…" in text and "Graph:" in text
+
+
+def test_the_evaluate_view_draws_curves_and_shows_each_image_with_every_methods_map(window, qtbot, wait_idle, tmp_path):
+    """Curves per method (deletion solid, insertion dashed); the images sortable by a score or the methods'
+    spread; a clicked image shows each method's map with its point (hit or miss as scored) and opens in the main
+    view with that method and class."""
+    from gradscope.core.resources import resource_path
+
+    window.open_model(str(demo_model_path()))
+    wait_idle(window)
+    panel = window.evaluation
+    window.evaluation_dock.show()
+    panel.data.setText(str(resource_path("demo", "eval")))
+    panel.out.setText(str(tmp_path / "eval"))
+    panel.methods.setText("gradient,cmwp,center")
+    panel.with_plan.setChecked(False)
+    panel.metrics["insertion"].setChecked(True)
+    panel.tolerance.setValue(4.0)
+    panel.run_button.click()
+    qtbot.waitUntil(lambda: window.session.evaluations.report is not None, timeout=180_000)
+    report = window.session.evaluations.report
+    wait_idle(window)
+
+    lines = [i for i in panel.curves.getPlotItem().items if type(i).__name__ == "PlotDataItem"]
+    assert len(lines) == 2 * 3  # deletion and insertion of each method
+    first = lines[0].getData()[1]
+    np.testing.assert_allclose(first, report.curves["deletion"]["gradient"], rtol=1e-6)
+
+    browser = panel.browser
+    assert browser.metric.currentText() == "pointing" and browser.table.rowCount() == 24
+    heads = [browser.table.horizontalHeaderItem(j).text() for j in range(browser.table.columnCount())]
+    assert heads == ["image", "class", "gradient", "cmwp", "center", "spread"]
+    browser.table.sortItems(heads.index("spread"))  # the images where the methods disagree most first
+    top = browser.table.item(0, heads.index("spread")).text()
+    assert top == max((browser.table.item(i, 5).text() for i in range(24)), key=lambda t: -1 if t == "-" else float(t))
+    browser.table.selectRow(0)
+    key = browser.table.item(0, 0).text()
+    qtbot.waitUntil(lambda: window.session.evaluations.inspection is not None, timeout=60_000)
+    seen = window.session.evaluations.inspection
+    assert seen.key == key and len(browser.panels) == 1 + 3  # the image with its mask, then each method
+    scored = {r["method"]: r["pointing"] for r in report.per_image if r["key"] == key}
+    for view, panel_ in zip(seen.views, browser.panels[1:]):
+        assert panel_.caption.text() == f"{view.method}: {'hit' if scored[view.method] else 'miss'}"
+    browser.open_method.setCurrentText("cmwp")
+    browser.open_button.click()
+    wait_idle(window)
+    s = window.session
+    assert s.fed.image_path == str(seen.path) and s.editor.method_name == "cmwp" and s.target.index == seen.cls

@@ -28,6 +28,9 @@ class Evaluations:
         self.report: Any = None
         self.out: Path | None = None
         self.finished = Signal("finished")  # (EvalReport)
+        self.inspected = Signal("inspected")  # (ImageInspection)
+        self.inspection: Any = None  # the image looked at last (``inspect``)
+        self._scored: tuple | None = None  # (engine, source, settings) of the report shown, to look at its images
 
     def start(
         self,
@@ -84,12 +87,31 @@ class Evaluations:
         def done(result: Any) -> None:
             folder, report = result
             self.report, self.out = report, folder
+            self._scored = (engine, source, settings)
             self.finished.emit(report)
             stopped = "" if report.complete else " (stopped: start it again to resume)"
             bad = f"; {len(report.bad)} image(s) could not be used" if report.bad else ""
             self._feedback.say(f"Evaluation: {report.images} of {report.total} images scored{stopped}{bad}; {folder}")
 
         self._jobs.submit("evaluate", f"Evaluating on {Path(data).name}...", job, done)
+
+    def inspect(self, key: str, cls: int | None = None) -> None:
+        """Each method's map of the evaluated image ``key`` with its pointing point (on the worker; ``inspected``
+        when ready)."""
+        if self._scored is None:
+            raise GradscopeError("Evaluate first: the images are those of the last evaluation.")
+        engine, source, settings = self._scored
+
+        def job(token: Any) -> Any:
+            from gradscope.app.evaluation.inspect import inspect_image
+
+            return inspect_image(engine, source, settings, key, cls)
+
+        def done(inspection: Any) -> None:
+            self.inspection = inspection
+            self.inspected.emit(inspection)
+
+        self._jobs.submit("inspect", f"Maps of {key}...", job, done)
 
 
 def _folders(out: Path):

@@ -1,0 +1,248 @@
+"""What an evaluation found, to look at: the deletion / insertion curves per method, and the images one by one
+(sortable by a method's score or by how far the methods disagree): each method's map of the chosen image with
+the Pointing Game's point (green: a hit, red: a miss) beside the image with its mask, any of them opened in the
+main view."""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import numpy as np
+import pyqtgraph as pg
+from PySide6.QtCore import Qt
+from PySide6.QtWidgets import (
+    QComboBox,
+    QHBoxLayout,
+    QHeaderView,
+    QLabel,
+    QPushButton,
+    QScrollArea,
+    QSplitter,
+    QTableWidget,
+    QTableWidgetItem,
+    QVBoxLayout,
+    QWidget,
+)
+
+from gradscope.qt.map_panels import ImagePanel
+
+COLOURS = ("#1565c0", "#e65100", "#2e7d32", "#6a1b9a", "#c62828", "#00838f", "#5d4037", "#455a64")
+
+
+class CurvesPlot(pg.PlotWidget):
+    """Mean deletion (solid) and insertion (dashed) curves: the class score as pixels go, per method."""
+
+    def __init__(self) -> None:
+        super().__init__(background="w")
+        self.setObjectName("evaluation_curves")
+        self.setLabel("bottom", "fraction of pixels deleted / inserted (most salient first)")
+        self.setLabel("left", "class probability")
+        self.legend = self.addLegend(offset=(-10, 8), labelTextSize="8pt")
+
+    def show_report(self, report: Any) -> None:
+        self.clear()
+        self.legend.clear()
+        for metric, style in (("deletion", Qt.PenStyle.SolidLine), ("insertion", Qt.PenStyle.DashLine)):
+            for k, (method, curve) in enumerate(report.curves.get(metric, {}).items()):
+                y = np.asarray(curve, np.float64)
+                pen = pg.mkPen(COLOURS[k % len(COLOURS)], width=2, style=style)
+                self.plot(np.linspace(0, 1, len(y)), y, pen=pen, name=f"{method} ({metric})")
+
+
+class _Number(QTableWidgetItem):
+    """A cell that sorts by its number (NaN last), shown as text."""
+
+    def __init__(self, value: float | None, text: str) -> None:
+        super().__init__(text)
+        self.value = math.inf if value is None or value != value else float(value)
+
+    def __lt__(self, other: Any) -> bool:
+        return self.value < getattr(other, "value", math.inf)
+
+
+class ImageBrowser(QWidget):
+    def __init__(self, session: Any, parent: QWidget | None = None) -> None:
+        super().__init__(parent)
+        self.session = session
+        self.metric = QComboBox()
+        self.metric.setToolTip("The per-image score the table shows and sorts by")
+        self.metric.currentIndexChanged.connect(lambda *_: self._fill())
+        self.table = QTableWidget(0, 0)
+        self.table.setObjectName("evaluation_images")
+        self.table.setEditTriggers(QTableWidget.EditTrigger.NoEditTriggers)
+        self.table.setSelectionBehavior(QTableWidget.SelectionBehavior.SelectRows)
+        self.table.setSelectionMode(QTableWidget.SelectionMode.SingleSelection)
+        self.table.setSortingEnabled(True)
+        self.table.horizontalHeader().setSectionResizeMode(QHeaderView.ResizeMode.ResizeToContents)
+        self.table.itemSelectionChanged.connect(self._on_row)
+        self.caption = QLabel("Evaluate, then click an image: each method's map of it, and where it points.")
+        self.caption.setWordWrap(True)
+        self.caption.setStyleSheet("color:#607d8b")
+        self.pictures = QWidget()
+        self._row = QHBoxLayout(self.pictures)
+        self._row.setContentsMargins(0, 0, 0, 0)
+        self.panels: list[ImagePanel] = []
+        scroll = QScrollArea()
+        scroll.setWidget(self.pictures)
+        scroll.setWidgetResizable(True)
+        self.open_method = QComboBox()
+        self.open_method.setToolTip("Open the image in the main view with this method (its class as the target)")
+        self.open_button = QPushButton("Open in the main view")
+        self.open_button.setEnabled(False)
+        self.open_button.clicked.connect(self.open_in_main_view)
+
+        left = QWidget()
+        lv = QVBoxLayout(left)
+        lv.setContentsMargins(0, 0, 0, 0)
+        top = QHBoxLayout()
+        top.addWidget(QLabel("Score"))
+        top.addWidget(self.metric, 1)
+        lv.addLayout(top)
+        lv.addWidget(self.table, 1)
+        right = QWidget()
+        rv = QVBoxLayout(right)
+        rv.setContentsMargins(0, 0, 0, 0)
+        bar = QHBoxLayout()
+        bar.addWidget(self.caption, 1)
+        bar.addWidget(self.open_method)
+        bar.addWidget(self.open_button)
+        rv.addLayout(bar)
+        rv.addWidget(scroll, 1)
+        split = QSplitter(Qt.Orientation.Horizontal)
+        split.addWidget(left)
+        split.addWidget(right)
+        split.setSizes([320, 700])
+        lay = QVBoxLayout(self)
+        lay.setContentsMargins(0, 0, 0, 0)
+        lay.addWidget(split)
+        self._rows: dict[str, dict] = {}
+        session.evaluations.inspected.connect(self.show_inspection)
+
+    # ------------------------------------------------------------------------------------------- the table
+    def show_report(self, report: Any) -> None:
+        self.report = report
+        rows: dict[str, dict] = {}
+        for r in report.per_image:
+            row = rows.setdefault(r["key"], {"class": r["class"], "scores": {}})
+            row["scores"][r["method"]] = r
+        self._rows = rows
+        metrics = [m for m in report.metrics if m != "pointing_difficult"]
+        self.metric.blockSignals(True)
+        self.metric.clear()
+        self.metric.addItems(metrics)
+        self.metric.blockSignals(False)
+        self._fill()
+
+    def _fill(self) -> None:
+        report = getattr(self, "report", None)
+        metric = self.metric.currentText()
+        if report is None or not metric:
+            return
+        methods = report.methods
+        self.table.setSortingEnabled(False)
+        self.table.clearContents()
+        self.table.setColumnCount(3 + len(methods))
+        self.table.setHorizontalHeaderLabels(["image", "class", *methods, "spread"])
+        self.table.setRowCount(len(self._rows))
+        for i, (key, row) in enumerate(self._rows.items()):
+            values = [row["scores"].get(m, {}).get(metric) for m in methods]
+            self.table.setItem(i, 0, QTableWidgetItem(key))
+            self.table.setItem(i, 1, QTableWidgetItem(str(row["class"])))
+            for j, v in enumerate(values):
+                self.table.setItem(i, 2 + j, _Number(v, _score_text(metric, v)))
+            finite = [v for v in values if v is not None and v == v]
+            spread = max(finite) - min(finite) if finite else None
+            self.table.setItem(i, 2 + len(methods), _Number(-spread if spread is not None else None, _fmt(spread)))
+        self.table.setSortingEnabled(True)
+        self.table.setToolTip(
+            "Click a header to sort; spread: how far the methods' scores differ (sorts largest first)"
+        )
+
+    def _on_row(self) -> None:
+        items = self.table.selectedItems()
+        if not items:
+            return
+        key = self.table.item(items[0].row(), 0).text()
+        try:
+            self.session.evaluations.inspect(key)
+        except Exception as exc:  # no evaluation to look at: one message
+            self.session.feedback.error("Cannot show the image", str(exc), exc)
+
+    # ------------------------------------------------------------------------------------------- the pictures
+    def show_inspection(self, seen: Any) -> None:
+        while self._row.count():
+            widget = self._row.takeAt(0).widget()
+            if widget is not None:
+                widget.deleteLater()
+        self.panels = []
+        image = ImagePanel("image, mask outlined")
+        image.set_array(_outlined(seen.image, seen.mask, seen.cls))
+        self._add(image)
+        for view in seen.views:
+            verdict = {True: "hit", False: "miss", None: "no point"}[view.hit]
+            panel = ImagePanel(f"{view.method}: {verdict}")
+            panel.set_array(_marked(view.heat, view.point, view.hit), values=view.saliency)
+            self._add(panel)
+        label = self.session.document.class_label(seen.cls)
+        self.caption.setText(f"{seen.key}: the maps of class {label} (green: a hit, red: a miss)")
+        self.open_method.clear()
+        self.open_method.addItems([v.method for v in seen.views if _is_preset(v.method)])
+        self.open_button.setEnabled(seen.path is not None and self.open_method.count() > 0)
+
+    def _add(self, panel: ImagePanel) -> None:
+        panel.setMinimumWidth(150)
+        self._row.addWidget(panel, 1)
+        self.panels.append(panel)
+
+    def open_in_main_view(self) -> None:
+        seen = self.session.evaluations.inspection
+        method = self.open_method.currentText()
+        if seen is None or seen.path is None or not method:
+            return
+        s = self.session
+        if s.fed.open(str(seen.path)):
+            preset = method.partition("@")[0]
+            s.editor.apply_method(preset) if preset != "current plan" else None
+            s.targeting.set_class(seen.cls)
+
+
+def _is_preset(method: str) -> bool:
+    return method not in ("random", "center")
+
+
+def _fmt(v: float | None) -> str:
+    return "-" if v is None or v != v else f"{v:.3f}"
+
+
+def _score_text(metric: str, v: float | None) -> str:
+    if metric == "pointing" and v is not None and v == v:
+        return "hit" if v >= 1 else ("miss" if v <= 0 else f"{v:.2f}")
+    return _fmt(v)
+
+
+def _marked(heat: np.ndarray, point: tuple[int, int] | None, hit: bool | None) -> np.ndarray:
+    """The map with a cross at the pointing point: green for a hit, red for a miss, white without a mask."""
+    out = heat.copy()
+    if point is None:
+        return out
+    colour = {True: (0, 230, 118), False: (255, 23, 68), None: (255, 255, 255)}[hit]
+    h, w = out.shape[:2]
+    r, c = point
+    arm = max(2, min(h, w) // 16)
+    for d in range(-arm, arm + 1):
+        for y, x in ((r + d, c), (r, c + d)):
+            if 0 <= y < h and 0 <= x < w:
+                out[y, x] = colour
+    return out
+
+
+def _outlined(image: np.ndarray, mask: np.ndarray | None, cls: int) -> np.ndarray:
+    """The image with the class's mask outlined in yellow."""
+    out = np.asarray(image, np.uint8).copy()
+    if mask is None:
+        return out
+    inside = mask == cls
+    edge = inside & ~(np.roll(inside, 1, 0) & np.roll(inside, -1, 0) & np.roll(inside, 1, 1) & np.roll(inside, -1, 1))
+    out[edge] = (255, 214, 0)
+    return out
