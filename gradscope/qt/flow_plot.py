@@ -262,7 +262,8 @@ class FlowPlot(QWidget):
             return
         floor, top = self._y_range
         rows = len(self.legend.items)
-        legend_px = 16 * rows + 12 if rows else 0
+        drawn = self.legend.boundingRect().height() if rows else 0.0  # its height as laid out (font, DPI)
+        legend_px = max(16 * rows + 12, drawn + 10) if rows else 0
         view_px = max(self.plot.getPlotItem().getViewBox().height(), legend_px + 40)
         top += (top - floor) * legend_px / (view_px - legend_px)
         self.plot.setYRange(floor, top, padding=0)

@@ -54,6 +54,12 @@ class Minimap(QWidget):
             self.hide()
             return
         self.move(port.width() - SIZE[0] - 10, port.height() - SIZE[1] - 10)
+        chosen = self.main.scene().selectedItems()
+        if chosen:  # never over the box the user is working on
+            box = self.main.mapFromScene(chosen[0].sceneBoundingRect()).boundingRect()
+            if box.intersects(self.geometry()):
+                self.hide()
+                return
         self.show()
         self.update()
 

@@ -408,6 +408,7 @@ class GraphView(QGraphicsView):
             self._updating_selection = False
 
     def _on_scene_selection(self) -> None:
+        self.minimap.refresh()  # it steps aside from the selected box
         if self._updating_selection:
             return
         node = self.selected_id()
