@@ -34,12 +34,12 @@ from gradscope.core.errors import CustomObjectError, UnsafeModelError
 from gradscope.qt import gui_gc
 from gradscope.qt.consent_dialogs import ask_custom_objects, ask_unsafe
 from gradscope.qt.diagnostics_panel import DiagnosticsPanel
-from gradscope.qt.evaluation_panel import EvaluationPanel
+from gradscope.qt.evaluation.panel import EvaluationPanel
 from gradscope.qt.flow_plot import FlowPlot
 from gradscope.qt.graph.pane import GraphPane
 from gradscope.qt.inspector import InspectorWidget
+from gradscope.qt.map.view import OverlayView
 from gradscope.qt.menus import build_menus
-from gradscope.qt.overlay_view import OverlayView
 from gradscope.qt.reflow import VerticalScroll
 from gradscope.qt.training_panel import TrainingPanel
 from gradscope.qt.worker import QtExecutor

@@ -88,7 +88,9 @@ def test_token_inputs_are_checked_against_the_model():
     g = text_graph()
     fed = token_input(g, [1, 2, 3, 4, 5, 6])
     assert fed.arrays[0].shape == (1, 6) and fed.tokens == ("1", "2", "3", "4", "5", "6") and fed.kind == "tokens"
-    with pytest.raises(InputError, match="Input 'tokens' takes 6 token ids; got 3 \\(and the vocabulary has no"):
+    with pytest.raises(
+        InputError, match="Input 'tokens' takes 6 token ids; got 3 \\(with no vocabulary, id 0 is not known"
+    ):
         token_input(g, [1, 2, 3])
     with pytest.raises(InputError, match="takes 6 token ids; got 7.$"):
         token_input(g, list(range(7)))

@@ -31,8 +31,8 @@ from gradscope.app.rendering.view import (
 from gradscope.app.session import Session
 from gradscope.core.errors import GradscopeError
 from gradscope.qt.images import to_pixmap
-from gradscope.qt.language_panel import LanguagePanel
-from gradscope.qt.map_panels import MapWindow, PanelRow
+from gradscope.qt.map.language import LanguagePanel
+from gradscope.qt.map.panels import MapWindow, PanelRow
 from gradscope.qt.reflow import ReflowGrid
 
 

@@ -28,7 +28,7 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from gradscope.qt.evaluation_browser import CurvesPlot, ImageBrowser
+from gradscope.qt.evaluation.browser import CurvesPlot, ImageBrowser
 
 METRIC_LABELS = {
     "pointing": "Pointing Game",

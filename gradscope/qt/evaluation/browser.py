@@ -25,7 +25,7 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from gradscope.qt.map_panels import ImagePanel
+from gradscope.qt.map.panels import ImagePanel
 
 COLOURS = ("#1565c0", "#e65100", "#2e7d32", "#6a1b9a", "#c62828", "#00838f", "#5d4037", "#455a64")
 

@@ -1,0 +1,1 @@
+"""The Evaluation view: the form and scores, the curves and the image browser."""
