@@ -74,6 +74,7 @@ class MainWindow(QMainWindow):
         self.session = session or Session(QtExecutor())
         self.settings = settings or QSettings("gradscope", "gradscope")
         self.modal_errors = modal_errors
+        self._chosen_dir: str | None = None  # where this window's last file was chosen (dialogs start there)
         #: Called with (path, message) for a model that needs unsafe loading; returns True to open anyway.
         self.confirm_unsafe = lambda path, message: self.modal_errors and ask_unsafe(self, message)
         #: Called with (model path, message) when a model needs custom objects; returns the .py file that
@@ -544,7 +545,7 @@ class MainWindow(QMainWindow):
         """Where a file dialog starts: where this window's last file was chosen, else beside the open model, else
         the last folder of an earlier run, else home."""
         model = self.session.document.path
-        if getattr(self, "_chosen_dir", None):
+        if self._chosen_dir:
             return self._chosen_dir
         if model and Path(model).parent.is_dir():
             return str(Path(model).parent)

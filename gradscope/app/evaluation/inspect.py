@@ -13,7 +13,7 @@ from gradscope.app.evaluation.scoring import EvalSettings, eval_methods, image_r
 from gradscope.engine.evaluation import faithfulness as fm
 from gradscope.engine.evaluation.maps import method_maps
 from gradscope.render import apply_colormap
-from gradscope.render.normalize import resize_map
+from gradscope.render.normalize import normalize, resize_map
 
 
 @dataclass
@@ -70,10 +70,7 @@ def inspect_image(
 
 
 def _heat(saliency: np.ndarray) -> np.ndarray:
-    s = np.nan_to_num(saliency, nan=0.0, posinf=0.0, neginf=0.0)
-    lo, hi = float(s.min()), float(s.max())
-    unit = (s - lo) / (hi - lo) if hi > lo else np.zeros_like(s)
-    return np.asarray(apply_colormap(unit, "jet"))[..., :3].astype(np.uint8)
+    return np.asarray(apply_colormap(normalize(saliency, "minmax"), "jet"))[..., :3].astype(np.uint8)
 
 
 def _image_path(source: Any, key: str) -> Path | None:

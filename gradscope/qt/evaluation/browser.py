@@ -25,6 +25,8 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
+from gradscope.app.evaluation.scoring import BASELINES
+from gradscope.app.models.evaluations import PLAN_METHOD
 from gradscope.qt.map.panels import ImagePanel
 
 COLOURS = ("#1565c0", "#e65100", "#2e7d32", "#6a1b9a", "#c62828", "#00838f", "#5d4037", "#455a64")
@@ -117,6 +119,7 @@ class ImageBrowser(QWidget):
         lay.setContentsMargins(0, 0, 0, 0)
         lay.addWidget(split)
         self._rows: dict[str, dict] = {}
+        self.report: Any = None
         session.evaluations.inspected.connect(self.show_inspection)
 
     # ------------------------------------------------------------------------------------------- the table
@@ -135,7 +138,7 @@ class ImageBrowser(QWidget):
         self._fill()
 
     def _fill(self) -> None:
-        report = getattr(self, "report", None)
+        report = self.report
         metric = self.metric.currentText()
         if report is None or not metric:
             return
@@ -202,13 +205,13 @@ class ImageBrowser(QWidget):
             return
         s = self.session
         if s.fed.open(str(seen.path)):
-            preset = method.partition("@")[0]
-            s.editor.apply_method(preset) if preset != "current plan" else None
+            if method != PLAN_METHOD:  # (the plan being edited is already the main view's)
+                s.editor.apply_method(method.partition("@")[0])
             s.targeting.set_class(seen.cls)
 
 
 def _is_preset(method: str) -> bool:
-    return method not in ("random", "center")
+    return method not in BASELINES
 
 
 def _fmt(v: float | None) -> str:
