@@ -7,6 +7,8 @@
 #   a real window under X11 (Qt's xcb plugin refuses to start without these):
 #     libxcb-cursor0 libxcb-icccm4 libxcb-image0 libxcb-keysyms1 libxcb-randr0 libxcb-render-util0
 #     libxcb-shape0 libxcb-xinerama0 libxcb-xkb1 libxkbcommon-x11-0
+#   fonts for every script in token strips and exports (render/fonts.py finds them through fontconfig):
+#     fontconfig fonts-dejavu-core fonts-noto-cjk fonts-noto-color-emoji
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PY=${PYTHON:-python3}
@@ -14,6 +16,7 @@ PY=${PYTHON:-python3}
 QT_LIBS="libegl1 libgl1 libxkbcommon0 libfontconfig1 libdbus-1-3"
 X11_LIBS="libxcb-cursor0 libxcb-icccm4 libxcb-image0 libxcb-keysyms1 libxcb-randr0 libxcb-render-util0 \
 libxcb-shape0 libxcb-xinerama0 libxcb-xkb1 libxkbcommon-x11-0"
+FONTS="fontconfig fonts-dejavu-core fonts-noto-cjk fonts-noto-color-emoji"
 # Probe a few sonames; install only when one is missing (apt is slow even when there is nothing to do).
 missing=0
 if command -v ldconfig >/dev/null; then
@@ -21,14 +24,19 @@ if command -v ldconfig >/dev/null; then
     ldconfig -p | grep -q "$so" || missing=1
   done
 fi
+# A CJK and an emoji face (Latin, Greek, Cyrillic and Arabic come with DejaVu).
+if ! command -v fc-list >/dev/null || [ -z "$(fc-list :lang=zh file)" ] || [ -z "$(fc-list 'Noto Color Emoji' file)" ]; then
+  missing=1
+fi
 if [ "$missing" = 1 ]; then
   if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
-    echo "setup: installing the system libraries Qt needs (apt): $QT_LIBS $X11_LIBS" >&2
+    echo "setup: installing the system libraries Qt needs and fonts (apt): $QT_LIBS $X11_LIBS $FONTS" >&2
     # shellcheck disable=SC2086
-    { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $QT_LIBS $X11_LIBS >/dev/null; } ||
+    { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $QT_LIBS $X11_LIBS $FONTS >/dev/null; } ||
       echo "warning: apt could not install them; the GUI may not start." >&2
   else
-    echo "note: Qt needs these system libraries (apt install ...): $QT_LIBS $X11_LIBS" >&2
+    echo "note: Qt needs these system libraries, and text in other scripts these fonts (apt install ...):" \
+      "$QT_LIBS $X11_LIBS $FONTS" >&2
   fi
 fi
 

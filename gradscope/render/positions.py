@@ -12,19 +12,11 @@ from collections.abc import Sequence
 import numpy as np
 
 from gradscope.render.colormap import apply_colormap
+from gradscope.render.fonts import draw_text, text_width
 from gradscope.render.normalize import normalize
 
 FONT_SIZE = 16
 PAD = 6
-
-
-def _font(size: int = FONT_SIZE):
-    from PIL import ImageFont
-
-    try:
-        return ImageFont.load_default(size=size)  # Pillow >= 10.1 with FreeType: a scalable font
-    except (TypeError, OSError):
-        return ImageFont.load_default()
 
 
 def _colours(scores: np.ndarray, colormap: str, normalization: str) -> np.ndarray:
@@ -54,14 +46,12 @@ def token_strip(
     scores = np.asarray(scores, np.float32).reshape(-1)
     if len(tokens) != len(scores):
         raise ValueError(f"{len(tokens)} tokens for {len(scores)} scores.")
-    font = _font()
     colours = _colours(scores, colormap, normalization)
-    probe = ImageDraw.Draw(Image.new("RGB", (1, 1)))
     line_h = FONT_SIZE + 2 * PAD
     boxes, x, y = [], PAD, PAD
     for token in tokens:
         text = token if token.strip() else ("[pad]" if token == "" else repr(token))  # blank: still visible
-        w = int(probe.textlength(text, font=font)) + 2 * PAD
+        w = text_width(text, FONT_SIZE) + 2 * PAD
         if x + w > width - PAD and x > PAD:
             x, y = PAD, y + line_h + PAD
         boxes.append((x, y, w, text))
@@ -70,7 +60,7 @@ def token_strip(
     draw = ImageDraw.Draw(img)
     for (x, y, w, text), rgb in zip(boxes, colours):
         draw.rectangle((x, y, x + w - 1, y + line_h - 1), fill=tuple(int(c) for c in rgb), outline=(207, 216, 220))
-        draw.text((x + PAD, y + PAD), text, fill=_ink(rgb), font=font)
+        draw_text(img, (x + PAD, y + PAD), text, FONT_SIZE, _ink(rgb))
     return np.asarray(img, np.uint8)
 
 
@@ -89,10 +79,8 @@ def feature_bars(
     scores = np.nan_to_num(np.asarray(scores, np.float32).reshape(-1))
     if len(names) != len(scores):
         raise ValueError(f"{len(names)} names for {len(scores)} scores.")
-    font = _font(14)
     colours = _colours(scores, colormap, normalization)
-    probe = ImageDraw.Draw(Image.new("RGB", (1, 1)))
-    label_w = min(width // 3, max(int(probe.textlength(n, font=font)) for n in names) + 2 * PAD) if names else PAD
+    label_w = min(width // 3, max(text_width(n, 14) for n in names) + 2 * PAD) if names else PAD
     row_h = 22
     img = Image.new("RGB", (width, row_h * len(scores) + 2 * PAD), (255, 255, 255))
     draw = ImageDraw.Draw(img)
@@ -103,7 +91,7 @@ def feature_bars(
     half = span // 2 if has_negative else span
     for i, (name, s, rgb) in enumerate(zip(names, scores, colours)):
         y = PAD + i * row_h
-        draw.text((PAD, y + 3), name, fill=(38, 50, 56), font=font)
+        draw_text(img, (PAD, y + 3), name, 14, (38, 50, 56))
         length = int(round(abs(float(s)) / top * half)) if top > 0 else 0
         x0, x1 = (axis, axis + length) if s >= 0 else (axis - length, axis)
         draw.rectangle(
@@ -131,19 +119,17 @@ def token_matrix(
     rows, cols = scores.shape
     if len(generated) != rows or len(context) != cols:
         raise ValueError(f"{len(generated)} x {len(context)} labels for a {rows} x {cols} matrix.")
-    font = _font(13)
-    probe = ImageDraw.Draw(Image.new("RGB", (1, 1)))
-    left = min(260, max((int(probe.textlength(t, font=font)) for t in generated), default=0) + 2 * PAD)
-    top = min(160, max((int(probe.textlength(t, font=font)) for t in context), default=0) + 2 * PAD)
+    left = min(260, max((text_width(t, 13) for t in generated), default=0) + 2 * PAD)
+    top = min(160, max((text_width(t, 13) for t in context), default=0) + 2 * PAD)
     img = Image.new("RGB", (left + cols * cell + PAD, top + rows * cell + PAD), (255, 255, 255))
     draw = ImageDraw.Draw(img)
     for j, label in enumerate(context):  # column labels, written upwards
         text = Image.new("RGB", (top, cell), (255, 255, 255))
-        ImageDraw.Draw(text).text((PAD, (cell - 13) // 2), label[:24], fill=(38, 50, 56), font=font)
+        draw_text(text, (PAD, (cell - 13) // 2), label[:24], 13, (38, 50, 56))
         img.paste(text.rotate(90, expand=True), (left + j * cell, 0))
     for i, label in enumerate(generated):
         y = top + i * cell
-        draw.text((PAD, y + (cell - 13) // 2), label[:36], fill=(38, 50, 56), font=font)
+        draw_text(img, (PAD, y + (cell - 13) // 2), label[:36], 13, (38, 50, 56))
         row = scores[i]
         seen = np.isfinite(row)
         colours = _colours(np.where(seen, row, 0.0), colormap, "signed") if seen.any() else None

@@ -99,7 +99,9 @@ def node_cosines(result_a: Any, result_b: Any) -> dict[str, float]:
 
 def comparison_picture(comparison: Comparison, long_side: int = 512) -> np.ndarray:
     """A, B and A-B side by side with their labels (what "Export comparison" writes)."""
-    from PIL import Image, ImageDraw
+    from PIL import Image
+
+    from gradscope.render.fonts import draw_text
 
     panels = [comparison.a.picture, comparison.b.picture, comparison.difference]
     titles = [f"A: {comparison.a_label}", f"B: {comparison.b_label}", "A - B (red: A stronger, blue: B)"]
@@ -107,10 +109,9 @@ def comparison_picture(comparison: Comparison, long_side: int = 512) -> np.ndarr
     scale = long_side / max(h, w)
     size = (max(1, round(w * scale)), max(1, round(h * scale)))
     canvas = Image.new("RGB", (3 * size[0] + 4 * 8, size[1] + 30), "white")
-    draw = ImageDraw.Draw(canvas)
     for i, (panel, title) in enumerate(zip(panels, titles)):
         x = 8 + i * (size[0] + 8)
         picture = Image.fromarray(np.ascontiguousarray(panel[..., :3])).resize(size, Image.Resampling.NEAREST)
         canvas.paste(picture, (x, 24))
-        draw.text((x, 6), title[: max(8, size[0] // 7)], fill="black")
+        draw_text(canvas, (x, 4), title[: max(8, size[0] // 7)], 13, (0, 0, 0))
     return np.asarray(canvas)
