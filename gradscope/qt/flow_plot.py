@@ -73,9 +73,10 @@ class FlowPlot(QWidget):
         self.plot.setObjectName("flow_plot")
         self.plot.setMenuEnabled(False)
         self.plot.showGrid(x=False, y=True, alpha=0.25)
-        self.plot.setLabel("left", "mean |g| (log)")
+        self.plot.setLabel("left", "mean |g|")  # the ticks say log (1e-2, 1e0): "(log)" was cut on a short plot
         self.legend = self.plot.addLegend(offset=(-10, 8), labelTextSize="8pt", brush=pg.mkBrush(255, 255, 255, 210))
         self.plot.getPlotItem().getViewBox().setMouseEnabled(x=True, y=False)
+        self.plot.getPlotItem().getViewBox().sigResized.connect(lambda *_: self._fit_y())  # its true height
         self.plot.scene().sigMouseClicked.connect(self._on_click)
         self.plot.scene().sigMouseMoved.connect(self._on_hover)
         self.as_lines = False
@@ -104,6 +105,7 @@ class FlowPlot(QWidget):
         """No bars (the previous model's would be read as this one's)."""
         self.plot.clear()
         self.legend.clear()
+        self.legend.setVisible(True)  # _fit_y hides it on a very short plot
         self._y_range = None
         self.plot.getAxis("bottom").setTicks(None)
         self.node_ids = []
@@ -114,9 +116,10 @@ class FlowPlot(QWidget):
         s = self.session
         self.plot.clear()
         self.legend.clear()
+        self.legend.setVisible(True)  # _fit_y hides it on a very short plot
         self._y_range = None
         key = METRICS[self.metric.currentText()]
-        self.plot.setLabel("left", f"{self.metric.currentText()} (log)")
+        self.plot.setLabel("left", self.metric.currentText())
         cur = s.results.stats("current")
         base = s.results.stats("baseline")
         self.node_ids = [n for n in (s.graph.ids() if s.graph else []) if n in cur or n in base]
@@ -257,15 +260,20 @@ class FlowPlot(QWidget):
         self.plot.setToolTip("<br>".join(parts))
 
     def _fit_y(self) -> None:
-        """The bars' range, with headroom above them for the legend, so the legend never covers a bar."""
+        """The bars' range, with headroom above them for the legend, so the legend never covers a bar. On a short
+        plot the legend takes one row, and on a very short one it hides (the tooltip says what the colours are):
+        headroom for two rows in 70 px squeezed the bars to a sliver or left them under the legend."""
         if self._y_range is None:
             return
         floor, top = self._y_range
+        view_px = self.plot.getPlotItem().getViewBox().height()
         rows = len(self.legend.items)
+        self.legend.setColumnCount(2 if rows == 2 and view_px < 160 else 1)
         drawn = self.legend.boundingRect().height() if rows else 0.0  # its height as laid out (font, DPI)
-        legend_px = max(16 * rows + 12, drawn + 10) if rows else 0
-        view_px = max(self.plot.getPlotItem().getViewBox().height(), legend_px + 40)
-        top += (top - floor) * legend_px / (view_px - legend_px)
+        legend_px = drawn + 10 if rows else 0.0
+        self.legend.setVisible(rows > 0 and legend_px <= 0.45 * view_px)
+        if self.legend.isVisible():
+            top += (top - floor) * legend_px / max(view_px - legend_px, 1.0)
         self.plot.setYRange(floor, top, padding=0)
 
     def _name_ticks(self) -> None:

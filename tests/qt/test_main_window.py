@@ -390,6 +390,16 @@ def test_fit_keeps_a_tall_graph_legible_and_shows_its_top(window, qtbot, wait_id
     assert view.transform().m11() >= LEGIBLE_ZOOM  # not a one-pixel line
     top = view.items_by_id["first"]
     assert view.mapToScene(view.viewport().rect()).boundingRect().intersects(top.sceneBoundingRect())
+    shown = view.mapFromScene(top.sceneBoundingRect()).boundingRect()
+    assert shown.top() > view.legend.geometry().bottom()  # below the colour legend, not under it
+    window.resize(1920, 1080)
+    qtbot.wait(50)
+    view.zoom(3.0)  # a user's zoom: no refit on resize; F fits the whole short graph below the legend
+    view.fit_all()
+    for item in view.items_by_id.values():
+        box = view.mapFromScene(item.sceneBoundingRect()).boundingRect()
+        if box.intersects(view.viewport().rect()):
+            assert not box.intersects(view.legend.geometry()), item.box.title
 
 
 def test_view_menu_lays_the_graph_out_left_to_right(window, qtbot, wait_idle, model_file, image_file):
@@ -406,9 +416,13 @@ def test_the_minimap_shows_when_the_graph_overflows_and_moves_the_view(window, q
     from PySide6.QtCore import QPointF
     from PySide6.QtGui import QMouseEvent
 
+    window.resize(1920, 1080)  # a graph pane wide enough for a corner beside the column
     _open_tall_chain(window, wait_idle, tmp_path)
     view, minimap = window.graph_view, window.graph_view.minimap
-    assert minimap.isVisible()  # 51 boxes in a column do not fit at a legible zoom
+    view.fit_all()
+    qtbot.waitUntil(minimap.isVisible, timeout=5_000)  # 51 boxes in a column do not fit at a legible zoom
+    boxes = set(view.items_by_id.values())
+    assert not any(item in boxes for item in view.items(minimap.geometry()))  # beside the column, not over it
     before = view.mapToScene(view.viewport().rect().center())
     bottom = minimap._from_scene(view.items_by_id["d49"].sceneBoundingRect()).center()
     event = QMouseEvent(
@@ -424,6 +438,10 @@ def test_the_minimap_shows_when_the_graph_overflows_and_moves_the_view(window, q
     assert after.y() > before.y() + 500  # the view moved down to the last layers
     view.zoom(0.05)  # everything fits: no overview
     assert not minimap.isVisible()
+    window.resize(700, 500)  # a narrow pane: every corner holds a box of the column, so no overview
+    view.fit_all()
+    qtbot.wait(50)
+    assert not minimap.isVisible() or not any(item in boxes for item in view.items(minimap.geometry()))
 
 
 def test_the_flow_plot_draws_lines_when_bars_would_alias_and_names_the_node_under_the_mouse(

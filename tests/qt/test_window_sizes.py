@@ -256,3 +256,36 @@ def test_a_text_model_shows_its_token_scores_and_still_fits_1024x640(text_model_
     assert (window.width(), window.height()) == (1024, 640), f"minimum {window.minimumSizeHint().toTuple()}"
     problems = settled(window, qtbot)
     assert not problems, "\n".join(problems)
+
+
+@pytest.mark.parametrize("size", [(1024, 640), (1280, 720)], ids=lambda s: f"{s[0]}x{s[1]}")
+def test_a_language_model_fits_too(window, qtbot, wait_idle, size):
+    """A causal LM adds the next-token row (Next token, rather than, after, steps, Generate): in one row it
+    widened the map pane past the window and cut every control in it. The flow plot's legend covers no bar."""
+    import importlib.util
+    from pathlib import Path
+
+    from PySide6.QtCore import QPointF
+
+    if importlib.util.find_spec("keras_hub") is None:  # (not imported here: the window imports TensorFlow)
+        pytest.skip("keras_hub is not installed")
+
+    llama = Path(__file__).resolve().parents[1] / "data" / "lxt" / "llama.keras"
+    s = window.session
+    window.open_model(str(llama))
+    qtbot.waitUntil(lambda: s.graph is not None and s.graph.is_language_model, timeout=120_000)
+    s.fed.set_typed("2 61 66 86 57 75 80 24")
+    wait_idle(window)
+    qtbot.waitUntil(lambda: window.overlay.language_panel.isVisible(), timeout=60_000)
+    window.resize(*size)
+    problems = settled(window, qtbot)
+    assert not problems, "\n".join(problems)
+    flow = window.flow
+    qtbot.waitUntil(lambda: bool(flow.node_ids), timeout=30_000)
+    if flow.legend.isVisible():  # the legend sits in headroom above the highest bar
+        box = flow.plot.getPlotItem().getViewBox()
+        legend_bottom = flow.legend.mapRectToItem(box, flow.legend.boundingRect()).bottom()
+        highest = box.mapFromView(QPointF(0, flow._y_range[1])).y()
+        assert legend_bottom <= highest + 1, (legend_bottom, highest)
+    else:  # hidden only on a plot too short for it (its colours are in the tooltip)
+        assert flow.plot.getPlotItem().getViewBox().height() < 160

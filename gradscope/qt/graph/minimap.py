@@ -1,13 +1,13 @@
 """An overview of the whole graph in a corner of the graph view: the scene drawn small once (a cached picture,
 redrawn when the graph or its colours change, not on every scroll: drawing 2,000 boxes per frame made panning
 a large graph slow), the part the view shows as a rectangle; click or drag in it to move there. Shown only when
-the graph does not fit the view."""
+the graph does not fit the view, in a bottom corner that covers no box."""
 
 from __future__ import annotations
 
 from typing import Any
 
-from PySide6.QtCore import QPointF, QRectF, Qt
+from PySide6.QtCore import QPointF, QRect, QRectF, Qt
 from PySide6.QtGui import QColor, QPainter, QPen, QPixmap
 from PySide6.QtWidgets import QGraphicsView, QWidget
 
@@ -34,7 +34,8 @@ class Minimap(QWidget):
         self.refresh()
 
     def refresh(self) -> None:
-        """Place the map in the bottom-right corner, shown only when the graph overflows the view."""
+        """Place the map in a bottom corner where it covers no box, shown only when the graph overflows the view
+        (and hidden when every corner holds a box)."""
         layout = self.main.layout_data
         if layout is None or not self.main.items_by_id:
             self.hide()
@@ -47,21 +48,22 @@ class Minimap(QWidget):
         if self._picture is None or self._source != bounds:
             self._draw_picture(bounds)
         port = self.main.viewport()
-        search = self.main.search.geometry() if self.main.search.isVisible() else QRectF(0, 0, 0, 0).toRect()
-        legend = self.main.legend.geometry()
-        small = port.width() < 2 * SIZE[0] or port.height() < 2 * SIZE[1]  # it would cover much of the graph
-        if small or port.height() - SIZE[1] - 10 < max(search.bottom(), legend.bottom()) + 6:
-            self.hide()
+        taken = [self.main.legend.geometry()]
+        if self.main.search.isVisible():
+            taken.append(self.main.search.geometry())
+        boxes = set(self.main.items_by_id.values())
+        w, h = SIZE
+        for x, y in ((port.width() - w - 10, port.height() - h - 10), (10, port.height() - h - 10)):
+            spot = QRect(x, y, w, h)
+            if x < 0 or y < 0 or any(spot.intersects(t) for t in taken):
+                continue
+            if any(item in boxes for item in self.main.items(spot.adjusted(-4, -4, 4, 4))):
+                continue  # never over a box: the graph is what the user reads (it covered ResNet50's stages)
+            self.move(x, y)
+            self.show()
+            self.update()
             return
-        self.move(port.width() - SIZE[0] - 10, port.height() - SIZE[1] - 10)
-        chosen = self.main.scene().selectedItems()
-        if chosen:  # never over the box the user is working on
-            box = self.main.mapFromScene(chosen[0].sceneBoundingRect()).boundingRect()
-            if box.intersects(self.geometry()):
-                self.hide()
-                return
-        self.show()
-        self.update()
+        self.hide()
 
     def _draw_picture(self, bounds: QRectF) -> None:
         scale = min((SIZE[0] - 4) / bounds.width(), (SIZE[1] - 4) / bounds.height())

@@ -283,7 +283,7 @@ class GraphView(QGraphicsView):
             for m in box.members:
                 self._member_of[m] = box.id
         x0, y0, x1, y1 = layout.bounds
-        scene.setSceneRect(QRectF(x0 - 200, y0 - 120, x1 - x0 + 400, y1 - y0 + 240))
+        scene.setSceneRect(QRectF(x0 - 200, y0 - 300, x1 - x0 + 400, y1 - y0 + 420))  # room above: the legend
         self._updating_selection = False
         self._apply_diagnosis()
         if keep_view:
@@ -430,27 +430,27 @@ class GraphView(QGraphicsView):
 
     def fit_all(self) -> None:
         """Fit the whole graph if its boxes stay legible that way (zoom >= ``LEGIBLE_ZOOM``); else fit its width
-        (at least at the legible zoom) and show its top: a tall graph scrolls instead of shrinking to a line."""
+        (at least at the legible zoom) and show its top: a tall graph scrolls instead of shrinking to a line. The
+        graph is placed below the colour legend in the view's corner (it covered the first boxes)."""
         self.user_zoomed = False
         if not (self.layout_data and self.layout_data.boxes):
             return
         x0, y0, x1, y1 = self.layout_data.bounds
         w, h = x1 - x0 + 40, y1 - y0 + 40
-        vw, vh = max(self.viewport().width(), 1), max(self.viewport().height(), 1)
+        band = self.legend.geometry().bottom() + 4 if self.legend.isVisible() else 0  # px the legend takes
+        vw, vh = max(self.viewport().width(), 1), max(self.viewport().height() - band, 1)
         whole = min(vw / w, vh / h, 1.2)
         self.resetTransform()
         if whole >= LEGIBLE_ZOOM:
             self.scale(whole, whole)
-            self.centerOn((x0 + x1) / 2, (y0 + y1) / 2)
-            return
-        if self.layout_data.direction == "LR":  # a long row: as many boxes as stay legible, from its start
-            zoom = LEGIBLE_ZOOM  # (fitting its height instead zoomed a 24-node chain in to 4 boxes)
-            self.scale(zoom, zoom)
-            self.centerOn(x0 - 20 + vw / 2 / zoom, (y0 + y1) / 2)
+            self.centerOn((x0 + x1) / 2, (y0 + y1) / 2 - band / 2 / whole)
             return
         zoom = LEGIBLE_ZOOM  # as many boxes as stay legible (at 0.8, DenseNet121 opened showing five)
         self.scale(zoom, zoom)
-        self.centerOn((x0 + x1) / 2, y0 - 20 + vh / 2 / zoom)
+        if self.layout_data.direction == "LR":  # a long row: from its start
+            self.centerOn(x0 - 20 + vw / 2 / zoom, (y0 + y1) / 2 - band / 2 / zoom)
+        else:  # (fitting a tall graph's height instead zoomed a 24-node chain in to 4 boxes)
+            self.centerOn((x0 + x1) / 2, y0 - 20 - band / zoom + (vh + band) / 2 / zoom)
 
     def wheelEvent(self, event) -> None:  # noqa: N802
         delta = event.angleDelta().y()

@@ -18,6 +18,7 @@ from PySide6.QtWidgets import (
 
 from gradscope.app.session import Session
 from gradscope.qt.images import to_pixmap
+from gradscope.qt.reflow import ReflowGrid
 
 TOP = 5
 
@@ -55,20 +56,22 @@ class LanguagePanel(QWidget):
 
         lay = QVBoxLayout(self)
         lay.setContentsMargins(2, 2, 2, 2)
-        line = QHBoxLayout()
-        for w in (
-            QLabel("Next token"),
-            self.next_token,
-            QLabel("rather than"),
-            self.contrast,
-            QLabel("after"),
-            self.position,
+        # Four labelled groups that reflow (4x1, 2x2, 1x4): in one row they made the map pane wider than a
+        # 1280x720 window gives it, and every control in the pane was cut at its right.
+        groups = []
+        for widgets in (
+            (QLabel("Next token"), self.next_token),
+            (QLabel("rather than"), self.contrast),
+            (QLabel("after"), self.position),
+            (self.steps, self.generate_button),
         ):
-            line.addWidget(w)
-        line.addStretch(1)
-        for w in (self.steps, self.generate_button):
-            line.addWidget(w)
-        lay.addLayout(line)
+            group = QWidget()
+            row = QHBoxLayout(group)
+            row.setContentsMargins(0, 0, 0, 0)
+            for w in widgets:
+                row.addWidget(w)
+            groups.append(group)
+        lay.addWidget(ReflowGrid(groups, max_columns=4, even=True))
         lay.addWidget(self.summary)
         lay.addWidget(self.matrix)
         lay.addWidget(self.rows)
