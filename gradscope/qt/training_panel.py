@@ -16,9 +16,11 @@ from typing import Any
 import numpy as np
 import pyqtgraph as pg
 from PySide6.QtCore import Qt, QTimer
+from PySide6.QtGui import QColor, QPen
 from PySide6.QtWidgets import (
     QCheckBox,
     QComboBox,
+    QGraphicsRectItem,
     QHBoxLayout,
     QLabel,
     QListWidget,
@@ -43,8 +45,9 @@ _ROW_LABEL_PIXELS = 18  # the height one name needs
 
 
 def heat_values(matrix: np.ndarray, statistic: str) -> tuple[np.ndarray, tuple[float, float]]:
-    """What the heatmap draws: log10 of the statistic (zero fraction as is); cells without a finite positive
-    value get the lowest level. Returns the values and their (low, high) levels."""
+    """What the heatmap draws: log10 of the statistic (zero fraction as is); a zero gets the lowest level, a
+    NaN/Inf stays NaN (drawn grey under its red x: coloured as the lowest level it read as a vanishing gradient).
+    Returns the values and their (low, high) levels."""
     m = np.asarray(matrix, np.float64)
     if statistic == "grad_zero_fraction":
         values = np.where(np.isfinite(m), m, 0.0)
@@ -52,12 +55,13 @@ def heat_values(matrix: np.ndarray, statistic: str) -> tuple[np.ndarray, tuple[f
     good = np.isfinite(m) & (m > 0)
     logs = np.full(m.shape, np.nan)
     logs[good] = np.log10(m[good])
+    finite = np.isfinite(m)
     if not good.any():
-        return np.zeros(m.shape), (0.0, 1.0)
+        return np.where(finite, 0.0, np.nan), (0.0, 1.0)
     lo, hi = float(np.nanmin(logs)), float(np.nanmax(logs))
     if hi <= lo:
         hi = lo + 1.0
-    return np.where(good, logs, lo), (lo, hi)
+    return np.where(good, logs, np.where(finite, lo, np.nan)), (lo, hi)
 
 
 class _Heatmap(pg.ImageItem):
@@ -116,6 +120,11 @@ class TrainingPanel(QWidget):
         self.heat_plot.setMouseEnabled(x=True, y=True)
         self.heat = _Heatmap(self._cell_clicked)
         self.heat.setColorMap(pg.colormap.get("viridis"))
+        self.no_value = QGraphicsRectItem(0, 0, 1, 1)  # behind the heatmap: a NaN/Inf cell (transparent) is grey
+        self.no_value.setBrush(QColor("#cfd8dc"))
+        self.no_value.setPen(QPen(Qt.PenStyle.NoPen))
+        self.no_value.setZValue(-10)
+        self.heat_plot.addItem(self.no_value)
         self.heat_plot.addItem(self.heat)
         self.colorbar = pg.ColorBarItem(colorMap=self.heat.getColorMap(), interactive=False, width=12)
         self.colorbar.setImageItem(self.heat, insert_in=self.heat_plot.getPlotItem())  # what a colour means
@@ -191,6 +200,7 @@ class TrainingPanel(QWidget):
         if n_steps:
             self.heat.setImage(values.T, levels=levels, autoLevels=False)  # pyqtgraph: image[x, y]
             self.heat.setRect(0, 0, n_steps, n_nodes)
+            self.no_value.setRect(0, 0, n_steps, n_nodes)
             self.colorbar.setLevels(levels)
             name = self.statistic.currentText()
             self.colorbar.axis.setLabel(name if statistic == "grad_zero_fraction" else f"log10 {name}")

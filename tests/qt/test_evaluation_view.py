@@ -120,3 +120,41 @@ def test_the_evaluate_view_draws_curves_and_shows_each_image_with_every_methods_
     wait_idle(window)
     s = window.session
     assert s.fed.image_path == str(seen.path) and s.editor.method_name == "cmwp" and s.target.index == seen.cls
+
+
+def test_the_bundled_data_is_never_evaluated_into_the_package(window, tmp_path, monkeypatch):
+    """The demo folder lies inside gradscope's own resources (site-packages once installed): its results go to
+    ~/gradscope/, a user's folder gets them beside it."""
+    from pathlib import Path
+
+    from gradscope.io.demo import demo_dir
+
+    monkeypatch.setenv("HOME", str(tmp_path))
+    panel = window.evaluation
+    panel.data.setText(str(demo_dir() / "eval"))
+    assert panel.output_folder() == Path(tmp_path) / "gradscope" / "eval-evaluation"
+    assert not panel.output_folder().resolve().is_relative_to(demo_dir().resolve().parent)
+    panel.data.setText(str(tmp_path / "mine"))
+    assert panel.output_folder() == tmp_path / "mine-evaluation"
+
+
+def test_the_point_and_the_mask_can_be_seen_on_any_map():
+    """The cross has a black border and the mask's outline is white on the maps; the image's outline takes the
+    colour that differs most from what it is drawn on (yellow on a yellow shape was invisible)."""
+    from gradscope.qt.evaluation.browser import _edge, _marked, _outlined
+
+    mask = np.zeros((32, 32), np.int64)
+    mask[8:20, 8:20] = 3
+    edge = _edge(mask, 3)
+    assert edge.sum() == 4 * 11 and not edge[10:18, 10:18].any()
+    green = np.zeros((32, 32, 3), np.uint8)
+    green[...] = (0, 230, 118)  # a map the colour of a hit
+    marked = _marked(green, (14, 14), True, edge)
+    assert (marked[14, 14] == (0, 230, 118)).all()
+    assert (marked[13, 11] == 0).all() and (marked[11, 13] == 0).all()  # the black border beside each arm
+    assert (marked[8, 8] == 255).all()  # the outline
+    picture = np.zeros((32, 32, 3), np.uint8)
+    picture[...] = (90, 140, 220)  # a blue ground
+    picture[mask == 3] = (255, 214, 0)  # a yellow shape: neither yellow nor cyan would show
+    drawn = _outlined(picture, edge)
+    assert (drawn[edge] == (255, 0, 255)).all()

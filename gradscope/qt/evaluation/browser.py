@@ -179,16 +179,20 @@ class ImageBrowser(QWidget):
             if widget is not None:
                 widget.deleteLater()
         self.panels = []
+        edge = _edge(seen.mask, seen.cls)
         image = ImagePanel("image, mask outlined")
-        image.set_array(_outlined(seen.image, seen.mask, seen.cls))
+        image.set_array(_outlined(seen.image, edge))
         self._add(image)
         for view in seen.views:
             verdict = {True: "hit", False: "miss", None: "no point"}[view.hit]
             panel = ImagePanel(f"{view.method}: {verdict}")
-            panel.set_array(_marked(view.heat, view.point, view.hit), values=view.saliency)
+            panel.set_array(_marked(view.heat, view.point, view.hit, edge), values=view.saliency)
             self._add(panel)
         label = self.session.document.class_label(seen.cls)
-        self.caption.setText(f"{seen.key}: the maps of class {label} (green: a hit, red: a miss)")
+        self.caption.setText(
+            f"{seen.key}: the maps of class {label} (white: the mask's outline; the cross: the point, green a hit, "
+            "red a miss)"
+        )
         self.open_method.clear()
         self.open_method.addItems([v.method for v in seen.views if _is_preset(v.method)])
         self.open_button.setEnabled(seen.path is not None and self.open_method.count() > 0)
@@ -224,28 +228,51 @@ def _score_text(metric: str, v: float | None) -> str:
     return _fmt(v)
 
 
-def _marked(heat: np.ndarray, point: tuple[int, int] | None, hit: bool | None) -> np.ndarray:
-    """The map with a cross at the pointing point: green for a hit, red for a miss, white without a mask."""
+def _edge(mask: np.ndarray | None, cls: int) -> np.ndarray | None:
+    """The boundary pixels of the class's region in ``mask`` (None without a mask)."""
+    if mask is None:
+        return None
+    inside = mask == cls
+    return inside & ~(np.roll(inside, 1, 0) & np.roll(inside, -1, 0) & np.roll(inside, 1, 1) & np.roll(inside, -1, 1))
+
+
+def _marked(heat: np.ndarray, point: tuple[int, int] | None, hit: bool | None, edge=None) -> np.ndarray:
+    """The map with the mask's outline in white and a cross at the pointing point: green for a hit, red for a
+    miss, white without a mask, drawn on a black border (a bare green cross vanished in the jet colour map)."""
     out = heat.copy()
+    h, w = out.shape[:2]
+    if edge is not None and edge.shape == (h, w):
+        out[edge] = (255, 255, 255)
     if point is None:
         return out
     colour = {True: (0, 230, 118), False: (255, 23, 68), None: (255, 255, 255)}[hit]
-    h, w = out.shape[:2]
     r, c = point
-    arm = max(2, min(h, w) // 16)
-    for d in range(-arm, arm + 1):
-        for y, x in ((r + d, c), (r, c + d)):
-            if 0 <= y < h and 0 <= x < w:
-                out[y, x] = colour
+    arm = max(3, min(h, w) // 12)
+    for width, paint in ((1, (0, 0, 0)), (0, colour)):
+        for d in range(-arm - width, arm + width + 1):
+            for t in range(-width, width + 1):
+                for y, x in ((r + d, c + t), (r + t, c + d)):
+                    if 0 <= y < h and 0 <= x < w:
+                        out[y, x] = paint
     return out
 
 
-def _outlined(image: np.ndarray, mask: np.ndarray | None, cls: int) -> np.ndarray:
-    """The image with the class's mask outlined in yellow."""
+def _outlined(image: np.ndarray, edge: np.ndarray | None) -> np.ndarray:
+    """The image with the mask's outline in whichever of yellow, magenta and cyan stands out most from both the
+    pixels it replaces and those around it (yellow on the demo's yellow shapes, or cyan on their blue ground,
+    could not be seen)."""
     out = np.asarray(image, np.uint8).copy()
-    if mask is None:
+    if edge is None or edge.shape != out.shape[:2] or not edge.any():
         return out
-    inside = mask == cls
-    edge = inside & ~(np.roll(inside, 1, 0) & np.roll(inside, -1, 0) & np.roll(inside, 1, 1) & np.roll(inside, -1, 1))
-    out[edge] = (255, 214, 0)
+    grown = edge | np.roll(edge, 1, 0) | np.roll(edge, -1, 0) | np.roll(edge, 1, 1) | np.roll(edge, -1, 1)
+    ground = [out[edge].astype(np.float32).mean(axis=0)]
+    if (grown & ~edge).any():
+        ground.append(out[grown & ~edge].astype(np.float32).mean(axis=0))
+    choices = np.array([(255, 214, 0), (255, 0, 255), (0, 229, 255)], np.float32)
+    contrast = np.min([np.abs(choices - g).sum(axis=1) for g in ground], axis=0)
+    out[edge] = choices[int(np.argmax(contrast))].astype(np.uint8)
+    return out
+    under = out[edge].astype(np.float32).mean(axis=0)
+    choices = np.array([(255, 214, 0), (255, 0, 255), (0, 229, 255)], np.float32)
+    out[edge] = choices[int(np.argmax(np.abs(choices - under).sum(axis=1)))].astype(np.uint8)
     return out

@@ -47,7 +47,9 @@ class EvaluationPanel(QWidget):
         browse = QPushButton("Browse…")
         browse.clicked.connect(self.choose_folder)
         self.out = QLineEdit()
-        self.out.setPlaceholderText("results folder (default: <images>-evaluation beside the images)")
+        self.out.setPlaceholderText(
+            "results folder (default: <images>-evaluation beside the images; the bundled ones: ~/gradscope/)"
+        )
         self.methods = QLineEdit("gradient,random")
         self.methods.setToolTip("Presets, PRESET@NODE, center, random (comma-separated)")
         self.with_plan = QCheckBox("and the plan being edited (as “current plan”)")
@@ -114,7 +116,13 @@ class EvaluationPanel(QWidget):
     def output_folder(self) -> Path:
         data = Path(self.data.text().strip()).expanduser()
         text = self.out.text().strip()
-        return Path(text).expanduser() if text else data.parent / f"{data.name}-evaluation"
+        if text:
+            return Path(text).expanduser()
+        from gradscope.io.demo import demo_dir
+
+        if data.resolve().is_relative_to(demo_dir().resolve().parent):  # never into the installed package
+            return Path.home() / "gradscope" / f"{data.name}-evaluation"
+        return data.parent / f"{data.name}-evaluation"
 
     def start(self) -> None:
         data = self.data.text().strip()
