@@ -265,9 +265,11 @@ class MainWindow(QMainWindow):
         text = QPlainTextEdit(report.to_text())
         text.setReadOnly(True)
         text.setFont(QFontDatabase.systemFont(QFontDatabase.SystemFont.FixedFont))
+        text.setLineWrapMode(QPlainTextEdit.LineWrapMode.NoWrap)  # a wrapped "<- not conserved" broke the table
         layout = QVBoxLayout(dialog)
         layout.addWidget(text)
-        dialog.resize(760, 420)
+        widest = max((text.fontMetrics().horizontalAdvance(line) for line in report.to_text().splitlines()), default=0)
+        dialog.resize(min(widest + 60, max(self.width() - 40, 400)), 420)  # the table's width, within the window
         dialog.setAttribute(Qt.WidgetAttribute.WA_DeleteOnClose)
         self.sanity_dialog = dialog
         dialog.show()

@@ -310,8 +310,12 @@ def test_run_menu_sanity_checks_show_a_report(window, qtbot, wait_idle, model_fi
     action.trigger()
     wait_idle(window)
     qtbot.waitUntil(lambda: getattr(window, "sanity_dialog", None) is not None, timeout=30000)
-    text = window.sanity_dialog.findChild(QPlainTextEdit).toPlainText()
+    shown = window.sanity_dialog.findChild(QPlainTextEdit)
+    text = shown.toPlainText()
     assert "Model randomisation" in text and "Conservation" in text
+    assert shown.lineWrapMode() == QPlainTextEdit.LineWrapMode.NoWrap  # the table's rows stay rows
+    widest = max(shown.fontMetrics().horizontalAdvance(line) for line in text.splitlines())
+    assert window.sanity_dialog.width() >= min(widest, window.width() - 100)  # wide enough for them
 
 
 def test_a_large_model_opens_as_its_blocks_and_expands_on_double_click(window, qtbot, wait_idle, tmp_path):

@@ -449,6 +449,20 @@ def flow_rows(
 _NO_GRADIENT_TEXT = re.compile(r"gradient registry has no entry|No gradient defined for operation")
 
 
+
+def unflag_fitted(rows: list[FlowRow], loss_value: float | None) -> tuple[list[FlowRow], str | None]:
+    """At a loss of (near) zero the batch is fitted: small gradients are the loss's doing, not the network's
+    (11 of 23 nodes were flagged "vanishing"). Returns the rows without those flags and a note saying why, or
+    the rows as they are and None. Shared by ``gradient_flow`` and the training report."""
+    if loss_value is None or not abs(loss_value) <= FITTED_LOSS:
+        return rows, None
+    small = {"vanishing", "zero_gradient", "weights_zero_gradient"}
+    rows = [dataclasses.replace(r, flags=tuple(f for f in r.flags if f not in small)) for r in rows]
+    return rows, (
+        f"The loss is {loss_value:.3g}: the batch is already fitted, so its gradients are (near) zero; no node is "
+        "flagged vanishing or zero for that."
+    )
+
 def gradient_flow(
     engine_or_model: Any,
     inputs: Any,
@@ -520,14 +534,9 @@ def gradient_flow(
     )
     loss_value = result.meta.get("loss_value")
     meta: dict[str, Any] = {"seconds": result.meta.get("seconds"), "softmax_stripped": engine.softmax_stripped}
-    if loss_value is not None and abs(loss_value) <= FITTED_LOSS:
-        # a fitted batch: small gradients are the loss's doing, not the network's (11 of 23 nodes were "vanishing")
-        small = {"vanishing", "zero_gradient", "weights_zero_gradient"}
-        rows = [dataclasses.replace(r, flags=tuple(f for f in r.flags if f not in small)) for r in rows]
-        meta["note"] = (
-            f"The loss is {loss_value:.3g}: the batch is already fitted, so its gradients are (near) zero; no node is "
-            "flagged vanishing or zero for that. Try a batch the model gets wrong."
-        )
+    rows, note = unflag_fitted(rows, loss_value)
+    if note:
+        meta["note"] = note + " Try a batch the model gets wrong."
     return FlowReport(
         model_name=engine.model.name,
         target=result.meta.get("loss") or target.describe(),

@@ -18,12 +18,20 @@ import os
 import socket
 import time
 from dataclasses import asdict, dataclass, replace
+from typing import Any
 
 import numpy as np
 
 from gradscope.core.results import NodeStats
 from gradscope.core.training_log import NODE_COLUMNS, WEIGHT_COLUMNS, LogNode, StepRecord, TrainingLog
-from gradscope.engine.diagnostics.flow import FlowReport, FlowThresholds, WeightFlow, ancestors, flow_rows
+from gradscope.engine.diagnostics.flow import (
+    FlowReport,
+    FlowThresholds,
+    WeightFlow,
+    ancestors,
+    flow_rows,
+    unflag_fitted,
+)
 from gradscope.engine.training.spikes import loss_spikes, norm_lines, spike_detail
 
 #: Flags reported from the flow of each step (``nan`` has its own alert; ``no_gradient`` is structural).
@@ -103,6 +111,10 @@ def step_flow(log: TrainingLog, record: StepRecord | int, thresholds: FlowThresh
     outputs = log.output_nodes or [log.nodes[-1].id]
     upstream = ancestors({n.id: n.inputs for n in log.nodes}, outputs) - set(log.before_weights)
     rows, reference = flow_rows(log.nodes, stats, upstream, dead, by_node, thresholds)
+    rows, note = unflag_fitted(rows, record.loss)
+    meta: dict[str, Any] = {"step": record.step, "wall_time": record.wall_time, "plan": log.plan}
+    if note:
+        meta["note"] = note
     return FlowReport(
         model_name=log.model_name,
         target=f"training loss, step {record.step}",
@@ -111,7 +123,7 @@ def step_flow(log: TrainingLog, record: StepRecord | int, thresholds: FlowThresh
         thresholds=thresholds,
         reference_node=reference,
         loss_value=record.loss,
-        meta={"step": record.step, "wall_time": record.wall_time, "plan": log.plan},
+        meta=meta,
     )
 
 

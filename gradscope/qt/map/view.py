@@ -412,7 +412,8 @@ class OverlayView(QWidget):
         self._caption("map", f"Map at {where}")
         values = images.saliency if images.saliency.ndim == 2 else None
         self._draw("map", images.heat, smooth=images.spatial, values=values)
-        self._draw("overlay", images.blend, "(no spatial map to blend)" if not images.spatial else "", values=values)
+        why = "No image to blend with (a random input): File ▸ Open input" if images.spatial else "(no spatial map)"
+        self._draw("overlay", images.blend, why, values=values)
         finite = images.saliency[np.isfinite(images.saliency)]
         method = "baseline (no rules)" if which == "baseline" else s.result_caption()
         shape = "×".join(map(str, images.saliency.shape))

@@ -3,6 +3,7 @@ event files are TensorBoard's, NaNs are found where they start, and the log is r
 
 from __future__ import annotations
 
+import dataclasses
 import subprocess
 import sys
 from pathlib import Path
@@ -92,6 +93,12 @@ def test_records_match_a_numpy_reference(tmp_path, planned):
     assert log.plan == (SIGMOID_BACKWARD.to_dict() if planned else None)
     flow = step_flow(log, 0)
     assert [r.node for r in flow.rows] == [n.id for n in log.nodes]
+    assert "note" not in flow.meta
+    tiny = np.array([1e-12 if c in ("grad_mean_abs", "grad_norm", "grad_max_abs") else 1.0 for c in NODE_COLUMNS])
+    quiet = dataclasses.replace(record, loss=0.0, nodes=record.nodes * tiny)
+    fitted = step_flow(log, quiet)  # a fitted step: tiny gradients are the loss's doing, as gradient_flow says
+    assert "already fitted" in fitted.meta["note"]
+    assert not any({"vanishing", "zero_gradient", "weights_zero_gradient"} & set(r.flags) for r in fitted.rows)
     assert flow.loss_value == pytest.approx(float(np.mean((keras_predict(model, weights, x) - y) ** 2)), rel=1e-5)
 
 
