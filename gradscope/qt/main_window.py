@@ -262,13 +262,14 @@ class MainWindow(QMainWindow):
         dialog = QDialog(self)
         dialog.setObjectName("sanity_dialog")
         dialog.setWindowTitle(f"Sanity checks: {report.method}")
-        text = QPlainTextEdit(report.to_text())
+        report_text = report.to_text()
+        text = QPlainTextEdit(report_text)
         text.setReadOnly(True)
         text.setFont(QFontDatabase.systemFont(QFontDatabase.SystemFont.FixedFont))
         text.setLineWrapMode(QPlainTextEdit.LineWrapMode.NoWrap)  # a wrapped "<- not conserved" broke the table
         layout = QVBoxLayout(dialog)
         layout.addWidget(text)
-        widest = max((text.fontMetrics().horizontalAdvance(line) for line in report.to_text().splitlines()), default=0)
+        widest = max((text.fontMetrics().horizontalAdvance(line) for line in report_text.splitlines()), default=0)
         dialog.resize(min(widest + 60, max(self.width() - 40, 400)), 420)  # the table's width, within the window
         dialog.setAttribute(Qt.WidgetAttribute.WA_DeleteOnClose)
         self.sanity_dialog = dialog

@@ -449,7 +449,6 @@ def flow_rows(
 _NO_GRADIENT_TEXT = re.compile(r"gradient registry has no entry|No gradient defined for operation")
 
 
-
 def unflag_fitted(rows: list[FlowRow], loss_value: float | None) -> tuple[list[FlowRow], str | None]:
     """At a loss of (near) zero the batch is fitted: small gradients are the loss's doing, not the network's
     (11 of 23 nodes were flagged "vanishing"). Returns the rows without those flags and a note saying why, or
@@ -462,6 +461,7 @@ def unflag_fitted(rows: list[FlowRow], loss_value: float | None) -> tuple[list[F
         f"The loss is {loss_value:.3g}: the batch is already fitted, so its gradients are (near) zero; no node is "
         "flagged vanishing or zero for that."
     )
+
 
 def gradient_flow(
     engine_or_model: Any,

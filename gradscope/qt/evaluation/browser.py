@@ -233,7 +233,12 @@ def _edge(mask: np.ndarray | None, cls: int) -> np.ndarray | None:
     if mask is None:
         return None
     inside = mask == cls
-    return inside & ~(np.roll(inside, 1, 0) & np.roll(inside, -1, 0) & np.roll(inside, 1, 1) & np.roll(inside, -1, 1))
+    return inside & ~np.all(_neighbours(inside), axis=0)
+
+
+def _neighbours(m: np.ndarray) -> np.ndarray:
+    """``m`` shifted one pixel up, down, left and right (stacked)."""
+    return np.stack([np.roll(m, 1, 0), np.roll(m, -1, 0), np.roll(m, 1, 1), np.roll(m, -1, 1)])
 
 
 def _marked(heat: np.ndarray, point: tuple[int, int] | None, hit: bool | None, edge=None) -> np.ndarray:
@@ -264,15 +269,11 @@ def _outlined(image: np.ndarray, edge: np.ndarray | None) -> np.ndarray:
     out = np.asarray(image, np.uint8).copy()
     if edge is None or edge.shape != out.shape[:2] or not edge.any():
         return out
-    grown = edge | np.roll(edge, 1, 0) | np.roll(edge, -1, 0) | np.roll(edge, 1, 1) | np.roll(edge, -1, 1)
+    grown = edge | np.any(_neighbours(edge), axis=0)
     ground = [out[edge].astype(np.float32).mean(axis=0)]
     if (grown & ~edge).any():
         ground.append(out[grown & ~edge].astype(np.float32).mean(axis=0))
     choices = np.array([(255, 214, 0), (255, 0, 255), (0, 229, 255)], np.float32)
     contrast = np.min([np.abs(choices - g).sum(axis=1) for g in ground], axis=0)
     out[edge] = choices[int(np.argmax(contrast))].astype(np.uint8)
-    return out
-    under = out[edge].astype(np.float32).mean(axis=0)
-    choices = np.array([(255, 214, 0), (255, 0, 255), (0, 229, 255)], np.float32)
-    out[edge] = choices[int(np.argmax(np.abs(choices - under).sum(axis=1)))].astype(np.uint8)
     return out
