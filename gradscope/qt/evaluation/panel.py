@@ -47,9 +47,8 @@ class EvaluationPanel(QWidget):
         browse = QPushButton("Browse…")
         browse.clicked.connect(self.choose_folder)
         self.out = QLineEdit()
-        self.out.setPlaceholderText(
-            "results folder (default: <images>-evaluation beside the images; the bundled ones: ~/gradscope/)"
-        )
+        self.out.setPlaceholderText("results folder (default: <images>-evaluation beside the images)")
+        self.out.setToolTip("Empty: <images>-evaluation beside the images; for the bundled demo images ~/gradscope/")
         self.methods = QLineEdit("gradient,random")
         self.methods.setToolTip("Presets, PRESET@NODE, center, random (comma-separated)")
         self.with_plan = QCheckBox("and the plan being edited (as “current plan”)")
