@@ -2,7 +2,8 @@
 
     .venv/bin/python benchmarks/bench_engine.py                 # ResNet50 + MobileNetV2, batch 1 and 8, 224x224
     .venv/bin/python benchmarks/bench_engine.py --quick         # MobileNetV2 only, 96x96, batch 1 and 2 (a smoke run)
-    .venv/bin/python benchmarks/bench_engine.py --latency       # click -> result for never-seen plans, ResNet50 b1
+    .venv/bin/python benchmarks/bench_engine.py --latency       # click -> result for never-seen plans, ResNet50 b1,
+                                                                # 5 fresh processes (--processes N): median, range
     .venv/bin/python benchmarks/bench_engine.py --memory 500    # RSS over 500 plan edits (live + background compile)
 
 Prints a table of median seconds (after warm-up) and the ratio to the plain gradient of the same model and
@@ -19,6 +20,7 @@ import json
 import os
 import platform
 import statistics
+import subprocess
 import sys
 import tempfile
 import time
@@ -156,8 +158,10 @@ def bench_latency(name: str, ctor, size: int, repeats: int, rounds: int = 3) -> 
     are the median over ``rounds`` fresh engines (each a new activation, so no round repeats a plan); the first
     result is the first engine's (the process's first: every one-time cost included), timed from the engine's
     construction and ``settle_after_load`` (what the app's load job ends with: ``gradscope.app.work.heap``) to the
-    result. "Warm" rows ran after the Session's background step (``Engine.compile``: kernels + whole plan)
-    for the previous plan."""
+    result. Edits are timed right after the first map, and again (new activations: cold rule kernels) after the
+    background step the Session runs once a map is shown (``Engine.compile``: block kernels of the true
+    gradient, ``engine.backward.segments``, then the whole plan); presets after it. "Warm" rows ran after the
+    background step for that very plan (its rule kernels compiled)."""
     keras.utils.set_random_seed(0)
     model = ctor(weights=None, input_shape=(size, size, 3))
     x = np.random.default_rng(0).uniform(0, 1, (1, size, size, 3)).astype("float32")
@@ -177,7 +181,16 @@ def bench_latency(name: str, ctor, size: int, repeats: int, rounds: int = 3) -> 
     record("plain GradientTape gradient (compiled)", base)
     cold: dict[str, list[float]] = {}
     notes: dict[str, str] = {}
-    for activation in ("sigmoid", "tanh", "elu")[:rounds]:
+
+    def edits(activation: str, phase: str) -> None:
+        for where, node in picks.items():
+            t, r = timed(Plan().with_entry(node, "backward_as", {"activation": activation}))
+            case = f"one-node edit, cold kernels, {phase}: backward_as on {where} ReLU"
+            cold.setdefault(case, []).append(t)
+            notes[case] = f"{r.meta['recomputed_nodes']} nodes ({r.meta['compiled_nodes']} in block kernels)"
+            timed(Plan(), mode="live")  # back to the opened plan (the memo now holds it)
+
+    for before, after in list(zip(("sigmoid", "tanh", "elu"), ("selu", "softplus", "swish")))[:rounds]:
         if cold:
             release_replaced()  # the app frees a replaced model once the new one is shown (untimed)
         t0 = time.perf_counter()
@@ -188,24 +201,26 @@ def bench_latency(name: str, ctor, size: int, repeats: int, rounds: int = 3) -> 
             record("first result after opening (engine + forward + sweep)", time.perf_counter() - t0, r.meta["mode"])
         relus = [n.id for n in engine.graph.nodes if n.activation == "relu"]
         picks = {"early": relus[len(relus) // 8], "middle": relus[len(relus) // 2], "late": relus[-2]}
-        for where, node in picks.items():
-            t, r = timed(Plan().with_entry(node, "backward_as", {"activation": activation}))
-            case = f"one-node edit, cold kernels: backward_as on {where} ReLU"
-            cold.setdefault(case, []).append(t)
-            notes[case] = f"{r.meta['recomputed_nodes']} nodes"
-            timed(Plan())  # back to the base plan (the memo now holds it)
-        for preset in ("guided_backprop", "mwp"):
+        edits(before, "right after opening")
+        # what the Session runs in the background once the first map is shown: block kernels + the whole plan
+        t0 = time.perf_counter()
+        engine.compile(x, Target(), Plan())
+        cold.setdefault("background step after the first map (block kernels + identity plan)", []).append(
+            time.perf_counter() - t0
+        )
+        timed(Plan(), mode="live")
+        edits(after, "after the background step")
+        for preset in ("guided_backprop", "mwp", "lrp_epsilon"):
             t, r = timed(build_method(preset, engine.graph).plan)
-            cold.setdefault(f"new preset, cold kernels: {preset}", []).append(t)
+            cold.setdefault(f"new preset, cold kernels, after the background step: {preset}", []).append(t)
+            timed(Plan(), mode="live")
     for case, times in cold.items():
         record(case, statistics.median(times), f"{notes.get(case, 'live')}, median of {len(times)} engines")
-    t0 = time.perf_counter()
-    engine.compile(x, Target(), Plan())
-    record("background step: compile kernels + identity plan", time.perf_counter() - t0)
     for where, node in picks.items():
-        timed(Plan(), mode="live")
         plan = Plan().with_entry(node, "backward_as", {"activation": "sigmoid"})
-        t, r = timed(plan, mode="live")  # a plan the cold rows may have seen: force the live answer
+        engine.compile(x, Target(), plan)  # the background step after this plan was shown once
+        timed(Plan(), mode="live")
+        t, r = timed(plan, mode="live")  # a plan seen before: force the live answer
         record(f"one-node edit, warm kernels: backward_as on {where} ReLU", t, f"{r.meta['recomputed_nodes']} nodes")
     timed(Plan(), mode="live")
     node = picks["middle"]
@@ -221,6 +236,34 @@ def bench_latency(name: str, ctor, size: int, repeats: int, rounds: int = 3) -> 
     t, r = timed(guided)
     t = median_time(lambda: timed(guided), repeats)
     record("plan seen before (guided, compiled)", t, r.meta["mode"])
+    return rows
+
+
+def latency_over_processes(processes: int, repeats: int) -> list[dict]:
+    """``bench_latency`` in ``processes`` fresh processes (a first result is a process's first: only a new process
+    shows it), each case as the median of its ratios with their range."""
+    runs: list[list[dict]] = []
+    with tempfile.TemporaryDirectory() as tmp:
+        for i in range(processes):
+            out = Path(tmp) / f"{i}.json"
+            print(f"--- process {i + 1} of {processes}", flush=True)
+            cmd = [sys.executable, __file__, "--latency", "--repeats", str(repeats), "--rows-to", str(out)]
+            subprocess.run(cmd, check=True)
+            runs.append(json.loads(out.read_text()))
+    rows = []
+    print(f"\n{'case':<84} {'median':>7} {'range':>13}  ({processes} processes)")
+    for first in runs[0]:
+        same = [r for run in runs for r in run if r["case"] == first["case"]]
+        ratios = [r["ratio"] for r in same]
+        row = {
+            **first,
+            "seconds": statistics.median(r["seconds"] for r in same),
+            "ratio": statistics.median(ratios),
+            "ratio_min": min(ratios),
+            "ratio_max": max(ratios),
+        }
+        rows.append(row)
+        print(f"{first['case']:<84} {row['ratio']:6.2f}x {min(ratios):5.2f}-{max(ratios):5.2f}x")
     return rows
 
 
@@ -290,6 +333,8 @@ def main() -> None:
     parser.add_argument("--quick", action="store_true", help="MobileNetV2 only at 96x96, batch 1 and 2")
     parser.add_argument("--repeats", type=int, default=5)
     parser.add_argument("--latency", action="store_true", help="only the click -> result rows (ResNet50 b1)")
+    parser.add_argument("--processes", type=int, default=5, help="--latency: fresh processes (median, range)")
+    parser.add_argument("--rows-to", help=argparse.SUPPRESS)
     parser.add_argument("--memory", type=int, metavar="EDITS", help="only RSS over EDITS plan edits (demo model)")
     parser.add_argument("--layout", action="store_true", help="only the graph layout rows (200 to 5,000 nodes)")
     args = parser.parse_args()
@@ -300,8 +345,12 @@ def main() -> None:
         write_rows(bench_memory(args.memory), "memory", {"edits": args.memory})
         return
     if args.latency:
-        rows = bench_latency("ResNet50", keras.applications.ResNet50, 224, args.repeats)
-        write_rows(rows, "latency", {"repeats": args.repeats})
+        if args.rows_to:  # one of --processes' children
+            rows = bench_latency("ResNet50", keras.applications.ResNet50, 224, args.repeats)
+            Path(args.rows_to).write_text(json.dumps(rows))
+            return
+        rows = latency_over_processes(args.processes, args.repeats)
+        write_rows(rows, "latency", {"repeats": args.repeats, "processes": args.processes})
         return
     if args.quick:
         specs = [("MobileNetV2", keras.applications.MobileNetV2, 96, [1, 2])]
@@ -330,7 +379,8 @@ def write_rows(rows: list[dict], stem: str, extra: dict) -> None:
     }
     (RESULTS / f"{stem}.json").write_text(json.dumps({"meta": meta, "rows": rows}, indent=2))
     with open(RESULTS / f"{stem}.csv", "w", newline="") as f:
-        w = csv.DictWriter(f, fieldnames=["model", "batch", "case", "seconds", "ratio", "rss_mb"], restval="")
+        fields = ["model", "batch", "case", "seconds", "ratio", "ratio_min", "ratio_max", "rss_mb"]
+        w = csv.DictWriter(f, fieldnames=fields, restval="")
         w.writeheader()
         w.writerows(rows)
     print(f"wrote {RESULTS / stem}.json and {stem}.csv")

@@ -38,11 +38,13 @@ from gradscope.engine.backward.context import RuleContext
 from gradscope.engine.backward.keras_graph import Step
 from gradscope.engine.backward.kernels import kernels_named
 from gradscope.engine.backward.node_call import NodeCall, call_arguments, plain_call
+from gradscope.engine.backward.segments import Segment, build_kernel, find_segments, segment_arguments, unpack
 from gradscope.engine.backward.stats import stats_row
 from gradscope.rules.base import params_to_dict
 
 _KERNEL_CACHE_SIZE = 1024  # eager kernels (closures, cheap)
 _COMPILED_KERNELS = 128  # of which traced (about 1 MB each)
+_SEGMENT_KERNELS = 256  # traced block kernels (one per distinct block and input shape)
 
 
 def rule_key(rule: Any) -> tuple | None:
@@ -110,6 +112,35 @@ def _recorded_call(call: NodeCall) -> tuple[list[Any], _Recorded | None]:
     return outs, _Recorded(tape, watched, outs)
 
 
+def _true_vjp(call: NodeCall) -> Callable[[list, list, list, list], list]:
+    """A node's true VJP ``(xs, ys, ws, dys) -> dxs`` (None: no gradient) for a block kernel: its lowered VJP,
+    else a tape over its call."""
+    if call.lowered is not None:
+        return call.lowered.vjp
+
+    def vjp(xs: list, ys: list, ws: list, dys: list) -> list:
+        xs = [tf.identity(x) for x in xs]  # a tensor used twice gets one gradient per use (see context.vjp)
+        float_xs = [x for x in xs if x.dtype.is_floating]
+        with tf.GradientTape(watch_accessed_variables=False) as tape:
+            for x in float_xs:
+                tape.watch(x)
+            outs = call.forward(xs, ws)
+        got = iter(tape.gradient(outs, float_xs, output_gradients=dys))
+        return [next(got) if x.dtype.is_floating else None for x in xs]
+
+    return vjp
+
+
+def _call_flat(compiled: Any, args: list) -> Any:
+    """Call a concrete function on its flat tensor list, without matching each argument against its signature
+    (~20 us a tensor: 15 ms of a ResNet50 sweep's 760). The caller's key fixes every spec already; TensorFlow
+    versions without the private entry point take the checked call."""
+    flat = getattr(compiled, "_call_flat", None)
+    if flat is None:
+        return compiled(args[0], args[1:])
+    return flat(args, compiled.captured_inputs)
+
+
 @dataclass
 class _LoweredVJP:
     """A lowered node's true VJP (``engine.backward.lowered``): the op TensorFlow's gradient runs, with no tape."""
@@ -174,11 +205,17 @@ class LiveBackward:
         self._kernels: OrderedDict[tuple, Any] = OrderedDict()
         self._ready: OrderedDict[tuple, None] = OrderedDict()  # kernel keys whose tf.function is traced (LRU)
         self._signatures: dict[str, Any] = {}  # node id -> _layer_signature (a config never changes)
+        self._segments: dict[int, Segment] | None = None  # last step index -> segment (``engine.backward.segments``)
+        self._segment_kernels: OrderedDict[tuple, Any] = OrderedDict()  # segment key -> (concrete fn, layout)
+        self._segment_keys: dict[int, tuple | None] = {}  # of the current forward (None: it failed to trace)
+        self._failed_segments: set[tuple] = set()
+        self._weights: dict[str, list] = {}  # node id -> its weights' values, read once per forward
 
     def forget(self) -> None:
         """Drop the cached forward values and the last sweep (the model's weights changed)."""
         self._forward = None
         self._memo = None
+        self._weights = {}
 
     # ------------------------------------------------------------------------------------------- forward
     def forward(self, xs: Sequence[Any]) -> _Forward:
@@ -192,6 +229,7 @@ class LiveBackward:
             return self._forward
         self._memo = None
         self._forward = None  # the old values and tapes go before the new ones are made
+        self._segment_keys = {}
         values: dict[Any, Any] = dict(zip(self.engine.exec.input_keys, xs))
         calls: dict[str, NodeCall] = {}
         tapes: dict[str, _Recorded | _LoweredVJP | None] = {}
@@ -343,9 +381,18 @@ class LiveBackward:
         arrived: dict[str, list[Any]] = {}  # node id -> signal at each of its outputs
         rule_keys: dict[str, Any] = {}
         stats: dict[str, Any] = {}
-        recomputed = 0
-        ran = {"compiled": 0, "lowered": 0, "eager": 0}
-        for step in reversed(engine.exec.steps):
+        ran = {"compiled": 0, "lowered": 0, "eager": 0, "recomputed": 0}
+        state = (grads, dirty, contributions, arrived, rule_keys, stats, ran)
+        steps = engine.exec.steps
+        below = len(steps)  # steps from here on were run by a block kernel
+        for i in range(len(steps) - 1, -1, -1):
+            if i >= below:
+                continue
+            segment = self.segments().get(i) if self._segment_kernels else None
+            if segment is not None and self._run_segment(segment, rules, memo, state, should_stop):
+                below = segment.first
+                continue
+            step = steps[i]
             if step.kind == "alias":
                 for src, dst in zip(step.in_keys, step.out_keys):
                     g = grads.pop(dst, None)
@@ -378,7 +425,7 @@ class LiveBackward:
                     raise Cancelled("Cancelled.")
                 gx, present, row, how = self._run_node(fwd.calls[node_id], rule, dys)
                 contrib = [(k, g) for k, g, p in zip(step.in_keys, gx, present) if p]
-                recomputed += 1
+                ran["recomputed"] += 1
                 ran[how] += 1
                 dirty.update(k for k, _ in contrib)
             contributions[node_id] = contrib
@@ -387,7 +434,102 @@ class LiveBackward:
                 grads[k] = g if k not in grads else grads[k] + g
         self._memo = _Memo(target_key, rule_keys, contributions, stats)
         inputs = [grads.get(k) for k in engine.exec.input_keys]
-        return SweepResult(inputs, arrived, stats, recomputed, ran["compiled"], ran["lowered"], ran["eager"], idx)
+        return SweepResult(
+            inputs, arrived, stats, ran["recomputed"], ran["compiled"], ran["lowered"], ran["eager"], idx
+        )
+
+    # ------------------------------------------------------------------------------------------- block kernels
+    def segments(self) -> dict[int, Segment]:
+        """The model's segments by their last step (``engine.backward.segments``)."""
+        if self._segments is None:
+            exec_ = self.engine.exec
+            found = find_segments(exec_.steps, [self.engine.logits_key, *exec_.output_keys])
+            self._segments = {s.last: s for s in found}
+        return self._segments
+
+    def _segment_key(self, segment: Segment) -> tuple | None:
+        """Segments with equal keys share a kernel: the same steps (true gradient kernel keys) wired the same way."""
+        if segment.last not in self._segment_keys:
+            calls = self._forward.calls  # type: ignore[union-attr]
+            local: dict[Any, int] = {}
+            parts: list[Any] = []
+            for step in self.engine.exec.steps[segment.first : segment.last + 1]:
+                wiring = tuple(local.setdefault(k, len(local)) for k in step.in_keys)
+                wiring += tuple(local.setdefault(k, len(local)) for k in step.out_keys)
+                node = None if step.kind == "alias" else self._kernel_key(calls[step.node_id], None)
+                parts.append((step.kind, wiring, node))
+            self._segment_keys[segment.last] = (tuple(parts), local[segment.out_key])
+        return self._segment_keys[segment.last]
+
+    def _run_segment(self, segment: Segment, rules: dict, memo: _Memo | None, state: tuple, should_stop: Any) -> bool:
+        """Run ``segment``'s true backward as its compiled kernel when it is ready, no rule touches it, its signal
+        enters through its output cut only and changed (else the node-by-node loop reuses the last sweep)."""
+        grads, dirty, contributions, arrived, rule_keys, stats, ran = state
+        ids = segment.node_ids
+        if any(rules.get(n) is not None for n in ids) or segment.out_key not in grads:
+            return False
+        if any(k in grads for k in segment.inner_keys):  # a seed inside (a neuron target)
+            return False
+        changed = (
+            memo is None
+            or segment.out_key in dirty
+            or any(memo.rule_keys.get(n, "missing") is not None or n not in memo.contributions for n in ids)
+        )
+        key = self._segment_key(segment) if changed else None
+        entry = self._segment_kernels.get(key) if key is not None else None
+        if entry is None:
+            return False
+        if should_stop is not None and should_stop():
+            raise Cancelled("Cancelled.")
+        self._segment_kernels.move_to_end(key)
+        compiled, kernel = entry
+        steps, fwd = self.engine.exec.steps, self._forward
+        got = _call_flat(
+            compiled, [grads[segment.out_key], *segment_arguments(segment, steps, fwd.calls, fwd.values, self._weights)]
+        )
+        out = unpack(kernel, segment, steps, got)
+        for node_id in ids:
+            rule_keys[node_id] = None
+            contributions[node_id] = out.contributions[node_id]
+            stats[node_id] = out.stats[node_id]
+            if node_id in out.arrived:
+                arrived[node_id] = out.arrived[node_id]
+                ran["recomputed"] += 1
+                ran["compiled"] += 1
+            for k, g in out.contributions[node_id]:
+                if k not in segment.inner_keys and k != segment.out_key:  # what leaves the segment
+                    grads[k] = g if k not in grads else grads[k] + g
+                    dirty.add(k)
+        return True
+
+    def _compile_segments(self, rules: dict[str, Any], should_stop: Callable[[], bool] | None) -> int:
+        """Trace the block kernel of every segment no rule touches, from the inputs on (an edit needs the
+        segments below it). Zeros as the signal: tracing needs shapes, not values."""
+        n = 0
+        fwd = self._forward
+        for segment in sorted(self.segments().values(), key=lambda s: s.first):
+            if any(rules.get(nid) is not None for nid in segment.node_ids):
+                continue
+            key = self._segment_key(segment)
+            if key is None or key in self._segment_kernels or key in self._failed_segments:
+                continue
+            if should_stop is not None and should_stop():
+                raise Cancelled("Cancelled.")
+            steps = self.engine.exec.steps
+            fn, kernel = build_kernel(segment, steps, fwd.calls, _true_vjp)  # type: ignore[union-attr]
+            args = segment_arguments(segment, steps, fwd.calls, fwd.values, self._weights)  # type: ignore[union-attr]
+            dy = tf.zeros_like(fwd.values[segment.out_key])  # type: ignore[union-attr]
+            try:
+                compiled = tf.function(fn, autograph=False).get_concrete_function(dy, args)
+                compiled(dy, args)  # the first call optimises the graph: not in an edit's time
+            except Exception:  # noqa: BLE001 - a node that does not trace: its segment runs node by node
+                self._failed_segments.add(key)
+                continue
+            self._segment_kernels[key] = (compiled, kernel)
+            while len(self._segment_kernels) > _SEGMENT_KERNELS:
+                self._segment_kernels.popitem(last=False)
+            n += 1
+        return n
 
     def _seeds(self, target: Target, values: dict, class_idx: Any) -> tuple[dict[Any, Any], Any]:
         """The target's gradient with respect to the tensors it reads (the start of the backward pass)."""
@@ -418,7 +560,7 @@ class LiveBackward:
         not values). Returns how many were compiled; stops between kernels when ``should_stop()``."""
         if self._forward is None:
             return 0
-        n = 0
+        n = self._compile_segments(rules, should_stop)
         for step in reversed(self.engine.exec.steps):
             if step.kind == "alias" or not self._needs_kernel(step.node_id, rules):
                 continue

