@@ -66,6 +66,14 @@ def _warm_pair(model, x):
     return plain, blocks
 
 
+@pytest.fixture(scope="module")
+def cnn_pair():
+    """The residual CNN, an input and its two engines (shared: every test sets the memo state it needs)."""
+    model = blocks_cnn()
+    x = sample_input(model, 2, seed=3)
+    return (model, x, *_warm_pair(model, x))
+
+
 def _check_segments_are_single_exit(engine: Engine) -> list:
     """Independently of ``find_segments``: of the tensors a segment makes, only its out key is read later."""
     steps = engine.exec.steps
@@ -96,10 +104,8 @@ def test_segments_have_one_exit_and_identical_blocks_share_a_kernel(build):
     assert set(engine.live._segment_kernels) == keys  # and every segment was traced
 
 
-def test_block_kernels_give_what_the_node_by_node_sweep_gives_and_the_tape_gradient():
-    model = blocks_cnn()
-    x = sample_input(model, 2, seed=3)
-    plain, blocks = _warm_pair(model, x)
+def test_block_kernels_give_what_the_node_by_node_sweep_gives_and_the_tape_gradient(cnn_pair):
+    model, x, plain, blocks = cnn_pair
     for index in (1, 3):  # a new target: a full sweep
         a = plain.backward(x, Target(index=index), Plan(), capture="all", mode="live")
         b = blocks.backward(x, Target(index=index), Plan(), capture="all", mode="live")
@@ -128,10 +134,8 @@ def test_block_kernels_give_what_the_node_by_node_sweep_gives_and_the_tape_gradi
         ("b2_bn1", "zero", {}),
     ],
 )
-def test_an_edit_after_warm_recomputes_as_before_and_matches_the_whole_plan(node, rule, params):
-    model = blocks_cnn()
-    x = sample_input(model, 2, seed=3)
-    plain, blocks = _warm_pair(model, x)
+def test_an_edit_after_warm_recomputes_as_before_and_matches_the_whole_plan(cnn_pair, node, rule, params):
+    model, x, plain, blocks = cnn_pair
     target = Target(index=2)
     for engine in (plain, blocks):
         engine.backward(x, target, Plan(), mode="live")
@@ -146,10 +150,8 @@ def test_an_edit_after_warm_recomputes_as_before_and_matches_the_whole_plan(node
     np.testing.assert_allclose(back.input_grad, tape_input_gradient(model, x, 2), rtol=1e-5, atol=1e-7)
 
 
-def test_a_neuron_target_inside_a_block_is_still_exact():
-    model = blocks_cnn()
-    x = sample_input(model, 2, seed=3)
-    _, blocks = _warm_pair(model, x)
+def test_a_neuron_target_inside_a_block_is_still_exact(cnn_pair):
+    _, x, _, blocks = cnn_pair
     target = Target(kind="neuron", node="b1_conv2", neuron=(4, 5, 2))
     assert_same(
         blocks.backward(x, target, Plan(), capture="all", mode="live"),
