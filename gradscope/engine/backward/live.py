@@ -40,7 +40,14 @@ from gradscope.engine.backward.context import RuleContext
 from gradscope.engine.backward.keras_graph import Step
 from gradscope.engine.backward.kernels import kernels_named
 from gradscope.engine.backward.node_call import NodeCall, call_arguments, plain_call
-from gradscope.engine.backward.segments import Segment, build_kernel, find_segments, segment_arguments, unpack
+from gradscope.engine.backward.segments import (
+    Segment,
+    SegmentKernel,
+    build_kernel,
+    find_segments,
+    segment_arguments,
+    unpack,
+)
 from gradscope.engine.backward.stats import stats_row
 from gradscope.rules.base import params_to_dict
 
@@ -114,23 +121,23 @@ def _recorded_call(call: NodeCall) -> tuple[list[Any], _Recorded | None]:
     return outs, _Recorded(tape, watched, outs)
 
 
+def _tape_vjp(forward: Callable[[list, list], list], xs: list, ws: list, dys: list) -> list:
+    """The true VJP of ``forward(xs, ws)`` by a tape over it, one gradient per x (None: not float or not connected)."""
+    xs = [tf.identity(x) for x in xs]  # a tensor used twice gets one gradient per use (see context.vjp)
+    float_xs = [x for x in xs if x.dtype.is_floating]
+    with tf.GradientTape(watch_accessed_variables=False) as tape:
+        for x in float_xs:
+            tape.watch(x)
+        outs = forward(xs, ws)
+    got = iter(tape.gradient(outs, float_xs, output_gradients=dys))
+    return [next(got) if x.dtype.is_floating else None for x in xs]
+
+
 def _true_vjp(call: NodeCall) -> Callable[[list, list, list, list], list]:
-    """A node's true VJP ``(xs, ys, ws, dys) -> dxs`` (None: no gradient) for a block kernel: its lowered VJP,
-    else a tape over its call."""
+    """A node's true VJP ``(xs, ys, ws, dys) -> dxs`` for a block kernel: its lowered VJP, else a tape over its call."""
     if call.lowered is not None:
         return call.lowered.vjp
-
-    def vjp(xs: list, ys: list, ws: list, dys: list) -> list:
-        xs = [tf.identity(x) for x in xs]  # a tensor used twice gets one gradient per use (see context.vjp)
-        float_xs = [x for x in xs if x.dtype.is_floating]
-        with tf.GradientTape(watch_accessed_variables=False) as tape:
-            for x in float_xs:
-                tape.watch(x)
-            outs = call.forward(xs, ws)
-        got = iter(tape.gradient(outs, float_xs, output_gradients=dys))
-        return [next(got) if x.dtype.is_floating else None for x in xs]
-
-    return vjp
+    return lambda xs, ys, ws, dys: _tape_vjp(call.forward, xs, ws, dys)
 
 
 def _call_flat(compiled: Any, args: list) -> Any:
@@ -208,10 +215,10 @@ class LiveBackward:
         self._ready: OrderedDict[tuple, None] = OrderedDict()  # kernel keys whose tf.function is traced (LRU)
         self._signatures: dict[str, Any] = {}  # node id -> _layer_signature (a config never changes)
         self._segments: dict[int, Segment] | None = None  # last step index -> segment (``engine.backward.segments``)
-        self._segment_kernels: OrderedDict[tuple, Any] = OrderedDict()  # segment key -> (concrete fn, layout)
-        self._segment_keys: dict[int, tuple | None] = {}  # of the current forward (None: it failed to trace)
-        self._failed_segments: set[tuple] = set()
-        self._weights: dict[str, list] = {}  # node id -> its weights' values, read once per forward
+        self._segment_kernels: OrderedDict[tuple, SegmentKernel] = OrderedDict()  # traced, by segment key (LRU)
+        self._segment_keys: dict[int, tuple] = {}  # segment's last step -> its key, for the current forward
+        self._failed_segments: set[tuple] = set()  # keys whose trace failed: those segments run node by node
+        self._weights: dict[str, list] = {}  # node id -> its weights' values, read once (forget() drops them)
 
     def forget(self) -> None:
         """Drop the cached forward values and the last sweep (the model's weights changed)."""
@@ -280,14 +287,7 @@ class LiveBackward:
         def fn(xs: list, ys: list, ws: list, dys: list) -> Any:
             xs, ys, ws, dys = list(xs), list(ys), list(ws), list(dys)
             if rule is None:
-                xs = [tf.identity(x) for x in xs]  # a tensor used twice gets one gradient per use (see context.vjp)
-                float_xs = [x for x in xs if x.dtype.is_floating]
-                with tf.GradientTape(watch_accessed_variables=False) as tape:
-                    for x in float_xs:
-                        tape.watch(x)
-                    outs = forward(xs, ws)
-                got = iter(tape.gradient(outs, float_xs, output_gradients=dys))
-                gx = [next(got) if x.dtype.is_floating else None for x in xs]
+                gx = _tape_vjp(forward, xs, ws, dys)
             else:
                 ctx = RuleContext(spec, op, xs, ys, ws, names, forward, call.pack)
                 gx = engine._guard(rule, spec, "backward", ctx, dys)
@@ -449,7 +449,7 @@ class LiveBackward:
             self._segments = {s.last: s for s in found}
         return self._segments
 
-    def _segment_key(self, segment: Segment) -> tuple | None:
+    def _segment_key(self, segment: Segment) -> tuple:
         """Segments with equal keys share a kernel: the same steps (true gradient kernel keys) wired the same way."""
         if segment.last not in self._segment_keys:
             calls = self._forward.calls  # type: ignore[union-attr]
@@ -478,17 +478,15 @@ class LiveBackward:
             or any(memo.rule_keys.get(n, "missing") is not None or n not in memo.contributions for n in ids)
         )
         key = self._segment_key(segment) if changed else None
-        entry = self._segment_kernels.get(key) if key is not None else None
-        if entry is None:
+        kernel = self._segment_kernels.get(key) if key is not None else None
+        if kernel is None:
             return False
         if should_stop is not None and should_stop():
             raise Cancelled("Cancelled.")
         self._segment_kernels.move_to_end(key)
-        compiled, kernel = entry
         steps, fwd = self.engine.exec.steps, self._forward
-        got = _call_flat(
-            compiled, [grads[segment.out_key], *segment_arguments(segment, steps, fwd.calls, fwd.values, self._weights)]
-        )
+        args = segment_arguments(segment, steps, fwd.calls, fwd.values, self._weights)  # type: ignore[union-attr]
+        got = _call_flat(kernel.compiled, [grads[segment.out_key], *args])
         out = unpack(kernel, segment, steps, got)
         for node_id in ids:
             rule_keys[node_id] = None
@@ -513,7 +511,7 @@ class LiveBackward:
             if any(rules.get(nid) is not None for nid in segment.node_ids):
                 continue
             key = self._segment_key(segment)
-            if key is None or key in self._segment_kernels or key in self._failed_segments:
+            if key in self._segment_kernels or key in self._failed_segments:
                 continue
             if should_stop is not None and should_stop():
                 raise Cancelled("Cancelled.")
@@ -522,12 +520,12 @@ class LiveBackward:
             args = segment_arguments(segment, steps, fwd.calls, fwd.values, self._weights)  # type: ignore[union-attr]
             dy = tf.zeros_like(fwd.values[segment.out_key])  # type: ignore[union-attr]
             try:
-                compiled = tf.function(fn, autograph=False).get_concrete_function(dy, args)
-                compiled(dy, args)  # the first call optimises the graph: not in an edit's time
+                kernel.compiled = tf.function(fn, autograph=False).get_concrete_function(dy, args)
+                kernel.compiled(dy, args)  # the first call optimises the graph: not in an edit's time
             except Exception:  # noqa: BLE001 - a node that does not trace: its segment runs node by node
                 self._failed_segments.add(key)
                 continue
-            self._segment_kernels[key] = (compiled, kernel)
+            self._segment_kernels[key] = kernel
             while len(self._segment_kernels) > _SEGMENT_KERNELS:
                 self._segment_kernels.popitem(last=False)
             n += 1

@@ -10,8 +10,8 @@ A *segment* is a run of steps of which only one tensor is read after it, so the 
 through that tensor alone (ResNet's residual blocks, a transformer's layers, any stretch of a chain). Its kernel
 takes the signal there and the forward values of its nodes and returns what the node-by-node sweep would have
 computed: each node's signal, its contributions to its inputs and its statistics row (``stats_rows``,
-in-graph). Kernels are shared by segments
-with equal layer configurations and shapes (a stage's identical blocks), with the weights passed in.
+in-graph). Kernels are shared by segments with equal layer configurations and shapes (a stage's identical
+blocks), with the weights passed in.
 """
 
 from __future__ import annotations
@@ -80,10 +80,13 @@ def find_segments(steps: Sequence[Step], final_keys: Sequence[Any]) -> list[Segm
 
 @dataclass
 class SegmentKernel:
-    """``run(dy, calls, ys) -> SegmentOutput`` for every segment of one key (``segment_key``)."""
+    """One traced kernel, shared by every segment of its key: ``compiled(dy, *segment_arguments(...))`` returns
+    flat outputs that ``unpack`` reads through ``layout``."""
 
     compiled: Any = None  # the concrete function once traced
-    layout: list[tuple[str, list[int], int | None]] = field(default_factory=list)  # per node: contributions, dys
+    # per node, in reverse step order: where its contributions and signals sit among the outputs, and its stats
+    # row (None: no signal arrives); filled in by the trace
+    layout: list[tuple[list[int], int | None]] = field(default_factory=list)
 
 
 @dataclass
@@ -97,8 +100,8 @@ def segment_arguments(
     segment: Segment, steps: Sequence[Step], calls: dict[str, NodeCall], values: dict, weights: dict[str, list]
 ) -> list:
     """The forward tensors a segment's kernel reads, flat: per node its inputs, outputs and weights. Weights
-    are read once per forward into ``weights`` (node id -> values): a kernel takes tensors, not variables, and
-    reading ResNet50's 320 variables eagerly costs ~30 ms."""
+    are read once into ``weights`` (node id -> values, kept until the weights change): a kernel takes tensors,
+    not variables, and reading ResNet50's 320 variables eagerly costs ~30 ms."""
     flat: list[Any] = []
     for step in steps[segment.first : segment.last + 1]:
         if step.kind == "alias":
@@ -128,7 +131,7 @@ def build_kernel(
         grads: dict[Any, Any] = {segment.out_key: dy}
         outputs: list[Any] = []
         signals: list[Any] = []
-        layout: list[tuple[str, list[int], int | None]] = []
+        layout: list[tuple[list[int], int | None]] = []
         by_node: dict[str, tuple[list, list, list]] = {}
         offset = 0
         for step in part:
@@ -149,7 +152,7 @@ def build_kernel(
             xs, ys, ws = by_node[step.node_id]
             dys = [grads.get(k) for k in step.out_keys]
             if all(d is None for d in dys):
-                layout.append((step.node_id, [], None))
+                layout.append(([], None))
                 continue
             dys = [tf.zeros_like(y) if d is None else d for d, y in zip(dys, ys)]
             gx = vjps[step.node_id](list(xs), list(ys), list(ws), dys)
@@ -163,7 +166,7 @@ def build_kernel(
                 grads[k] = g if k not in grads else grads[k] + g
             at += [len(outputs) + j for j in range(len(dys))]
             outputs += dys
-            layout.append((step.node_id, at, len(signals)))
+            layout.append((at, len(signals)))
             signals.append(dys[0])
         kernel.layout = layout
         return [*outputs, stats_rows(signals)]
@@ -175,11 +178,10 @@ def unpack(kernel: SegmentKernel, segment: Segment, steps: Sequence[Step], got: 
     """The kernel's flat outputs as per-node signals, contributions and statistics rows."""
     rows = got[-1].numpy()
     out = SegmentOutput({}, {}, {})
-    part = {s.node_id: s for s in steps[segment.first : segment.last + 1] if s.kind != "alias"}
-    # layout is in reverse step order; node ids of a shared kernel are the representative's, so map by order
-    order = [s.node_id for s in reversed(steps[segment.first : segment.last + 1]) if s.kind != "alias"]
-    for node_id, (_, at, row) in zip(order, kernel.layout):
-        step = part[node_id]
+    # the layout is in reverse step order (a shared kernel was traced on another segment: its positions hold)
+    nodes = [s for s in reversed(steps[segment.first : segment.last + 1]) if s.kind != "alias"]
+    for step, (at, row) in zip(nodes, kernel.layout):
+        node_id = step.node_id
         if row is None:
             out.stats[node_id] = None
             out.contributions[node_id] = []
