@@ -31,6 +31,10 @@ class RuleContext:
     weight_names: list[str]
     _forward: Callable[[Sequence[Any], Sequence[Any]], list[Any]]
     _pack: Callable[[Sequence[Any]], tuple[tuple, dict]] | None = None
+    # ``(weights, dys) -> dxs``: the node's true VJP at its forward inputs, for any weights, without running the
+    # node again (the live path's lowered ops: ``Conv2DBackpropInput`` alone, where a tape over the call runs the
+    # convolution again and walks the tape)
+    _true_vjp: Callable[[list[Any], list[Any]], list[Any]] | None = None
 
     tf = tf
     ops = keras.ops
@@ -74,6 +78,9 @@ class RuleContext:
         weights: dict[str, Any] | None = None,
     ) -> list[Any]:
         """Vector-Jacobian product of the node w.r.t. its inputs, at the given (or forward) inputs/weights."""
+        if inputs is None and self._true_vjp is not None:
+            got = self._true_vjp(self._weights_with(weights), list(grad_outputs))
+            return [tf.zeros_like(x) if g is None else g for g, x in zip(got, self.inputs)]
         # tf.identity: one tensor given twice (self-attention, ``mha(x, x)``) must get one gradient per use,
         # not the sum of both for each (which the engine would then add up again)
         xs = [tf.identity(tf.convert_to_tensor(x)) for x in (self.inputs if inputs is None else inputs)]
@@ -83,6 +90,20 @@ class RuleContext:
                 tape.watch(x)
             ys = self._forward(xs, ws)
         return list(tape.gradient(ys, xs, output_gradients=list(grad_outputs), unconnected_gradients="zero"))
+
+    def at_forward(self, x: Any) -> bool:
+        """Whether ``x`` is the node's one forward input (then ``vjp`` at it needs no ``inputs``)."""
+        return len(self.inputs) == 1 and x is self.inputs[0] and len(self.outputs) == 1
+
+    def has_own(self, weights: dict[str, Any] | None) -> bool:
+        """Whether ``weights`` replace none of the node's weights (the very tensors, or nothing)."""
+        own = self.weights
+        return all(name in own and w is own[name] for name, w in (weights or {}).items())
+
+    @property
+    def vjp_runs_forward(self) -> bool:
+        """Whether ``vjp`` runs the node again (a tape over its call) rather than its VJP alone."""
+        return self._true_vjp is None
 
     def weight_vjp(self, grad_outputs: Sequence[Any]) -> list[Any]:
         """True VJP w.r.t. the weights (what ``weight_gradients`` defaults to)."""

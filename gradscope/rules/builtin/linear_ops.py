@@ -299,6 +299,10 @@ class LinearOp:
     #: the NumPy reference); the log is noise, and this avoids it for MWP. LRP-αβ/z⁺ with a depthwise bias still
     #: trigger it (gone with TF_ENABLE_ONEDNN_OPTS=0).
     branch_free: bool = False
+    #: The rule context of the node ``apply`` runs. At the node's forward input, ``z`` with its own weights is its
+    #: forward output, and the VJP is the node's own where that runs without the forward (the live path's lowered
+    #: ops): no convolution run again and no tape walked (LRP-ε: 5.8x -> 3.6x a plain gradient on ResNet50).
+    node: Any = None
 
     def by_sign(self, x: Any, nonneg_branch: Callable[[], Any], signed_branch: Callable[[], Any]) -> Any:
         """``signed_branch()``, or ``nonneg_branch()`` when every x >= 0 (both must agree there)."""
@@ -316,6 +320,12 @@ class LinearOp:
 
     def forward_vjp(self, x: Any, weights: Weights) -> tuple[Any, Callable[[Any], Any]]:
         """``z = f(x; weights)`` and ``s -> VJP_f(weights, s)`` from one tape (one forward pass)."""
+        node = self.node
+        if node is not None and node.at_forward(x):
+            if node.has_own(weights):
+                return node.outputs[0], lambda s: node.vjp([s])[0]
+            if not node.vjp_runs_forward:
+                return self.apply(x, weights), lambda s: node.vjp([s], weights=weights)[0]
         x = tf.convert_to_tensor(x)
         with tf.GradientTape(watch_accessed_variables=False) as tape:
             tape.watch(x)
@@ -371,12 +381,13 @@ def layer_op(ctx: Any) -> LinearOp:
         return ctx.forward([x], weights=w)[0]
 
     bias = weights.get(bias_name) if bias_name else None
-    return LinearOp(apply, kernels, bias_name, bias, branch_free=ctx.node.op_type.startswith("DepthwiseConv"))
+    depthwise = ctx.node.op_type.startswith("DepthwiseConv")
+    return LinearOp(apply, kernels, bias_name, bias, branch_free=depthwise, node=ctx)
 
 
 def pool_op(ctx: Any) -> LinearOp:
     """An average pool as a ``LinearOp`` with fixed positive weights (no kernels to modify)."""
-    return LinearOp(lambda x, w: ctx.forward([x])[0], {}, positive=True)
+    return LinearOp(lambda x, w: ctx.forward([x])[0], {}, positive=True, node=ctx)
 
 
 def separable_ops(ctx: Any) -> tuple[LinearOp, LinearOp, Any]:
@@ -432,7 +443,8 @@ def redistribute_sum(ctx: Any, g: Any, divide: Callable, modifier: Callable[[Any
         xs = [modifier(x) for x in xs]
     if all(x.shape.is_fully_defined() and x.shape == g.shape for x in xs):
         # nothing broadcast: the sum's VJP hands s to every input unchanged (no tape to walk)
-        s = divide(g, ctx.forward(xs)[0])
+        z = ctx.outputs[0] if modifier is None and len(ctx.outputs) == 1 else ctx.forward(xs)[0]  # the forward's sum
+        s = divide(g, z)
         return [x * s for x in xs]
     with tf.GradientTape(watch_accessed_variables=False) as tape:
         for x in xs:

@@ -121,7 +121,7 @@ class _LRPRule(Rule):
             return redistribute_sum(ctx, g, _signeps(self.norm_eps()))
         if kind == "batchnorm":
             # A diagonal affine layer y = a·x + c under the ε rule, shift included like a bias.
-            affine = LinearOp(lambda x, w: ctx.forward([x])[0], {})
+            affine = LinearOp(lambda x, w: ctx.forward([x])[0], {}, node=ctx)
             return [redistribute(affine, g, [(ctx.inputs[0], {})], _signeps(self.batchnorm_eps()))]
         if kind == "gate":
             return pass_to_gated(ctx, grad_outputs)

@@ -90,6 +90,15 @@ def test_neuron_and_channel_targets_live(residual_engine):
         )
 
 
+def test_switching_targets_on_one_input_follows_the_target(residual_engine):
+    """The target's seed is kept per input and target: switching class and back gives each class's gradient."""
+    engine, x = residual_engine
+    plan = Plan().with_entry("branch_a", "scale", {"factor": 2.0})
+    for target in (Target(index=0), Target(index=2), Target(index=0), Target(kind="channel", node="add", channel=1)):
+        live = engine.backward(x, target, plan, capture=["stem:pre"], mode="live")
+        assert_same(live, engine.backward(x, target, plan, capture=["stem:pre"], mode="compiled"), ["stem:pre"])
+
+
 def test_a_one_node_edit_recomputes_only_that_node_and_the_nodes_below():
     model = FIXTURES["residual"]()
     engine, x = Engine(model), sample_input(model, 2, seed=3)

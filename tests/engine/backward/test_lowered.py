@@ -143,3 +143,34 @@ def test_the_live_identity_plan_equals_the_tape_gradient_on_a_lowered_resnet_blo
     fwd = engine.live._forward
     assert all(isinstance(v, _LoweredVJP) for v in fwd.tapes.values()), fwd.tapes
     np.testing.assert_allclose(result.input_grad, tape_input_gradient(model, x, 1), rtol=1e-5, atol=1e-7)
+
+
+WEIGHTED = ["conv same, bias, fused relu", "conv valid, strided, no bias", "batch norm", "dense on a 4-d input"]
+
+
+@pytest.mark.parametrize("case", WEIGHTED)
+def test_a_lowered_vjp_holds_for_other_weights_at_the_forward_inputs(case):
+    """What ``RuleContext.vjp(weights=...)`` relies on: at the forward inputs, the lowered VJP with modified
+    weights (``W+``, a dropped bias) is the tape gradient of the call with those weights."""
+    engine, fwd = _forward(_model(LOWERED[case]))
+    rng = np.random.default_rng(4)
+    checked = 0
+    for step in engine.exec.steps:
+        call = fwd.calls.get(step.node_id)
+        if step.kind == "alias" or call is None or call.lowered is None or not call.variables:
+            continue
+        ws = [
+            tf.maximum(w, 0.0) if w.shape.rank > 1 else tf.constant(rng.uniform(0.5, 2, w.shape), w.dtype)
+            for w in map(tf.convert_to_tensor, call.weights())
+        ]
+        xs = [tf.identity(x) for x in call.xs]
+        with tf.GradientTape() as tape:
+            tape.watch(xs)
+            ys = call.forward(xs, ws)
+        dys = [tf.constant(rng.normal(size=y.shape).astype("float32")) for y in ys]
+        expected = tape.gradient(ys, xs, output_gradients=dys)
+        got = call.lowered.vjp(call.xs, [fwd.values[k] for k in step.out_keys], ws, dys)
+        for g, e in zip(got, expected):
+            np.testing.assert_allclose(g.numpy(), e.numpy(), rtol=1e-5, atol=1e-6, err_msg=step.node_id)
+        checked += 1
+    assert checked >= 1
