@@ -3,7 +3,8 @@
     .venv/bin/python benchmarks/bench_engine.py                 # ResNet50 + MobileNetV2, batch 1 and 8, 224x224
     .venv/bin/python benchmarks/bench_engine.py --quick         # MobileNetV2 only, 96x96, batch 1 and 2 (a smoke run)
     .venv/bin/python benchmarks/bench_engine.py --latency       # click -> result for never-seen plans, ResNet50 b1,
-                                                                # 5 fresh processes (--processes N): median, range
+                                                                # 5 fresh processes (--processes N): median, range;
+                                                                # with TensorFlow's own first gradient (the floor)
     .venv/bin/python benchmarks/bench_engine.py --memory 500    # RSS over 500 plan edits (live + background compile)
 
 Prints a table of median seconds (after warm-up) and the ratio to the plain gradient of the same model and
@@ -239,22 +240,57 @@ def bench_latency(name: str, ctor, size: int, repeats: int, rounds: int = 3) -> 
     return rows
 
 
-def latency_over_processes(processes: int, repeats: int) -> list[dict]:
-    """``bench_latency`` in ``processes`` fresh processes (a first result is a process's first: only a new process
-    shows it), each case as the median of its ratios with their range."""
+def bench_floor(name: str, ctor, size: int, repeats: int) -> list[dict]:
+    """What TensorFlow itself takes for a process's first gradient, with no gradscope code: the floor under "first
+    result after opening". Run in a fresh process of its own (the eager rows must be its first ops): the plain
+    eager ``tape.gradient`` of the Keras call, first and second, then the compiled gradient's trace and first
+    call, as ratios to that compiled gradient's steady time (measured last, in the same process)."""
+    keras.utils.set_random_seed(0)
+    model = ctor(weights=None, input_shape=(size, size, 3))
+    x = tf.convert_to_tensor(np.random.default_rng(0).uniform(0, 1, (1, size, size, 3)).astype("float32"))
+
+    grad = plain_gradient_fn(model, 3)
+    times = {}
+    for case in ("plain eager GradientTape gradient, the process's first", "plain eager GradientTape gradient, second"):
+        t0 = time.perf_counter()
+        grad.python_function(x).numpy()  # the same gradient, run eagerly
+        times[case] = time.perf_counter() - t0
+    t0 = time.perf_counter()
+    grad.get_concrete_function(x)
+    times["compiled plain gradient: its trace"] = time.perf_counter() - t0
+    t0 = time.perf_counter()
+    grad(x).numpy()
+    times["compiled plain gradient: its first call after the trace"] = time.perf_counter() - t0
+    base = median_time(lambda: grad(x).numpy(), repeats)
+    rows = []
+    for case, t in times.items():
+        rows.append({"model": name, "batch": 1, "case": f"floor: {case}", "seconds": t, "ratio": t / base})
+        print(f"{name:<12} b1   floor: {case:<60} {t * 1000:9.1f} ms  {t / base:5.2f}x", flush=True)
+    return rows
+
+
+def over_processes(processes: int, commands: Callable[[Path], list[list[str]]]) -> list[dict]:
+    """Run ``commands(out)`` (each writes its rows to the JSON file ``out``) in fresh processes, ``processes``
+    times: a first result is a process's first, so only a new process shows it. Each (model, case) row comes
+    back as the median of its ratios (and seconds) with their range."""
     runs: list[list[dict]] = []
     with tempfile.TemporaryDirectory() as tmp:
+        out = Path(tmp) / "rows.json"
         for i in range(processes):
-            out = Path(tmp) / f"{i}.json"
             print(f"--- process {i + 1} of {processes}", flush=True)
-            cmd = [sys.executable, __file__, "--latency", "--repeats", str(repeats), "--rows-to", str(out)]
-            subprocess.run(cmd, check=True)
-            runs.append(json.loads(out.read_text()))
+            rows: list[dict] = []
+            for cmd in commands(out):
+                subprocess.run(cmd, check=True)
+                rows += [r for r in json.loads(out.read_text()) if r not in rows]
+            runs.append(rows)
     rows = []
     print(f"\n{'case':<84} {'median':>7} {'range':>13}  ({processes} processes)")
     for first in runs[0]:
-        same = [r for run in runs for r in run if r["case"] == first["case"]]
-        ratios = [r["ratio"] for r in same]
+        same = [r for run in runs for r in run if (r["model"], r["case"]) == (first["model"], first["case"])]
+        ratios = [r["ratio"] for r in same if r["ratio"] is not None]
+        if not ratios:  # a row without a ratio (a note): the first process's
+            rows.append(first)
+            continue
         row = {
             **first,
             "seconds": statistics.median(r["seconds"] for r in same),
@@ -263,8 +299,16 @@ def latency_over_processes(processes: int, repeats: int) -> list[dict]:
             "ratio_max": max(ratios),
         }
         rows.append(row)
-        print(f"{first['case']:<84} {row['ratio']:6.2f}x {min(ratios):5.2f}-{max(ratios):5.2f}x")
+        label = f"{first['model']}: {first['case']}"
+        print(f"{label:<84} {row['ratio']:6.2f}x {min(ratios):5.2f}-{max(ratios):5.2f}x")
     return rows
+
+
+def latency_over_processes(processes: int, repeats: int) -> list[dict]:
+    """``bench_latency`` and ``bench_floor`` (TensorFlow's own first gradient: a process of its own) in fresh
+    processes."""
+    base = [sys.executable, __file__, "--latency", "--repeats", str(repeats), "--rows-to"]
+    return over_processes(processes, lambda out: [[*base, str(out)], [*base, str(out), "--floor"]])
 
 
 def _rss_mb() -> float:
@@ -335,6 +379,7 @@ def main() -> None:
     parser.add_argument("--latency", action="store_true", help="only the click -> result rows (ResNet50 b1)")
     parser.add_argument("--processes", type=int, default=5, help="--latency: fresh processes (median, range)")
     parser.add_argument("--rows-to", help=argparse.SUPPRESS)
+    parser.add_argument("--floor", action="store_true", help=argparse.SUPPRESS)  # with --rows-to: bench_floor
     parser.add_argument("--memory", type=int, metavar="EDITS", help="only RSS over EDITS plan edits (demo model)")
     parser.add_argument("--layout", action="store_true", help="only the graph layout rows (200 to 5,000 nodes)")
     args = parser.parse_args()
@@ -346,7 +391,8 @@ def main() -> None:
         return
     if args.latency:
         if args.rows_to:  # one of --processes' children
-            rows = bench_latency("ResNet50", keras.applications.ResNet50, 224, args.repeats)
+            bench = bench_floor if args.floor else bench_latency
+            rows = bench("ResNet50", keras.applications.ResNet50, 224, args.repeats)
             Path(args.rows_to).write_text(json.dumps(rows))
             return
         rows = latency_over_processes(args.processes, args.repeats)

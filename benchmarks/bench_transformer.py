@@ -1,6 +1,7 @@
 """Transformers against a compiled plain tf.GradientTape gradient, measured side by side in one run (issue 23).
 
     .venv/bin/python benchmarks/bench_transformer.py                    # BERT-base-shaped encoder + ViT-B/16
+    .venv/bin/python benchmarks/bench_transformer.py --processes 5      # the same in 5 fresh processes: median, range
     .venv/bin/python benchmarks/bench_transformer.py --layers 2         # the same shapes, 2 blocks (a smoke run)
     .venv/bin/python benchmarks/bench_transformer.py --memory 200       # + RSS over 200 one-node edits
     .venv/bin/python benchmarks/bench_transformer.py --save DIR         # also save the models (for bench_gui.py)
@@ -42,7 +43,7 @@ from gradscope.rules.methods import build_method  # noqa: E402
 from gradscope.rules.plan import Plan  # noqa: E402
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from bench_engine import median_time  # noqa: E402
+from bench_engine import median_time, over_processes  # noqa: E402
 
 RESULTS = Path(__file__).resolve().parent / "results"
 
@@ -165,17 +166,18 @@ def bench(name: str, model: keras.Model, x: Any, start: str | None, repeats: int
         t0 = time.perf_counter()
         r = engine.backward(x, Target(index=1), plan, capture="all")
         record(f"never-seen preset: {preset}", time.perf_counter() - t0, f"{r.meta['mode']}, {len(r.rules)} rules")
-    engine.backward(x, Target(index=1), Plan(), capture="all")
-    middle = [n.id for n in engine.graph.nodes if n.op_type == "Dense"][len(engine.graph.nodes) // 40 or 1]
-    for factor in (2.0, 3.0):
-        plan = Plan().with_entry(middle, "scale", {"factor": factor})
-        t0 = time.perf_counter()
-        r = engine.backward(x, Target(index=1), plan, capture="all")
-        record(
-            f"one-node edit: scale={factor} on {middle}",
-            time.perf_counter() - t0,
-            f"{r.meta.get('recomputed_nodes', '?')} nodes",
-        )
+    engine.backward(x, Target(index=1), Plan(), capture="all", mode="live")  # the live path's memo: the opened plan
+    denses = [n.id for n in engine.graph.nodes if n.op_type == "Dense"]
+    picks = {"early": denses[len(denses) // 8], "middle": denses[len(denses) // 2], "late": denses[-2]}
+    for where, node in picks.items():
+        for factor in (2.0, 3.0):  # a never-seen rule kernel, then the same node again with a new factor
+            plan = Plan().with_entry(node, "scale", {"factor": factor})
+            t0 = time.perf_counter()
+            r = engine.backward(x, Target(index=1), plan, capture="all")
+            nodes = f"{r.meta.get('recomputed_nodes', '?')} nodes ({r.meta.get('compiled_nodes', '?')} in kernels)"
+            record(f"one-node edit, {where}: scale={factor} on {node}", time.perf_counter() - t0, nodes)
+            engine.backward(x, Target(index=1), Plan(), capture="all", mode="live")  # back to the opened plan
+    middle = picks["middle"]
     if edits:
         before = rss_mb()
         marks = []
@@ -195,7 +197,14 @@ def main() -> None:
     parser.add_argument("--memory", type=int, default=0, metavar="EDITS", help="RSS over this many edits")
     parser.add_argument("--only", choices=("encoder", "vit", "hub_bert"), help="one model (hub_bert: keras_hub's)")
     parser.add_argument("--save", metavar="DIR", help="also save the models as .keras (for bench_gui.py)")
+    parser.add_argument("--processes", type=int, default=1, help="fresh processes (median, range); 5 for the figures")
+    parser.add_argument("--rows-to", help=argparse.SUPPRESS)  # one of --processes' children
     args = parser.parse_args()
+    if args.processes > 1 and not args.rows_to:
+        child = [sys.executable, __file__, "--layers", str(args.layers), "--repeats", str(args.repeats)]
+        child += ["--memory", str(args.memory)] + (["--only", args.only] if args.only else [])
+        write(over_processes(args.processes, lambda out: [[*child, "--rows-to", str(out)]]), args)
+        return
     keras.utils.set_random_seed(0)
     rows: list[dict] = []
     if args.only in (None, "encoder"):
@@ -215,8 +224,16 @@ def main() -> None:
         rows += bench(model.name, model, image, None, args.repeats, args.memory)
         if args.save:
             model.save(Path(args.save) / f"{model.name}.keras")
+    if args.rows_to:
+        Path(args.rows_to).write_text(json.dumps(rows))
+        return
+    write(rows, args)
+
+
+def write(rows: list[dict], args: argparse.Namespace) -> None:
     RESULTS.mkdir(exist_ok=True)
     meta = {"machine": platform.platform(), "cpus": os.cpu_count(), "layers": args.layers, "tf": tf.__version__}
+    meta["processes"] = args.processes
     # the default run (12 blocks, both models) is the headline; other runs get their own files
     stem = (
         "transformer" + (f"_{args.layers}blocks" if args.layers != 12 else "") + (f"_{args.only}" if args.only else "")
@@ -224,7 +241,7 @@ def main() -> None:
     stem += f"_memory{args.memory}" if args.memory else ""
     (RESULTS / f"{stem}.json").write_text(json.dumps({"meta": meta, "rows": rows}, indent=2) + "\n")
     with (RESULTS / f"{stem}.csv").open("w", newline="") as f:
-        writer = csv.DictWriter(f, fieldnames=list(rows[0]))
+        writer = csv.DictWriter(f, fieldnames=list(dict.fromkeys(k for r in rows for k in r)))
         writer.writeheader()
         writer.writerows(rows)
 
