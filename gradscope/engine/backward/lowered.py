@@ -27,8 +27,8 @@ Tensors = Sequence[Any]
 class Lowered:
     """A layer call as ``forward(xs, ws) -> ys`` and ``vjp(xs, ys, ws, dys) -> dxs`` (one per x), ``ws`` the
     values of the layer's variables in ``layer.variables`` order (a rule may pass other weights: ``W+``, or
-    None for a bias it drops). ``vjp`` reads ``ys`` only for layers without weights (ReLU, max pool) and no
-    bias, so at the forward ``xs`` and ``ys`` it is the true VJP for any ``ws`` (``RuleContext.vjp``)."""
+    None for a bias it drops). ``vjp`` reads ``ys`` only for layers without weights (ReLU, max pool) and never
+    reads a bias, so at the forward ``xs`` and ``ys`` it is the true VJP for any ``ws`` (``RuleContext.vjp``)."""
 
     forward: Callable[[Tensors, Tensors], list[Any]]
     vjp: Callable[[Tensors, Tensors, Tensors, Tensors], list[Any]]
