@@ -1,16 +1,21 @@
 """What a rule sees of its node: the node's own forward output and true VJP are reused, not recomputed, where
 that is exact (``RuleContext.at_forward``/``has_own``, ``LinearOp.forward_vjp``), and give what a tape over
-the node's call gives."""
+the node's call gives; on a text model with an Embedding and on keras_hub's GPT-2 the live presets that use
+them equal the whole compiled plan (the CNN fixtures: ``test_live.py``)."""
 
 from __future__ import annotations
 
 from types import SimpleNamespace
 
 import numpy as np
+import pytest
 
 from gradscope.backend import keras, tf
+from gradscope.core.targets import Target
 from gradscope.engine.backward.context import RuleContext
+from gradscope.engine.backward.runner import Engine
 from gradscope.rules.builtin.linear_ops import LinearOp, layer_op
+from gradscope.rules.methods import build_method
 
 
 def _dense_context(true_vjp: bool) -> tuple[RuleContext, keras.layers.Dense]:
@@ -68,3 +73,30 @@ def test_other_weights_or_another_input_run_the_node_and_match_the_tape():
     z2, vjp2 = op.forward_vjp(other, op.weights(op.kernels, op.bias))
     np.testing.assert_allclose(z2.numpy(), 2.0 * ctx.outputs[0].numpy() - op.bias.numpy(), rtol=1e-5, atol=1e-6)
     np.testing.assert_allclose(vjp2(dy).numpy(), _tape_vjp(ctx, {}, dy), rtol=1e-6)
+
+
+def _live_and_compiled(engine, xs, target, preset) -> None:
+    from tests.engine.backward.test_live import assert_same
+
+    plan = build_method(preset, engine.graph).plan
+    live = engine.backward(xs, target, plan, capture="all", mode="live")
+    assert_same(live, engine.backward(xs, target, plan, capture="all", mode="compiled"), engine.stat_nodes)
+
+
+@pytest.mark.parametrize("preset", ["lrp_epsilon", "mwp", "attnlrp"])
+def test_layer_wise_presets_live_equal_the_whole_plan_on_a_text_model_with_an_embedding(preset):
+    """Lowered Dense layers on (batch, tokens, width): the reused forward output and lowered VJP (W+ for MWP)."""
+    from tests.engine.backward.test_segments import text_blocks
+
+    engine = Engine(text_blocks())
+    ids = np.random.default_rng(2).integers(0, 40, (2, 10))
+    _live_and_compiled(engine, ids, Target(index=1), preset)
+
+
+def test_attnlrp_live_equals_the_whole_plan_on_keras_hub_gpt2():
+    pytest.importorskip("keras_hub")
+    from tests.engine.backward.language_models import feed, tiny_causal_lm
+
+    engine = Engine(tiny_causal_lm("gpt2"))
+    inputs = feed([5, 17, 3, 9, 12, 1, 7, 2])
+    _live_and_compiled(engine, [inputs[i] for i in engine.graph.input_ids], Target(kind="token", index=11), "attnlrp")
