@@ -242,13 +242,12 @@ def bench_latency(name: str, ctor, size: int, repeats: int, rounds: int = 3) -> 
 
 def bench_floor(name: str, ctor, size: int, repeats: int) -> list[dict]:
     """What TensorFlow itself takes for a process's first gradient, with no gradscope code: the floor under "first
-    result after opening". Run in a fresh process of its own (the eager rows must be its first ops): the plain
-    eager ``tape.gradient`` of the Keras call, first and second, then the compiled gradient's trace and first
+    result after opening". Run in a fresh process of its own (the eager rows must be its first ops): the
+    baseline's own gradient (``plain_gradient_fn``) run eagerly, first and second, then its trace and first
     call, as ratios to that compiled gradient's steady time (measured last, in the same process)."""
     keras.utils.set_random_seed(0)
     model = ctor(weights=None, input_shape=(size, size, 3))
     x = tf.convert_to_tensor(np.random.default_rng(0).uniform(0, 1, (1, size, size, 3)).astype("float32"))
-
     grad = plain_gradient_fn(model, 3)
     times = {}
     for case in ("plain eager GradientTape gradient, the process's first", "plain eager GradientTape gradient, second"):
@@ -279,18 +278,15 @@ def over_processes(processes: int, commands: Callable[[Path], list[list[str]]]) 
         for i in range(processes):
             print(f"--- process {i + 1} of {processes}", flush=True)
             rows: list[dict] = []
-            for cmd in commands(out):
+            for cmd in commands(out):  # each command rewrites ``out`` with its own rows
                 subprocess.run(cmd, check=True)
-                rows += [r for r in json.loads(out.read_text()) if r not in rows]
+                rows += json.loads(out.read_text())
             runs.append(rows)
     rows = []
     print(f"\n{'case':<84} {'median':>7} {'range':>13}  ({processes} processes)")
     for first in runs[0]:
         same = [r for run in runs for r in run if (r["model"], r["case"]) == (first["model"], first["case"])]
-        ratios = [r["ratio"] for r in same if r["ratio"] is not None]
-        if not ratios:  # a row without a ratio (a note): the first process's
-            rows.append(first)
-            continue
+        ratios = [r["ratio"] for r in same]
         row = {
             **first,
             "seconds": statistics.median(r["seconds"] for r in same),

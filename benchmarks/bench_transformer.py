@@ -233,7 +233,7 @@ def main() -> None:
 def write(rows: list[dict], args: argparse.Namespace) -> None:
     RESULTS.mkdir(exist_ok=True)
     meta = {"machine": platform.platform(), "cpus": os.cpu_count(), "layers": args.layers, "tf": tf.__version__}
-    meta["processes"] = args.processes
+    meta |= {"processes": args.processes}
     # the default run (12 blocks, both models) is the headline; other runs get their own files
     stem = (
         "transformer" + (f"_{args.layers}blocks" if args.layers != 12 else "") + (f"_{args.only}" if args.only else "")
