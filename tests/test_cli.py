@@ -201,3 +201,21 @@ def test_gui_takes_the_window_options(monkeypatch):
     assert main(["gui", "--size", "1024x640", "--screenshot", "x.png"]) == 0
     assert main(["--debug", "gui", "m.keras", "--no-demo"]) == 0
     assert seen == [["--size", "1024x640", "--screenshot", "x.png"], ["m.keras", "--no-demo"]]
+
+
+def test_ctrl_c_inside_a_c_function_is_an_interrupt_not_an_internal_error(monkeypatch, capsys):
+    """Python turns a Ctrl-C that lands in a C function returning a value into a SystemError caused by it."""
+    import gradscope.rules.methods as methods
+
+    def interrupted_in_c():
+        try:
+            raise KeyboardInterrupt
+        except KeyboardInterrupt as exc:
+            raise SystemError("<built-in method __array__> returned a result with an exception set") from exc
+
+    monkeypatch.setattr(methods, "available_methods", interrupted_in_c)
+    assert main(["methods"]) == 130
+    err = capsys.readouterr().err
+    assert "interrupted" in err and "internal error" not in err
+    monkeypatch.setattr(methods, "available_methods", lambda: (_ for _ in ()).throw(SystemError("a real bug")))
+    assert main(["methods"]) == 3 and "internal error" in capsys.readouterr().err

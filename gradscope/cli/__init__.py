@@ -16,7 +16,7 @@ from typing import Any
 from gradscope.cli import diagnose, evaluate, explain, flow, graph, methods, rules, sanity, snippet, train_report
 from gradscope.cli.common import info
 from gradscope.cli.interrupt import exit_on_interrupt_in_native_code
-from gradscope.core.errors import EXIT_BUG, EXIT_USER_ERROR, GradscopeError
+from gradscope.core.errors import EXIT_BUG, EXIT_USER_ERROR, GradscopeError, is_interrupt
 
 __all__ = ["EXIT_BUG", "EXIT_USER_ERROR", "build_parser", "main"]
 
@@ -108,6 +108,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         print("gradscope: interrupted", file=sys.stderr)
         return 130
     except Exception as exc:  # a bug: say so plainly, traceback only on request
+        if is_interrupt(exc):  # Ctrl-C inside a C function that returned a value: still an interrupt
+            print("gradscope: interrupted", file=sys.stderr)
+            return 130
         if args.debug:
             raise
         print(

@@ -9,6 +9,20 @@ EXIT_USER_ERROR = 2  # every front end's exit status for a user error (bad input
 EXIT_BUG = 3  # an exception gradscope did not raise on purpose
 
 
+def is_interrupt(exc: BaseException) -> bool:
+    """Whether ``exc`` is a Ctrl-C: a KeyboardInterrupt, or the SystemError Python raises when the interrupt
+    lands inside a C function that then returns a value (numpy's ``__array__``: "returned a result with an
+    exception set", the KeyboardInterrupt as its cause)."""
+    seen = 0
+    while exc is not None and seen < 8:
+        if isinstance(exc, KeyboardInterrupt):
+            return True
+        if not isinstance(exc, SystemError):
+            return False
+        exc, seen = exc.__cause__ or exc.__context__, seen + 1
+    return False
+
+
 class GradscopeError(Exception):
     """Base of every error gradscope raises on purpose."""
 

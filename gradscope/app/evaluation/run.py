@@ -35,7 +35,7 @@ from gradscope.app.evaluation.scoring import (
     OtherEvaluationError,
     eval_methods,
 )
-from gradscope.core.errors import Cancelled
+from gradscope.core.errors import Cancelled, is_interrupt
 from gradscope.core.files import write_text_atomic
 from gradscope.core.json_text import read_json_file
 
@@ -110,7 +110,9 @@ def _run_batches(engine, source, settings, out, keys, methods, progress, should_
                 write_text_atomic(batch_path(out, index), json.dumps(doc))
                 state.computed += 1
                 clock.add(len(chunks[index]))
-        except (KeyboardInterrupt, Cancelled):
+        except (KeyboardInterrupt, SystemError, Cancelled) as exc:
+            if not isinstance(exc, Cancelled) and not is_interrupt(exc):
+                raise
             state.stopped = True
             if pending is not None:
                 pending.cancel()

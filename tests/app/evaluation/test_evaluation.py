@@ -137,6 +137,31 @@ def test_a_stopped_run_resumes_to_the_results_of_an_uninterrupted_one(engine, sh
     assert state.resumed == 0 and state.computed == 3
 
 
+def test_ctrl_c_inside_a_c_function_stops_the_run_as_an_interrupt(engine, shapes, tmp_path):
+    """A Ctrl-C landing in numpy's ``__array__`` reaches Python as a SystemError caused by KeyboardInterrupt (seen
+    in CI: the CLI said "internal error"); it stops the run like any Ctrl-C, and a real SystemError does not."""
+    images, _, masks = shapes
+    source = ArraySamples(images[:8], masks[:8])
+    settings = EvalSettings(methods=["gradient"], metrics=["pointing"], batch=4, tolerance=TOL, steps=5)
+
+    def interrupted_in_c(done: int, total: int, left: float) -> None:
+        if done:
+            try:
+                raise KeyboardInterrupt
+            except KeyboardInterrupt as exc:
+                raise SystemError("<built-in method __array__> returned a result with an exception set") from exc
+
+    state, part = run_evaluation(engine, source, settings, tmp_path / "a", progress=interrupted_in_c)
+    assert state.stopped and state.computed == 1 and part.images == 4 and not part.complete
+
+    def broken(done: int, total: int, left: float) -> None:
+        if done:
+            raise SystemError("a real bug")
+
+    with pytest.raises(SystemError, match="a real bug"):
+        run_evaluation(engine, source, settings, tmp_path / "b", progress=broken)
+
+
 def test_a_plan_scores_as_the_preset_whose_rules_it_holds(engine, shapes, tmp_path):
     from gradscope.rules.methods import build_method
 
