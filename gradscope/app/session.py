@@ -37,7 +37,15 @@ from gradscope.app.models.viewing import Viewing
 from gradscope.app.rendering.comparison import Comparison
 from gradscope.app.rendering.positions import position_images
 from gradscope.app.rendering.view import OverlayImages, ViewSettings, overlay_images
-from gradscope.app.work.running import RunOutput, generation_job, run_job, run_status, sampling_of
+from gradscope.app.work.running import (
+    PREPARED_PRESETS,
+    RunOutput,
+    background_job,
+    generation_job,
+    run_job,
+    run_status,
+    sampling_of,
+)
 from gradscope.core.errors import GradscopeError
 from gradscope.core.graph import LayerGraph
 from gradscope.core.results import BackwardResult
@@ -51,6 +59,7 @@ class Session:
     def __init__(self, executor: Any = None, *, auto_run: bool = True) -> None:
         self.auto_run = auto_run
         self.background_compile = True  # compile a live-answered plan after it is shown (see _on_run)
+        self.prepared_presets = PREPARED_PRESETS  # presets whose kernels that background step compiles next
         self.feedback = Feedback()
         self.jobs = Jobs(executor, self.feedback)
         self.document = ModelDocument(self.jobs, self._on_model_ready)
@@ -257,14 +266,8 @@ class Session:
                 "materialize", "", lambda token: [m.materialize() for m in lazy], lambda _: None, quiet=True
             )
         if out.result.meta.get("mode") == "live" and self.background_compile:
-            # compile the plan's kernels and the whole plan, so the next edit and the next image are fast; a
-            # newer run cancels it (between nodes); it never changes what is shown
-            engine, x, target, plan = self.document.engine, self.inputs, self.target, out.plan
-
-            def compile_plan(token: Any) -> bool:
-                return engine.compile(x, target, plan, should_stop=lambda: token.cancelled)
-
-            self.jobs.submit("compile", "", compile_plan, lambda _done: None, quiet=True)
+            job = background_job(self.document.engine, self.inputs, self.target, out.plan, self.prepared_presets)
+            self.jobs.submit("compile", "", job, lambda _done: None, quiet=True)
 
     def cancel(self, *, grace: float = 2.0) -> None:
         """Drop whatever is running or queued. The view keeps the last finished result, and the plan goes back

@@ -8,14 +8,15 @@ import json
 import numpy as np
 
 from gradscope.app.session import Session
+from gradscope.rules.methods import build_method
 from gradscope.rules.plan import Plan
 from tests.app.test_session import ManualExecutor
 from tests.engine.fixtures import tiny_cnn
 
 
-def _session() -> Session:
+def _session(model=None) -> Session:
     s = Session(ManualExecutor())
-    s.set_model(tiny_cnn())
+    s.set_model(model or tiny_cnn())
     s.jobs.executor.run_all()
     s.fed.set_image(np.full((12, 12, 3), 90, np.uint8))
     s.jobs.executor.run_all()
@@ -62,3 +63,21 @@ def test_a_live_answer_is_compiled_in_the_background_and_a_new_edit_cancels_that
     s.jobs.executor.run_all()
     assert s.result.meta["mode"] == "live" and s.results.plan == s.plan
     assert engine.is_compiled(s.plan, s.target)  # the newest plan was compiled after its live answer
+
+
+def test_the_background_step_then_prepares_the_presets_block_kernels():
+    from tests.engine.backward.test_segments import blocks_cnn
+
+    s = _session(blocks_cnn())
+    s.prepared_presets = ("guided_backprop", "lrp_epsilon")
+    engine = s.document.engine
+    s.editor.add_rule("b1_conv1", "scale", {"factor": 2.0})
+    s.jobs.executor.run_all()  # the run, then the background step
+    assert engine.is_compiled(s.plan, s.target)
+    for name in s.prepared_presets:
+        plan = build_method(name, engine.graph).plan
+        assert engine.live._in_block_kernels({n: r.rule for n, r in plan.resolve(engine.graph).rules.items()})
+        assert engine.prepare(plan, s.target) == 0  # nothing left to compile
+    s.editor.set_plan(build_method("guided_backprop", engine.graph).plan)
+    s.jobs.executor.run_all()
+    assert s.result.meta["mode"] == "live" and s.result.meta["compiled_nodes"] > 0

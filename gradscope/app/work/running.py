@@ -91,6 +91,43 @@ def sampling_of(method: str | None, graph: Any) -> tuple[str, dict[str, Any]] | 
     return (m.sampling, dict(m.options)) if m.sampling else None
 
 
+# Presets the idle background step prepares (``background_job``), in this order: a transformer's first, then a
+# CNN's. Each costs seconds of tracing once per model and input shape; a preset that changes nothing here is skipped.
+PREPARED_PRESETS = ("attnlrp", "cp_lrp", "guided_backprop", "lrp_epsilon", "mwp")
+
+
+def background_job(
+    engine: Any, x: Any, target: Any, plan: Plan, presets: tuple[str, ...] = PREPARED_PRESETS
+) -> Callable[[Any], int]:
+    """The job the Session runs once a live answer is shown: compile that plan (its kernels and the whole plan,
+    so the next edit and the next image are fast), then ``prepare_presets``. A newer run cancels it (between
+    nodes); it never changes what is shown. Returns how many presets it prepared."""
+
+    def job(token: Any) -> int:
+        engine.compile(x, target, plan, should_stop=lambda: token.cancelled)
+        return prepare_presets(engine, target, presets, token)
+
+    return job
+
+
+def prepare_presets(engine: Any, target: Any, presets: tuple[str, ...], token: Any) -> int:
+    """Compile the block kernels of each of ``presets`` that changes this model (``Engine.prepare``), so a preset
+    picked for the first time answers at block-kernel speed. Returns how many it prepared."""
+    from gradscope.rules.methods import build_method
+
+    prepared = 0
+    for name in presets:
+        try:
+            method = build_method(name, engine.graph)
+        except Exception:  # noqa: BLE001 - a preset that does not fit this model is not prepared
+            continue
+        if method.changed and not method.warnings and method.sampling is None:
+            token.check()
+            engine.prepare(method.plan, target, should_stop=lambda: token.cancelled)
+            prepared += 1
+    return prepared
+
+
 def generation_job(engine: Any, fed: Any, steps: int, plan: Plan, vocab: Any) -> Callable[[Any], tuple]:
     """The job ``fn(token) -> (Generation, labels)``: ``steps`` tokens decoded greedily after the typed prompt and
     each attributed under ``plan`` (``engine.backward.generation``), progress in the busy label."""

@@ -13,8 +13,9 @@ plan costs 3-8 s, and running the engine eagerly 2 s. An edit changes one node, 
    compiled *kernel*, shared by every node with the same layer config, shapes and rule, or eagerly while that
    kernel is not compiled yet. ``LiveBackward.warm`` compiles the missing kernels of a plan; the Session does
    it in the background and a newer edit cancels it;
-5. runs a rule-free run of nodes with one exit tensor as one compiled *block kernel* once ``warm`` traced it
-   (``engine.backward.segments``: a full ResNet50 sweep 1.05-1.2x a plain gradient instead of 1.6-1.7x).
+5. runs a run of nodes with one exit tensor as one compiled *block kernel* once ``warm`` traced it for the
+   rules it holds (``engine.backward.segments``: a full ResNet50 sweep 1.05-1.2x a plain gradient instead of
+   1.6-1.7x; the MWP preset 1.4x instead of 2.5x with per-node kernels).
    Statistics of eagerly run nodes are computed by NumPy on the signal's memory (``stats.stats_row``).
 
 The sweep gives what one ``tape.gradient`` of the rule-wrapped model gives (tests check 1e-6 for every
@@ -217,7 +218,7 @@ class LiveBackward:
         self._signatures: dict[str, Any] = {}  # node id -> _layer_signature (a config never changes)
         self._segments: dict[int, Segment] | None = None  # last step index -> segment (``engine.backward.segments``)
         self._segment_kernels: OrderedDict[tuple, SegmentKernel] = OrderedDict()  # traced, by segment key (LRU)
-        self._segment_keys: dict[int, tuple] = {}  # segment's last step -> its key, for the current forward
+        self._segment_keys: dict[tuple, tuple] = {}  # (last step, its rule keys) -> segment key, current forward
         self._failed_segments: set[tuple] = set()  # keys whose trace failed: those segments run node by node
         self._weights: dict[str, list] = {}  # node id -> its weights' values, read once (forget() drops them)
 
@@ -272,29 +273,35 @@ class LiveBackward:
             rule_key(rule),
         )
 
-    def _node_backward(self, call: NodeCall, rule: Any) -> Callable[..., Any]:
-        """``fn(xs, ys, ws, dys) -> (grads per x, stats row of dys[0])`` for ``call``'s node under ``rule``.
-        The function closes over ``call`` (the representative node): another node with the same kernel key
-        passes its own tensors and weights, mapped onto the representative's variables."""
-        engine = self.engine
+    def _node_vjp(self, call: NodeCall, rule: Any) -> Callable[[list, list, list, list], list]:
+        """``(xs, ys, ws, dys) -> dxs`` (None: no contribution) for ``call``'s node under ``rule``: its true VJP,
+        or the rule's backward. The function closes over ``call`` (the representative node): another node with
+        the same kernel key passes its own tensors and weights, mapped onto the representative's variables."""
         call = call.template()
+        if rule is None:
+            return lambda xs, ys, ws, dys: _tape_vjp(call.forward, list(xs), list(ws), list(dys))
+        engine = self.engine
         spec = engine.graph.node(call.step.node_id)
-        op = call.step.operation
-        names = call.weight_names
+        op, names, lowered = call.step.operation, call.weight_names, call.lowered
 
         def forward(xs_: Sequence[Any], ws_: Sequence[Any]) -> list[Any]:
             return call.forward(xs_, ws_)
 
-        def fn(xs: list, ys: list, ws: list, dys: list) -> Any:
+        def vjp(xs: list, ys: list, ws: list, dys: list) -> list:
             xs, ys, ws, dys = list(xs), list(ys), list(ws), list(dys)
-            if rule is None:
-                gx = _tape_vjp(forward, xs, ws, dys)
-            else:
-                lowered = call.lowered
-                true_vjp = None if lowered is None else (lambda ws_, dys_: lowered.vjp(xs, ys, ws_, dys_))
-                ctx = RuleContext(spec, op, xs, ys, ws, names, forward, call.pack, true_vjp)
-                gx = engine._guard(rule, spec, "backward", ctx, dys)
-                gx = engine._check_grads(rule, spec, gx, xs)
+            true_vjp = None if lowered is None else (lambda ws_, dys_: lowered.vjp(xs, ys, ws_, dys_))
+            ctx = RuleContext(spec, op, xs, ys, ws, names, forward, call.pack, true_vjp)
+            gx = engine._guard(rule, spec, "backward", ctx, dys)
+            return engine._check_grads(rule, spec, gx, xs)
+
+        return vjp
+
+    def _node_backward(self, call: NodeCall, rule: Any) -> Callable[..., Any]:
+        """``fn(xs, ys, ws, dys) -> (grads per x, presence flags, stats row of dys[0])``: a node's kernel."""
+        vjp = self._node_vjp(call, rule)
+
+        def fn(xs: list, ys: list, ws: list, dys: list) -> Any:
+            gx = vjp(xs, ys, ws, dys)
             present = tf.constant([g is not None for g in gx], tf.bool)
             return [tf.zeros_like(x) if g is None else g for g, x in zip(gx, xs)], present, stats_row(dys[0])
 
@@ -458,35 +465,41 @@ class LiveBackward:
             self._segments = {s.last: s for s in found}
         return self._segments
 
-    def _segment_key(self, segment: Segment) -> tuple:
-        """Segments with equal keys share a kernel: the same steps (true gradient kernel keys) wired the same way."""
-        if segment.last not in self._segment_keys:
+    def _segment_key(self, segment: Segment, rules: dict[str, Any]) -> tuple:
+        """Segments with equal keys share a kernel: the same steps (kernel keys: layer, shapes and rule) wired the
+        same way."""
+        node_rules = tuple(rule_key(rules.get(n)) for n in segment.node_ids)
+        cached = (segment.last, node_rules)
+        if cached not in self._segment_keys:
             calls = self._forward.calls  # type: ignore[union-attr]
             local: dict[Any, int] = {}
             parts: list[Any] = []
             for step in self.engine.exec.steps[segment.first : segment.last + 1]:
                 wiring = tuple(local.setdefault(k, len(local)) for k in step.in_keys)
                 wiring += tuple(local.setdefault(k, len(local)) for k in step.out_keys)
-                node = None if step.kind == "alias" else self._kernel_key(calls[step.node_id], None)
+                node = None if step.kind == "alias" else self._kernel_key(calls[step.node_id], rules.get(step.node_id))
                 parts.append((step.kind, wiring, node))
-            self._segment_keys[segment.last] = (tuple(parts), local[segment.out_key])
-        return self._segment_keys[segment.last]
+            if len(self._segment_keys) > 4 * len(self.segments()):  # plans come and go: keep the recent ones
+                self._segment_keys.clear()
+            self._segment_keys[cached] = (tuple(parts), local[segment.out_key])
+        return self._segment_keys[cached]
 
     def _run_segment(self, segment: Segment, rules: dict, memo: _Memo | None, state: tuple, should_stop: Any) -> bool:
-        """Run ``segment``'s true backward as its compiled kernel when it is ready, no rule touches it, its signal
-        enters through its output cut only and changed (else the node-by-node loop reuses the last sweep)."""
+        """Run ``segment``'s backward under ``rules`` as its compiled kernel when it is ready, its signal enters
+        through its output cut only and something in it changed (else the node-by-node loop reuses the last sweep)."""
         grads, dirty, contributions, arrived, rule_keys, stats, ran = state
         ids = segment.node_ids
-        if any(rules.get(n) is not None for n in ids) or segment.out_key not in grads:
+        if segment.out_key not in grads:
             return False
         if any(k in grads for k in segment.inner_keys):  # a seed inside (a neuron target)
             return False
+        keys = {n: rule_key(rules.get(n)) for n in ids}
         changed = (
             memo is None
             or segment.out_key in dirty
-            or any(memo.rule_keys.get(n, "missing") is not None or n not in memo.contributions for n in ids)
+            or any(memo.rule_keys.get(n, "missing") != keys[n] or n not in memo.contributions for n in ids)
         )
-        key = self._segment_key(segment) if changed else None
+        key = self._segment_key(segment, rules) if changed else None
         kernel = self._segment_kernels.get(key) if key is not None else None
         if kernel is None:
             return False
@@ -498,7 +511,7 @@ class LiveBackward:
         got = _call_flat(kernel.compiled, [grads[segment.out_key], *args])
         out = unpack(kernel, segment, steps, got)
         for node_id in ids:
-            rule_keys[node_id] = None
+            rule_keys[node_id] = keys[node_id]
             contributions[node_id] = out.contributions[node_id]
             stats[node_id] = out.stats[node_id]
             if node_id in out.arrived:
@@ -512,25 +525,30 @@ class LiveBackward:
         return True
 
     def _compile_segments(self, rules: dict[str, Any], should_stop: Callable[[], bool] | None) -> int:
-        """Trace the block kernel of every segment no rule touches, from the inputs on (an edit needs the
-        segments below it). Zeros as the signal: tracing needs shapes, not values."""
+        """Trace the block kernel of every segment under ``rules``, from the inputs on (an edit needs the segments
+        below it). Zeros as the signal: tracing needs shapes, not values."""
         n = 0
         fwd = self._forward
+        steps = self.engine.exec.steps
         for segment in sorted(self.segments().values(), key=lambda s: s.first):
-            if any(rules.get(nid) is not None for nid in segment.node_ids):
-                continue
-            key = self._segment_key(segment)
+            key = self._segment_key(segment, rules)
             if key in self._segment_kernels or key in self._failed_segments:
                 continue
             if should_stop is not None and should_stop():
                 raise Cancelled("Cancelled.")
-            steps = self.engine.exec.steps
-            fn, kernel = build_kernel(segment, steps, fwd.calls, _true_vjp)  # type: ignore[union-attr]
+
+            def node_vjp(call: NodeCall) -> Callable[[list, list, list, list], list]:
+                rule = rules.get(call.step.node_id)
+                return _true_vjp(call) if rule is None else self._node_vjp(call, rule)
+
+            fn, kernel = build_kernel(segment, steps, fwd.calls, node_vjp, should_stop)  # type: ignore[union-attr]
             args = segment_arguments(segment, steps, fwd.calls, fwd.values, self._weights)  # type: ignore[union-attr]
             dy = tf.zeros_like(fwd.values[segment.out_key])  # type: ignore[union-attr]
             try:
                 kernel.compiled = tf.function(fn, autograph=False).get_concrete_function(dy, args)
                 kernel.compiled(dy, args)  # the first call optimises the graph: not in an edit's time
+            except Cancelled:
+                raise
             except Exception:  # noqa: BLE001 - a node that does not trace: its segment runs node by node
                 self._failed_segments.add(key)
                 continue
@@ -564,14 +582,17 @@ class LiveBackward:
         return seeds, idx.numpy()
 
     # ------------------------------------------------------------------------------------------- warm-up
-    def warm(self, rules: dict[str, Any], should_stop: Callable[[], bool] | None = None) -> int:
+    def warm(self, rules: dict[str, Any], should_stop: Callable[[], bool] | None = None, *, nodes: bool = True) -> int:
         """Compile the kernels the last input needs under ``rules`` (zeros as the signal: tracing needs shapes,
-        not values). Returns how many were compiled; stops between kernels when ``should_stop()``."""
+        not values): block kernels, then each node's own: with ``nodes``, every node's (an edit inside a block
+        runs them), else only those of nodes outside the block kernels. Returns how many were compiled; stops
+        between kernels, and between nodes of a trace, when ``should_stop()``."""
         if self._forward is None:
             return 0
         n = self._compile_segments(rules, should_stop)
+        covered = set() if nodes else self._in_block_kernels(rules)
         for step in reversed(self.engine.exec.steps):
-            if step.kind == "alias" or not self._needs_kernel(step.node_id, rules):
+            if step.kind == "alias" or step.node_id in covered or not self._needs_kernel(step.node_id, rules):
                 continue
             call = self._forward.calls[step.node_id]
             key, (_, compiled), ready = self._kernel(call, rules.get(step.node_id))
@@ -592,6 +613,15 @@ class LiveBackward:
             # every true-gradient kernel is compiled: the recorded VJPs hold memory only (lowered ones hold none)
             self._forward.tapes = {n: t for n, t in tapes.items() if isinstance(t, _LoweredVJP)}
         return n
+
+    def _in_block_kernels(self, rules: dict[str, Any]) -> set[str]:
+        """The nodes whose segment has a compiled block kernel under ``rules``."""
+        return {
+            node_id
+            for segment in self.segments().values()
+            if self._segment_key(segment, rules) in self._segment_kernels
+            for node_id in segment.node_ids
+        }
 
     def pending_kernels(self, rules: dict[str, Any]) -> int:
         """How many of the last input's nodes still run eagerly under ``rules``."""

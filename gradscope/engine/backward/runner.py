@@ -640,6 +640,15 @@ class Engine:
             self._trace_stop = None
         return True
 
+    def prepare(self, plan: Plan, target: Target | None = None, *, should_stop: Any = None) -> int:
+        """Compile the block kernels ``plan`` would run live on the last input, nothing else (no whole-plan
+        trace): a plan the user may pick next, e.g. a preset of the method menu, answers at block-kernel speed
+        the first time. Returns how many kernels were compiled (0 when the plan is not answered live)."""
+        resolution = plan.resolve(self.graph)
+        if not self.live_supported(resolution, target or Target()):
+            return 0
+        return self.live.warm({nid: r.rule for nid, r in resolution.rules.items()}, should_stop, nodes=False)
+
     def logits(self, inputs: Any) -> np.ndarray:
         """The model's pre-softmax output (what a class target differentiates) for a batch, compiled once per
         engine (the evaluation's perturbed copies: thousands of forward passes)."""

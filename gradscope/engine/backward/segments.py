@@ -10,8 +10,9 @@ A *segment* is a run of steps of which only one tensor is read after it, so the 
 through that tensor alone (ResNet's residual blocks, a transformer's layers, any stretch of a chain). Its kernel
 takes the signal there and the forward values of its nodes and returns what the node-by-node sweep would have
 computed: each node's signal, its contributions to its inputs and its statistics row (``stats_rows``,
-in-graph). Kernels are shared by segments with equal layer configurations and shapes (a stage's identical
-blocks), with the weights passed in.
+in-graph). Kernels are shared by segments with equal layer configurations, shapes and rules (a stage's identical
+blocks), with the weights passed in. A block under a preset's rules gets a kernel of its own (MWP's W+
+convolutions and divisions, fused by the graph optimiser, where eagerly each is an op call and a buffer).
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from gradscope.backend import tf
+from gradscope.core.errors import Cancelled
 from gradscope.engine.backward.keras_graph import Step
 from gradscope.engine.backward.node_call import NodeCall
 from gradscope.engine.backward.stats import stats_rows
@@ -118,9 +120,12 @@ def build_kernel(
     steps: Sequence[Step],
     calls: dict[str, NodeCall],
     node_vjp: Callable[[NodeCall], Callable[[list, list, list, list], list]],
+    should_stop: Callable[[], bool] | None = None,
 ) -> tuple[Callable[..., Any], SegmentKernel]:
     """The segment's backward as ``fn(dy, flat)`` (flat: ``segment_arguments``) and its output layout, filled
-    in when ``fn`` is traced. ``node_vjp(call)`` gives a node's true VJP ``(xs, ys, ws, dys) -> dxs``."""
+    in when ``fn`` is traced. ``node_vjp(call)`` gives a node's VJP ``(xs, ys, ws, dys) -> dxs`` (its true one,
+    or its rule's). A trace stops between nodes when ``should_stop()`` (raises ``Cancelled``): a click waits
+    for one node's trace, not a block's."""
     part = list(steps[segment.first : segment.last + 1])
     templates = {s.node_id: calls[s.node_id].template() for s in part if s.kind != "alias"}
     vjps = {nid: node_vjp(call) for nid, call in templates.items()}
@@ -149,6 +154,8 @@ def build_kernel(
                     if g is not None:
                         grads[src] = g if src not in grads else grads[src] + g
                 continue
+            if should_stop is not None and should_stop():
+                raise Cancelled("Cancelled.")
             xs, ys, ws = by_node[step.node_id]
             dys = [grads.get(k) for k in step.out_keys]
             if all(d is None for d in dys):

@@ -16,6 +16,7 @@ from gradscope.engine.backward.context import RuleContext
 from gradscope.engine.backward.runner import Engine
 from gradscope.rules.builtin.linear_ops import LinearOp, layer_op
 from gradscope.rules.methods import build_method
+from gradscope.rules.plan import Plan
 
 
 def _dense_context(true_vjp: bool) -> tuple[RuleContext, keras.layers.Dense]:
@@ -75,12 +76,20 @@ def test_other_weights_or_another_input_run_the_node_and_match_the_tape():
     np.testing.assert_allclose(vjp2(dy).numpy(), _tape_vjp(ctx, {}, dy), rtol=1e-6)
 
 
-def _live_and_compiled(engine, xs, target, preset) -> None:
+def _live_and_compiled(engine, xs, target, preset, *, prepare: bool = False) -> None:
+    """Live equals the whole plan; with ``prepare``, again once the preset's block kernels are compiled."""
     from tests.engine.backward.test_live import assert_same
 
     plan = build_method(preset, engine.graph).plan
     live = engine.backward(xs, target, plan, capture="all", mode="live")
-    assert_same(live, engine.backward(xs, target, plan, capture="all", mode="compiled"), engine.stat_nodes)
+    compiled = engine.backward(xs, target, plan, capture="all", mode="compiled")
+    assert_same(live, compiled, engine.stat_nodes)
+    if prepare:
+        assert engine.prepare(plan, target) > 0
+        engine.backward(xs, target, Plan(), mode="live")  # away and back: the preset's blocks recompute
+        blocks = engine.backward(xs, target, plan, capture="all", mode="live")
+        assert blocks.meta["compiled_nodes"] > 0
+        assert_same(blocks, compiled, engine.stat_nodes)
 
 
 @pytest.mark.parametrize("preset", ["lrp_epsilon", "mwp", "attnlrp"])
@@ -99,4 +108,5 @@ def test_attnlrp_live_equals_the_whole_plan_on_keras_hub_gpt2():
 
     engine = Engine(tiny_causal_lm("gpt2"))
     inputs = feed([5, 17, 3, 9, 12, 1, 7, 2])
-    _live_and_compiled(engine, [inputs[i] for i in engine.graph.input_ids], Target(kind="token", index=11), "attnlrp")
+    xs = [inputs[i] for i in engine.graph.input_ids]
+    _live_and_compiled(engine, xs, Target(kind="token", index=11), "attnlrp", prepare=True)

@@ -10,9 +10,11 @@ import numpy as np
 import pytest
 
 from gradscope.backend import keras
+from gradscope.core.errors import Cancelled
 from gradscope.core.targets import Target
 from gradscope.engine.backward.runner import Engine
 from gradscope.engine.backward.segments import MAX_STEPS, MIN_STEPS, find_segments
+from gradscope.rules.methods import build_method
 from gradscope.rules.plan import Plan
 from tests.engine.backward.test_live import assert_same
 from tests.engine.fixtures import _randomize_bn, sample_input, tape_input_gradient
@@ -99,7 +101,7 @@ def test_segments_have_one_exit_and_identical_blocks_share_a_kernel(build):
     x = sample_input(model, 2, seed=1) if build is blocks_cnn else np.random.default_rng(1).integers(0, 40, (2, 10))
     engine.backward(x, Target(index=0), Plan(), mode="live")
     engine.live.warm({})
-    keys = {engine.live._segment_key(s) for s in segments}
+    keys = {engine.live._segment_key(s, {}) for s in segments}
     assert len(keys) < len(segments)  # the identical blocks share one
     assert set(engine.live._segment_kernels) == keys  # and every segment was traced
 
@@ -192,3 +194,55 @@ def test_a_keras_hub_causal_lm_runs_its_decoder_blocks_as_kernels():
     reference = tape_embedding_gradient(model, inputs, 5, 11)
     for got in (before, after):
         np.testing.assert_allclose(got.node_grads[embedding], reference, rtol=1e-4, atol=1e-6 * np.abs(reference).max())
+
+
+@pytest.mark.parametrize("preset", ["guided_backprop", "mwp", "lrp_epsilon"])
+def test_a_prepared_preset_runs_its_blocks_as_kernels_and_equals_the_whole_plan(cnn_pair, preset):
+    model, x = cnn_pair[:2]
+    engine = Engine(model)
+    target = Target(index=2)
+    engine.backward(x, target, Plan(), mode="live")
+    plan = build_method(preset, engine.graph).plan
+    assert engine.prepare(plan, target) > 0
+    assert engine.prepare(plan, target) == 0  # prepared once per model and shape
+    live = engine.backward(x, target, plan, capture="all", mode="live")
+    assert live.meta["compiled_nodes"] >= len(engine.stat_nodes) - 6  # only the nodes outside blocks ran alone
+    assert_same(live, engine.backward(x, target, plan, capture="all", mode="compiled"), engine.stat_nodes)
+    # an edit on top of the preset: its block runs node by node (no kernel for that plan), the blocks below as
+    # the preset's kernels, and the result is still the whole plan's
+    edit = plan.with_entry("b1_conv2", "scale", {"factor": -2.0})
+    after = engine.backward(x, target, edit, capture="all", mode="live")
+    assert 0 < after.meta["compiled_nodes"] < after.meta["recomputed_nodes"]
+    assert_same(after, engine.backward(x, target, edit, capture="all", mode="compiled"), engine.stat_nodes)
+
+
+@pytest.mark.parametrize("preset", ["attnlrp", "lrp_epsilon"])
+def test_a_prepared_preset_on_a_text_model_with_an_embedding_equals_the_whole_plan(preset):
+    engine = Engine(text_blocks())
+    ids = np.random.default_rng(2).integers(0, 40, (2, 10))
+    engine.backward(ids, Target(index=1), Plan(), mode="live")
+    plan = build_method(preset, engine.graph).plan
+    assert engine.prepare(plan, Target(index=1)) > 0
+    live = engine.backward(ids, Target(index=1), plan, capture="all", mode="live")
+    assert live.meta["compiled_nodes"] >= 3 * MIN_STEPS
+    assert_same(live, engine.backward(ids, Target(index=1), plan, capture="all", mode="compiled"), engine.stat_nodes)
+
+
+def test_preparing_stops_inside_a_trace_and_leaves_nothing_half_done(cnn_pair):
+    model, x = cnn_pair[:2]
+    engine = Engine(model)
+    engine.backward(x, Target(index=0), Plan(), mode="live")
+    plan = build_method("mwp", engine.graph).plan
+    asked = []
+
+    def stop_at_the_fourth_question() -> bool:
+        asked.append(1)
+        return len(asked) >= 4
+
+    with pytest.raises(Cancelled):
+        engine.prepare(plan, Target(index=0), should_stop=stop_at_the_fourth_question)
+    assert not engine.live._failed_segments  # a cancelled trace is not a failed one: it is traced next time
+    done = len(engine.live._segment_kernels)
+    assert engine.prepare(plan, Target(index=0)) > 0 and len(engine.live._segment_kernels) > done
+    live = engine.backward(x, Target(index=0), plan, capture="all", mode="live")
+    assert_same(live, engine.backward(x, Target(index=0), plan, capture="all", mode="compiled"), engine.stat_nodes)
