@@ -231,9 +231,11 @@ def bench_latency(name: str, ctor, size: int, repeats: int, rounds: int = 3) -> 
         cold.setdefault("background step after the first map (block kernels + identity plan)", []).append(
             time.perf_counter() - t0
         )
-        t0 = time.perf_counter()
+        t0, rss = time.perf_counter(), _rss_mb()
         prepare_presets(engine, Target(), PREPARED_PRESETS, _NeverCancelled())
-        cold.setdefault("background step, then: the presets' block kernels", []).append(time.perf_counter() - t0)
+        case = "background step, then: the presets' block kernels"
+        cold.setdefault(case, []).append(time.perf_counter() - t0)
+        notes[case] = f"RSS {rss:.0f} -> {_rss_mb():.0f} MB"
         timed(Plan(), mode="live")
         edits(after, "after the background step")
         for preset in PRESETS:

@@ -45,6 +45,7 @@ from gradscope.rules.plan import Plan  # noqa: E402
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from bench_engine import _NeverCancelled, median_time, over_processes  # noqa: E402
+from bench_engine import _rss_mb as rss_mb  # noqa: E402
 
 RESULTS = Path(__file__).resolve().parent / "results"
 
@@ -133,13 +134,6 @@ def plain_gradient(model: keras.Model, start: str | None):
     return grad_tokens
 
 
-def rss_mb() -> float:
-    for line in Path("/proc/self/status").read_text().splitlines():
-        if line.startswith("VmRSS:"):
-            return int(line.split()[1]) / 1024
-    return float("nan")
-
-
 def bench(name: str, model: keras.Model, x: Any, start: str | None, repeats: int, edits: int) -> list[dict]:
     release_replaced()  # the previous model's engine (frozen by settle_after_load) goes, untimed, as in the app
     grad = plain_gradient(model, start)
@@ -162,9 +156,10 @@ def bench(name: str, model: keras.Model, x: Any, start: str | None, repeats: int
     t0 = time.perf_counter()
     engine.compile(x, Target(index=1), Plan())  # the Session's background step after a live answer
     record("background step: compile kernels + identity plan", time.perf_counter() - t0, "not waited for")
-    t0 = time.perf_counter()
+    t0, rss = time.perf_counter(), rss_mb()
     prepared = prepare_presets(engine, Target(index=1), PREPARED_PRESETS, _NeverCancelled())
-    record("background step, then: the presets' block kernels", time.perf_counter() - t0, f"{prepared} presets")
+    note = f"{prepared} presets, RSS {rss:.0f} -> {rss_mb():.0f} MB"
+    record("background step, then: the presets' block kernels", time.perf_counter() - t0, note)
     for preset in ("gradient_x_input", "attnlrp", "cp_lrp"):
         plan = build_method(preset, engine.graph).plan
         t0 = time.perf_counter()

@@ -37,15 +37,7 @@ from gradscope.app.models.viewing import Viewing
 from gradscope.app.rendering.comparison import Comparison
 from gradscope.app.rendering.positions import position_images
 from gradscope.app.rendering.view import OverlayImages, ViewSettings, overlay_images
-from gradscope.app.work.running import (
-    PREPARED_PRESETS,
-    RunOutput,
-    background_job,
-    generation_job,
-    run_job,
-    run_status,
-    sampling_of,
-)
+from gradscope.app.work.running import RunOutput, background_job, generation_job, run_job, run_status, sampling_of
 from gradscope.core.errors import GradscopeError
 from gradscope.core.graph import LayerGraph
 from gradscope.core.results import BackwardResult
@@ -59,7 +51,7 @@ class Session:
     def __init__(self, executor: Any = None, *, auto_run: bool = True) -> None:
         self.auto_run = auto_run
         self.background_compile = True  # compile a live-answered plan after it is shown (see _on_run)
-        self.prepared_presets = PREPARED_PRESETS  # presets whose kernels that background step compiles next
+        self.prepared_presets: tuple[str, ...] | None = None  # presets it prepares next (None: the default set)
         self.feedback = Feedback()
         self.jobs = Jobs(executor, self.feedback)
         self.document = ModelDocument(self.jobs, self._on_model_ready)

@@ -97,15 +97,15 @@ PREPARED_PRESETS = ("attnlrp", "cp_lrp", "guided_backprop", "lrp_epsilon", "mwp"
 
 
 def background_job(
-    engine: Any, x: Any, target: Any, plan: Plan, presets: tuple[str, ...] = PREPARED_PRESETS
+    engine: Any, x: Any, target: Any, plan: Plan, presets: tuple[str, ...] | None = None
 ) -> Callable[[Any], int]:
     """The job the Session runs once a live answer is shown: compile that plan (its kernels and the whole plan,
-    so the next edit and the next image are fast), then ``prepare_presets``. A newer run cancels it (between
-    nodes); it never changes what is shown. Returns how many presets it prepared."""
+    so the next edit and the next image are fast), then ``prepare_presets`` (default: ``PREPARED_PRESETS``). A
+    newer run cancels it (between nodes); it never changes what is shown. Returns how many presets it prepared."""
 
     def job(token: Any) -> int:
         engine.compile(x, target, plan, should_stop=lambda: token.cancelled)
-        return prepare_presets(engine, target, presets, token)
+        return prepare_presets(engine, target, PREPARED_PRESETS if presets is None else presets, token)
 
     return job
 

@@ -479,7 +479,7 @@ class LiveBackward:
                 wiring += tuple(local.setdefault(k, len(local)) for k in step.out_keys)
                 node = None if step.kind == "alias" else self._kernel_key(calls[step.node_id], rules.get(step.node_id))
                 parts.append((step.kind, wiring, node))
-            if len(self._segment_keys) > 4 * len(self.segments()):  # plans come and go: keep the recent ones
+            if len(self._segment_keys) > 8 * len(self.segments()):  # a plan and the prepared presets: a few each
                 self._segment_keys.clear()
             self._segment_keys[cached] = (tuple(parts), local[segment.out_key])
         return self._segment_keys[cached]
