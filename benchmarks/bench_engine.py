@@ -238,8 +238,8 @@ def bench_latency(name: str, ctor, size: int, repeats: int, rounds: int = 3) -> 
         notes[case] = f"RSS {rss:.0f} -> {_rss_mb():.0f} MB"
         timed(Plan(), mode="live")
         edits(after, "after the background step")
-        for preset in PRESETS:
-            t, r = timed(build_method(preset, engine.graph).plan)
+        for preset in PRESETS:  # live, as for a plan never seen (the first round ran it before: auto would trace)
+            t, r = timed(build_method(preset, engine.graph).plan, mode="live")
             case = f"new preset, after the background step prepared it: {preset}"
             cold.setdefault(case, []).append(t)
             notes[case] = f"{r.meta['recomputed_nodes']} nodes ({r.meta['compiled_nodes']} in block kernels)"
