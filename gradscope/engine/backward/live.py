@@ -585,12 +585,15 @@ class LiveBackward:
     def warm(self, rules: dict[str, Any], should_stop: Callable[[], bool] | None = None, *, nodes: bool = True) -> int:
         """Compile the kernels the last input needs under ``rules`` (zeros as the signal: tracing needs shapes,
         not values): block kernels, then each node's own: with ``nodes``, every node's (an edit inside a block
-        runs them), else only those of nodes outside the block kernels. Returns how many were compiled; stops
-        between kernels, and between nodes of a trace, when ``should_stop()``."""
+        runs them), else only those of nodes outside the block kernels (none when there is no block kernel).
+        Returns how many were compiled; stops between kernels, and between nodes of a trace, when
+        ``should_stop()``."""
         if self._forward is None:
             return 0
         n = self._compile_segments(rules, should_stop)
         covered = set() if nodes else self._in_block_kernels(rules)
+        if not nodes and not covered:  # no block kernel (a small model): per-node kernels would not pay for a pick
+            return n
         for step in reversed(self.engine.exec.steps):
             if step.kind == "alias" or step.node_id in covered or not self._needs_kernel(step.node_id, rules):
                 continue
