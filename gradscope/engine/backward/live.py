@@ -135,7 +135,7 @@ def _tape_vjp(forward: Callable[[list, list], list], xs: list, ws: list, dys: li
 
 
 def _true_vjp(call: NodeCall) -> Callable[[list, list, list, list], list]:
-    """A node's true VJP ``(xs, ys, ws, dys) -> dxs`` for a block kernel: its lowered VJP, else a tape over its call."""
+    """A node's true VJP ``(xs, ys, ws, dys) -> dxs`` for a kernel: its lowered VJP, else a tape over its call."""
     if call.lowered is not None:
         return call.lowered.vjp
     return lambda xs, ys, ws, dys: _tape_vjp(call.forward, xs, ws, dys)
@@ -279,7 +279,7 @@ class LiveBackward:
         the same kernel key passes its own tensors and weights, mapped onto the representative's variables."""
         call = call.template()
         if rule is None:
-            return lambda xs, ys, ws, dys: _tape_vjp(call.forward, list(xs), list(ws), list(dys))
+            return _true_vjp(call)
         engine = self.engine
         spec = engine.graph.node(call.step.node_id)
         op, names, lowered = call.step.operation, call.weight_names, call.lowered
@@ -536,11 +536,7 @@ class LiveBackward:
                 continue
             if should_stop is not None and should_stop():
                 raise Cancelled("Cancelled.")
-
-            def node_vjp(call: NodeCall) -> Callable[[list, list, list, list], list]:
-                rule = rules.get(call.step.node_id)
-                return _true_vjp(call) if rule is None else self._node_vjp(call, rule)
-
+            node_vjp = lambda call: self._node_vjp(call, rules.get(call.step.node_id))  # noqa: E731
             fn, kernel = build_kernel(segment, steps, fwd.calls, node_vjp, should_stop)  # type: ignore[union-attr]
             args = segment_arguments(segment, steps, fwd.calls, fwd.values, self._weights)  # type: ignore[union-attr]
             dy = tf.zeros_like(fwd.values[segment.out_key])  # type: ignore[union-attr]
