@@ -42,8 +42,8 @@ from gradscope.engine.backward.keras_graph import Step
 from gradscope.engine.backward.kernels import kernels_named
 from gradscope.engine.backward.node_call import NodeCall, call_arguments, plain_call
 from gradscope.engine.backward.segments import (
+    KernelPool,
     Segment,
-    SegmentKernel,
     build_kernel,
     find_segments,
     segment_arguments,
@@ -54,7 +54,10 @@ from gradscope.rules.base import params_to_dict
 
 _KERNEL_CACHE_SIZE = 1024  # eager kernels (closures, cheap)
 _COMPILED_KERNELS = 128  # of which traced (about 1 MB each)
-_SEGMENT_KERNELS = 256  # traced block kernels (one per distinct block and input shape)
+# traced block kernels (per distinct block, input shape and rules; 1-6 MB each), for the shown plans (an edit makes
+# one) and for the prepared presets (5 presets x a model's distinct blocks)
+_SHOWN_BLOCK_KERNELS = 32
+_PREPARED_BLOCK_KERNELS = 64
 
 
 def rule_key(rule: Any) -> tuple | None:
@@ -217,7 +220,7 @@ class LiveBackward:
         self._ready: OrderedDict[tuple, None] = OrderedDict()  # kernel keys whose tf.function is traced (LRU)
         self._signatures: dict[str, Any] = {}  # node id -> _layer_signature (a config never changes)
         self._segments: dict[int, Segment] | None = None  # last step index -> segment (``engine.backward.segments``)
-        self._segment_kernels: OrderedDict[tuple, SegmentKernel] = OrderedDict()  # traced, by segment key (LRU)
+        self._segment_kernels = KernelPool(_SHOWN_BLOCK_KERNELS, _PREPARED_BLOCK_KERNELS)  # traced, by segment key
         self._segment_keys: dict[tuple, tuple] = {}  # (last step, its rule keys) -> segment key, current forward
         self._failed_segments: set[tuple] = set()  # keys whose trace failed: those segments run node by node
         self._weights: dict[str, list] = {}  # node id -> its weights' values, read once (forget() drops them)
@@ -505,7 +508,6 @@ class LiveBackward:
             return False
         if should_stop is not None and should_stop():
             raise Cancelled("Cancelled.")
-        self._segment_kernels.move_to_end(key)
         steps, fwd = self.engine.exec.steps, self._forward
         args = segment_arguments(segment, steps, fwd.calls, fwd.values, self._weights)  # type: ignore[union-attr]
         got = _call_flat(kernel.compiled, [grads[segment.out_key], *args])
@@ -524,9 +526,12 @@ class LiveBackward:
                     dirty.add(k)
         return True
 
-    def _compile_segments(self, rules: dict[str, Any], should_stop: Callable[[], bool] | None) -> int:
+    def _compile_segments(
+        self, rules: dict[str, Any], should_stop: Callable[[], bool] | None, *, prepared: bool = False
+    ) -> int:
         """Trace the block kernel of every segment under ``rules``, from the inputs on (an edit needs the segments
-        below it). Zeros as the signal: tracing needs shapes, not values."""
+        below it), onto the pool's shelf for prepared presets or shown plans. Zeros as the signal: tracing needs
+        shapes, not values."""
         n = 0
         fwd = self._forward
         steps = self.engine.exec.steps
@@ -548,9 +553,7 @@ class LiveBackward:
             except Exception:  # noqa: BLE001 - a node that does not trace: its segment runs node by node
                 self._failed_segments.add(key)
                 continue
-            self._segment_kernels[key] = kernel
-            while len(self._segment_kernels) > _SEGMENT_KERNELS:
-                self._segment_kernels.popitem(last=False)
+            self._segment_kernels.put(key, kernel, prepared=prepared)
             n += 1
         return n
 
@@ -578,15 +581,22 @@ class LiveBackward:
         return seeds, idx.numpy()
 
     # ------------------------------------------------------------------------------------------- warm-up
-    def warm(self, rules: dict[str, Any], should_stop: Callable[[], bool] | None = None, *, nodes: bool = True) -> int:
+    def warm(
+        self,
+        rules: dict[str, Any],
+        should_stop: Callable[[], bool] | None = None,
+        *,
+        nodes: bool = True,
+        prepared: bool = False,
+    ) -> int:
         """Compile the kernels the last input needs under ``rules`` (zeros as the signal: tracing needs shapes,
-        not values): block kernels, then each node's own: with ``nodes``, every node's (an edit inside a block
-        runs them), else only those of nodes outside the block kernels (none when there is no block kernel).
-        Returns how many were compiled; stops between kernels, and between nodes of a trace, when
-        ``should_stop()``."""
+        not values): block kernels (kept as a ``prepared`` preset's or a shown plan's), then each node's own: with
+        ``nodes``, every node's (an edit inside a block runs them), else only those of nodes outside the block
+        kernels (none when there is no block kernel). Returns how many were compiled; stops between kernels, and
+        between nodes of a trace, when ``should_stop()``."""
         if self._forward is None:
             return 0
-        n = self._compile_segments(rules, should_stop)
+        n = self._compile_segments(rules, should_stop, prepared=prepared)
         covered = set() if nodes else self._in_block_kernels(rules)
         if not nodes and not covered:  # no block kernel (a small model): per-node kernels would not pay for a pick
             return n

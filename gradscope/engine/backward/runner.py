@@ -647,7 +647,8 @@ class Engine:
         resolution = plan.resolve(self.graph)
         if not self.live_supported(resolution, target or Target()):
             return 0
-        return self.live.warm({nid: r.rule for nid, r in resolution.rules.items()}, should_stop, nodes=False)
+        rules = {nid: r.rule for nid, r in resolution.rules.items()}
+        return self.live.warm(rules, should_stop, nodes=False, prepared=True)
 
     def logits(self, inputs: Any) -> np.ndarray:
         """The model's pre-softmax output (what a class target differentiates) for a batch, compiled once per

@@ -17,7 +17,8 @@ convolutions and divisions, fused by the graph optimiser, where eagerly each is 
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections import OrderedDict
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -89,6 +90,39 @@ class SegmentKernel:
     # per node, in reverse step order: where its contributions and signals sit among the outputs, and its stats
     # row (None: no signal arrives); filled in by the trace
     layout: list[tuple[list[int], int | None]] = field(default_factory=list)
+
+
+class KernelPool:
+    """Traced block kernels by key, least recently used out first, on two shelves: the shown plans' (an edit
+    traces one for its edited block, seldom used again) and the prepared presets' (kept apart, so that many edits
+    do not evict them and the idle step does not trace them again after every edit)."""
+
+    def __init__(self, shown: int, prepared: int) -> None:
+        self._limits = {False: shown, True: prepared}
+        self._shelves: dict[bool, OrderedDict[tuple, SegmentKernel]] = {False: OrderedDict(), True: OrderedDict()}
+
+    def get(self, key: tuple) -> SegmentKernel | None:
+        """The kernel of ``key`` (now the most recently used on its shelf), or None."""
+        for shelf in self._shelves.values():
+            if key in shelf:
+                shelf.move_to_end(key)
+                return shelf[key]
+        return None
+
+    def put(self, key: tuple, kernel: SegmentKernel, *, prepared: bool) -> None:
+        shelf = self._shelves[prepared]
+        shelf[key] = kernel
+        while len(shelf) > self._limits[prepared]:
+            shelf.popitem(last=False)
+
+    def __contains__(self, key: object) -> bool:
+        return any(key in shelf for shelf in self._shelves.values())
+
+    def __iter__(self) -> Iterator[tuple]:
+        return (key for shelf in self._shelves.values() for key in shelf)
+
+    def __len__(self) -> int:
+        return sum(len(shelf) for shelf in self._shelves.values())
 
 
 @dataclass

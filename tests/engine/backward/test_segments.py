@@ -13,7 +13,7 @@ from gradscope.backend import keras
 from gradscope.core.errors import Cancelled
 from gradscope.core.targets import Target
 from gradscope.engine.backward.runner import Engine
-from gradscope.engine.backward.segments import MAX_STEPS, MIN_STEPS, find_segments
+from gradscope.engine.backward.segments import MAX_STEPS, MIN_STEPS, KernelPool, find_segments
 from gradscope.rules.methods import build_method
 from gradscope.rules.plan import Plan
 from tests.engine.backward.test_live import assert_same
@@ -246,3 +246,28 @@ def test_preparing_stops_inside_a_trace_and_leaves_nothing_half_done(cnn_pair):
     assert engine.prepare(plan, Target(index=0)) > 0 and len(engine.live._segment_kernels) > done
     live = engine.backward(x, Target(index=0), plan, capture="all", mode="live")
     assert_same(live, engine.backward(x, Target(index=0), plan, capture="all", mode="compiled"), engine.stat_nodes)
+
+
+def test_many_edits_do_not_evict_a_prepared_preset(cnn_pair):
+    """Each shown edit traces a kernel for its edited block; those go out first, on their own shelf, so the idle
+    step does not trace a prepared preset again after every edit (and memory stays bounded)."""
+    model, x = cnn_pair[:2]
+    engine = Engine(model)
+    engine.live._segment_kernels = KernelPool(shown=2, prepared=64)
+    target = Target(index=1)
+    engine.backward(x, target, Plan(), mode="live")
+    preset = build_method("guided_backprop", engine.graph).plan
+    assert engine.prepare(preset, target) > 0
+    prepared = len(engine.live._segment_kernels)
+    for i in range(6):
+        edit = Plan().with_entry(f"b{i % 3}_relu1", "scale", {"factor": 1.0 + i / 10})
+        engine.backward(x, target, edit, mode="live")
+        engine.live.warm(_rules(engine, edit))
+        assert len(engine.live._segment_kernels) <= prepared + 2
+    assert engine.prepare(preset, target) == 0  # still there: nothing traced again
+    live = engine.backward(x, target, preset, capture="all", mode="live")
+    assert_same(live, engine.backward(x, target, preset, capture="all", mode="compiled"), engine.stat_nodes)
+
+
+def _rules(engine: Engine, plan: Plan) -> dict:
+    return {nid: r.rule for nid, r in plan.resolve(engine.graph).rules.items()}
