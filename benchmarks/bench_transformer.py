@@ -6,6 +6,7 @@
     .venv/bin/python benchmarks/bench_transformer.py --memory 200       # + RSS over 200 one-node edits
     .venv/bin/python benchmarks/bench_transformer.py --save DIR         # also save the models (for bench_gui.py)
     .venv/bin/python benchmarks/bench_transformer.py --only hub_bert    # keras_hub's BertBackbone (BERT-base)
+    .venv/bin/python benchmarks/bench_transformer.py --floor --only vit # TensorFlow's own first eager gradient
 
 Models are built from Keras layers with random weights: the encoder is 12 blocks of width 768 with 12 heads at
 sequence length 128 (token ids in, a 2-class head on the mean token), ViT-B/16 is a 16x16 patch convolution at
@@ -14,7 +15,8 @@ statistics to the host). Ratios are to the compiled plain gradient of the logit 
 tensor (the embedding output for token ids, the image for ViT; for keras_hub's BERT, whose three inputs a split
 model cannot take, the gradient of the token embedding table: the same pass down to the lookup). Targets
 (reported, not asserted): first map <= 5x, a never-seen preset (attnlrp, gradient x input) <= 4x, a one-node
-edit <= 2x, memory flat over edits.
+edit <= 2x, memory flat over edits. The floor rows (``--floor``; with ``--processes``, a fresh process per model)
+run no gradscope code: the plain gradient run eagerly, in a process that has run only its compiled baseline.
 Writes benchmarks/results/transformer.{json,csv} (other settings: transformer_<settings>.{json,csv}).
 """
 
@@ -134,6 +136,24 @@ def plain_gradient(model: keras.Model, start: str | None):
     return grad_tokens
 
 
+def floor(name: str, model: keras.Model, x: Any, start: str | None, repeats: int) -> list[dict]:
+    """What TensorFlow itself takes for the first map's work, with no gradscope code: the baseline's gradient run
+    eagerly (its Python function: the same forward and backward) the first and second time, in a process that
+    has run only the compiled baseline (as ``bench`` has when it opens the model)."""
+    grad = plain_gradient(model, start)
+    feed = {k: tf.convert_to_tensor(v) for k, v in x.items()} if isinstance(x, dict) else tf.convert_to_tensor(x)
+    base = median_time(lambda: grad(feed).numpy(), repeats)
+    rows = []
+    for case in ("the process's first", "second"):
+        t0 = time.perf_counter()
+        np.asarray(grad.python_function(feed))
+        t = time.perf_counter() - t0
+        rows.append({"model": name, "case": f"floor: plain eager GradientTape gradient, {case}", "seconds": t})
+        rows[-1] |= {"ratio": t / base, "note": "no gradscope code"}
+        print(f"{name:<16} {rows[-1]['case']:<60} {t:8.2f} s  {t / base:6.2f}x", flush=True)
+    return rows
+
+
 def bench(name: str, model: keras.Model, x: Any, start: str | None, repeats: int, edits: int) -> list[dict]:
     release_replaced()  # the previous model's engine (frozen by settle_after_load) goes, untimed, as in the app
     grad = plain_gradient(model, start)
@@ -198,32 +218,38 @@ def main() -> None:
     parser.add_argument("--only", choices=("encoder", "vit", "hub_bert"), help="one model (hub_bert: keras_hub's)")
     parser.add_argument("--save", metavar="DIR", help="also save the models as .keras (for bench_gui.py)")
     parser.add_argument("--processes", type=int, default=1, help="fresh processes (median, range); 5 for the figures")
+    parser.add_argument("--floor", action="store_true", help="only TensorFlow's own eager gradient (no gradscope)")
     parser.add_argument("--rows-to", help=argparse.SUPPRESS)  # one of --processes' children
     args = parser.parse_args()
     if args.processes > 1 and not args.rows_to:
         child = [sys.executable, __file__, "--layers", str(args.layers), "--repeats", str(args.repeats)]
-        child += ["--memory", str(args.memory)] + (["--only", args.only] if args.only else [])
-        write(over_processes(args.processes, lambda out: [[*child, "--rows-to", str(out)]]), args)
+        floors = [[*child, "--floor", "--only", m] for m in ([args.only] if args.only else ["encoder", "vit"])]
+        child += [] if args.floor else ["--memory", str(args.memory)] + (["--only", args.only] if args.only else [])
+        runs = ([] if args.floor else [child]) + floors  # each floor in a process of its own
+        write(over_processes(args.processes, lambda out: [[*cmd, "--rows-to", str(out)] for cmd in runs]), args)
         return
     keras.utils.set_random_seed(0)
     rows: list[dict] = []
-    if args.only in (None, "encoder"):
-        model = encoder(args.layers)
-        ids = np.random.default_rng(0).integers(0, 30522, (1, 128))
-        rows += bench(model.name, model, ids, "embed", args.repeats, args.memory)
+
+    def run(name: str, model: keras.Model, x: Any, start: str | None) -> list[dict]:
+        if args.floor:
+            return floor(name, model, x, start, args.repeats)
+        got = bench(name, model, x, start, args.repeats, args.memory)
         if args.save:
             model.save(Path(args.save) / f"{model.name}.keras")
+        return got
+
+    if args.only in (None, "encoder"):
+        model = encoder(args.layers)
+        rows += run(model.name, model, np.random.default_rng(0).integers(0, 30522, (1, 128)), "embed")
     if args.only == "hub_bert":
         model = hub_bert(args.layers)
         ids = np.random.default_rng(0).integers(1, 30522, (1, 128))
         feed = {"token_ids": ids, "padding_mask": np.ones_like(ids), "segment_ids": np.zeros_like(ids)}
-        rows += bench(model.name, model, feed, "token_embedding", args.repeats, args.memory)
+        rows += run(model.name, model, feed, "token_embedding")
     if args.only in (None, "vit"):
         model = vit(args.layers)
-        image = np.random.default_rng(0).uniform(0, 1, (1, 224, 224, 3)).astype("float32")
-        rows += bench(model.name, model, image, None, args.repeats, args.memory)
-        if args.save:
-            model.save(Path(args.save) / f"{model.name}.keras")
+        rows += run(model.name, model, np.random.default_rng(0).uniform(0, 1, (1, 224, 224, 3)).astype("float32"), None)
     if args.rows_to:
         Path(args.rows_to).write_text(json.dumps(rows))
         return
@@ -239,6 +265,7 @@ def write(rows: list[dict], args: argparse.Namespace) -> None:
         "transformer" + (f"_{args.layers}blocks" if args.layers != 12 else "") + (f"_{args.only}" if args.only else "")
     )
     stem += f"_memory{args.memory}" if args.memory else ""
+    stem += "_floor" if args.floor else ""
     (RESULTS / f"{stem}.json").write_text(json.dumps({"meta": meta, "rows": rows}, indent=2) + "\n")
     with (RESULTS / f"{stem}.csv").open("w", newline="") as f:
         writer = csv.DictWriter(f, fieldnames=list(dict.fromkeys(k for r in rows for k in r)))
