@@ -136,12 +136,17 @@ def plain_gradient(model: keras.Model, start: str | None):
     return grad_tokens
 
 
+def as_feed(x: Any) -> Any:
+    """The baseline gradient's argument: a tensor, or a dict of them for a model of several inputs."""
+    return {k: tf.convert_to_tensor(v) for k, v in x.items()} if isinstance(x, dict) else tf.convert_to_tensor(x)
+
+
 def floor(name: str, model: keras.Model, x: Any, start: str | None, repeats: int) -> list[dict]:
     """What TensorFlow itself takes for the first map's work, with no gradscope code: the baseline's gradient run
     eagerly (its Python function: the same forward and backward) the first and second time, in a process that
     has run only the compiled baseline (as ``bench`` has when it opens the model)."""
     grad = plain_gradient(model, start)
-    feed = {k: tf.convert_to_tensor(v) for k, v in x.items()} if isinstance(x, dict) else tf.convert_to_tensor(x)
+    feed = as_feed(x)
     base = median_time(lambda: grad(feed).numpy(), repeats)
     rows = []
     for case in ("the process's first", "second"):
@@ -157,7 +162,7 @@ def floor(name: str, model: keras.Model, x: Any, start: str | None, repeats: int
 def bench(name: str, model: keras.Model, x: Any, start: str | None, repeats: int, edits: int) -> list[dict]:
     release_replaced()  # the previous model's engine (frozen by settle_after_load) goes, untimed, as in the app
     grad = plain_gradient(model, start)
-    feed = {k: tf.convert_to_tensor(v) for k, v in x.items()} if isinstance(x, dict) else tf.convert_to_tensor(x)
+    feed = as_feed(x)
     base = median_time(lambda: grad(feed).numpy(), repeats)
     if isinstance(x, dict):  # the engine takes the inputs in its graph's order
         x = [x[i] for i in Engine(model).graph.input_ids]

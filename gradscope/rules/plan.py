@@ -91,6 +91,11 @@ class Resolution:
     skipped: dict[str, list[str]]  # selector -> node ids it matched where its rule does not apply
     unmatched: list[str]  # selectors that matched no node at all
 
+    @property
+    def rule_by_node(self) -> dict[str, Rule]:
+        """Node id -> the rule object that runs there (what the backward passes take)."""
+        return {nid: r.rule for nid, r in self.rules.items()}
+
 
 @dataclass(frozen=True)
 class Plan:

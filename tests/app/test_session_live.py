@@ -76,7 +76,7 @@ def test_the_background_step_then_prepares_the_presets_block_kernels():
     assert engine.is_compiled(s.plan, s.target)
     for name in s.prepared_presets:
         plan = build_method(name, engine.graph).plan
-        assert engine.live._in_block_kernels({n: r.rule for n, r in plan.resolve(engine.graph).rules.items()})
+        assert engine.live._in_block_kernels(plan.resolve(engine.graph).rule_by_node)
         assert engine.prepare(plan, s.target) == 0  # nothing left to compile
     s.editor.set_plan(build_method("guided_backprop", engine.graph).plan)
     s.jobs.executor.run_all()

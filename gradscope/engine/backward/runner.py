@@ -288,7 +288,7 @@ class Engine:
             if key in self._cache:
                 self._cache.move_to_end(key)
                 return self._cache[key]
-        rules = {nid: r.rule for nid, r in resolution.rules.items()}
+        rules = resolution.rule_by_node
         meta: dict[str, Any] = {}
         overrides_forward = any(type(r).overrides_forward() for r in rules.values())
         # Without statistics only the captured nodes are gradient sources (the cheapest backward pass).
@@ -525,7 +525,7 @@ class Engine:
         self, xs: list, target: Target, plan: Plan, resolution: Resolution, class_idx: Any, capture: tuple, stats: bool
     ) -> BackwardResult:
         t0 = time.perf_counter()
-        rules = {nid: r.rule for nid, r in resolution.rules.items()}
+        rules = resolution.rule_by_node
         sweep = self.live.sweep(xs, target, class_idx, rules, should_stop=self._trace_stop)
         values = self.live.forward(xs).values
         node_stats: dict[str, NodeStats] = {}
@@ -628,7 +628,7 @@ class Engine:
         target = target or Target()
         plan = plan or Plan()
         resolution = plan.resolve(self.graph)
-        rules = {nid: r.rule for nid, r in resolution.rules.items()}
+        rules = resolution.rule_by_node
         if self.live_supported(resolution, target):
             self.live.warm(rules, should_stop)
         if self.is_compiled(plan, target, capture=capture):
@@ -647,8 +647,7 @@ class Engine:
         resolution = plan.resolve(self.graph)
         if not self.live_supported(resolution, target or Target()):
             return 0
-        rules = {nid: r.rule for nid, r in resolution.rules.items()}
-        return self.live.warm(rules, should_stop, nodes=False, prepared=True)
+        return self.live.warm(resolution.rule_by_node, should_stop, nodes=False, prepared=True)
 
     def logits(self, inputs: Any) -> np.ndarray:
         """The model's pre-softmax output (what a class target differentiates) for a batch, compiled once per

@@ -46,7 +46,7 @@ class PlanModel(keras.Model):
         self.inner = model  # tracked: trainable_variables are the inner model's own
         engine = Engine(model, strip_softmax=False)  # the real outputs: training sees the model as it is
         resolution = plan.resolve(engine.graph)
-        rules = {nid: r.rule for nid, r in resolution.rules.items()}
+        rules = resolution.rule_by_node
         warnings = []
         if not rules:
             warnings.append("the plan assigns no rule to any node: this trains like the plain model")

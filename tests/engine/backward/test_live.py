@@ -122,7 +122,7 @@ def test_warm_compiles_the_kernels_and_results_do_not_change(residual_engine):
     target = Target(index=1)
     eager = engine.backward(x, Target(index=2), plan, capture="all", mode="live")  # different target: full sweep
     eager = engine.backward(x, target, plan, capture="all", mode="live")
-    rules = {n: r.rule for n, r in plan.resolve(engine.graph).rules.items()}
+    rules = plan.resolve(engine.graph).rule_by_node
     engine.live.warm(rules)
     assert engine.live.pending_kernels(rules) == 0
     engine.backward(x, Target(index=2), plan, mode="live")  # invalidate the memo

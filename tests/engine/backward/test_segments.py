@@ -262,12 +262,8 @@ def test_many_edits_do_not_evict_a_prepared_preset(cnn_pair):
     for i in range(6):
         edit = Plan().with_entry(f"b{i % 3}_relu1", "scale", {"factor": 1.0 + i / 10})
         engine.backward(x, target, edit, mode="live")
-        engine.live.warm(_rules(engine, edit))
+        engine.live.warm(edit.resolve(engine.graph).rule_by_node)
         assert len(engine.live._segment_kernels) <= prepared + 2
     assert engine.prepare(preset, target) == 0  # still there: nothing traced again
     live = engine.backward(x, target, preset, capture="all", mode="live")
     assert_same(live, engine.backward(x, target, preset, capture="all", mode="compiled"), engine.stat_nodes)
-
-
-def _rules(engine: Engine, plan: Plan) -> dict:
-    return {nid: r.rule for nid, r in plan.resolve(engine.graph).rules.items()}
