@@ -2,6 +2,10 @@
 train step; a write that fails (a full disk, a log folder removed) turns recording off with one warning and
 leaves ``fit`` running, as TensorBoard's own callback would not.
 
+Every record is on disk within ``FLUSH_WITHIN_S`` of its step, whether or not another step follows (a fit stopped
+by Ctrl-C, a notebook kernel restarted after it, a stalled input pipeline): a timer thread flushes, and only between
+steps (``MonitorLog.step`` holds a lock through each), so a reader never finds half a record.
+
 Every run gets an id (written in its meta event) so that two runs logging into one folder stay apart when read.
 """
 
@@ -12,10 +16,13 @@ import json
 import os
 import re
 import socket
+import threading
 import time
 import uuid
 import warnings
 import weakref
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -24,9 +31,9 @@ from gradscope.core.errors import GradscopeError
 from gradscope.engine.training.replicas import replica_local_variable
 
 #: The writer never flushes by the clock inside a write op (a flush there fails the step on a full disk);
-#: ``MonitorLog.flush`` does it from Python every ``FLUSH_EVERY_S`` (the Training view reads every 2 s).
+#: ``MonitorLog`` does it from Python, at most ``FLUSH_WITHIN_S`` after a step queued events.
 _NEVER_MS = 2**31 - 1
-FLUSH_EVERY_S = 2.0
+FLUSH_WITHIN_S = 1.0
 #: Events queued before the writer flushes on its own (inside a write op): far more than a record of ResNet50
 #: (~1,200 events with histograms) between two Python flushes.
 MAX_QUEUE = 1_000_000
@@ -53,13 +60,18 @@ class MonitorLog:
             "host": socket.gethostname(),
             "pid": os.getpid(),
         }
-        self._writer = tf.summary.create_file_writer(str(folder), max_queue=MAX_QUEUE, flush_millis=_NEVER_MS)
+        try:
+            self._writer = tf.summary.create_file_writer(str(folder), max_queue=MAX_QUEUE, flush_millis=_NEVER_MS)
+        except tf.errors.OpError as exc:  # a folder that exists but cannot be written (permissions, read-only)
+            raise GradscopeError(f"Cannot write the log in {folder}: {_reason(exc)}.") from None
         self.recording = replica_local_variable(strategy, True, "gradscope_recording")
         self.failure: str | None = None
-        self._last_flush = time.monotonic()
+        self._stepping = threading.Lock()  # held through a train step: no flush lands inside one
+        self._timer: threading.Timer | None = None
+        self._timer_lock = threading.Lock()
         # Events still queued when the process ends (a fit stopped by Ctrl-C) are written then, not lost.
         ref = weakref.ref(self)
-        self._at_exit = lambda: (log := ref()) is not None and log.flush(force=True)
+        self._at_exit = lambda: (log := ref()) is not None and log.flush()
         atexit.register(self._at_exit)
 
     # ------------------------------------------------------------------------------------------- events
@@ -76,13 +88,33 @@ class MonitorLog:
         except tf.errors.OpError as exc:
             self.fail(exc)
             return
-        self.flush(force=True)
+        self.flush()
 
-    def flush(self, force: bool = False) -> None:
-        """Flush when ``FLUSH_EVERY_S`` passed since the last (or ``force``); a failure stops recording."""
-        if self.failure is not None or not (force or time.monotonic() - self._last_flush >= FLUSH_EVERY_S):
+    @contextmanager
+    def step(self) -> Iterator[None]:
+        """Around one train step: the timer's flush waits for its end."""
+        with self._stepping:
+            yield
+
+    def queued(self) -> None:
+        """A step queued events: they are flushed within ``FLUSH_WITHIN_S`` (one timer at a time)."""
+        with self._timer_lock:
+            if self._timer is not None or self.failure is not None:
+                return
+            self._timer = threading.Timer(FLUSH_WITHIN_S, self._flush_between_steps)
+            self._timer.daemon = True
+            self._timer.start()
+
+    def _flush_between_steps(self) -> None:
+        with self._timer_lock:
+            self._timer = None
+        with self._stepping:
+            self.flush()
+
+    def flush(self) -> None:
+        """Write what is queued to the file; a failure stops recording."""
+        if self.failure is not None:
             return
-        self._last_flush = time.monotonic()
         try:
             self._writer.flush()
         except tf.errors.OpError as exc:
@@ -103,6 +135,10 @@ class MonitorLog:
 
     def close(self) -> None:
         atexit.unregister(self._at_exit)
+        with self._timer_lock:
+            if self._timer is not None:
+                self._timer.cancel()
+                self._timer = None
         try:
             self._writer.close()
         except tf.errors.OpError as exc:

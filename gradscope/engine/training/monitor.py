@@ -51,6 +51,7 @@ from gradscope.backend import (
     unscale_loss_for_distribution,
 )
 from gradscope.core.errors import GradscopeError
+from gradscope.core.files import shorten
 from gradscope.core.training_log import (
     ALERT_TAG,
     CHECKPOINT_TAG,
@@ -81,9 +82,10 @@ from gradscope.engine.training.replicas import (
 )
 from gradscope.engine.training.statistics import (
     dense_signal,
+    gradient_norms,
     histogram,
     nonfinite_counts,
-    squared_norms,
+    scaled_norm,
     weight_gradient,
     weight_rows,
 )
@@ -121,11 +123,18 @@ def keras_function(train_function: Any) -> Any:
     return train_function
 
 
+#: Counts the compiled step multiplies (``every`` x ``histograms``) and takes the int64 step number modulo.
+MAX_COUNT = 2**30
+
+
 def _whole(name: str, value: Any, minimum: int) -> int:
-    """A count argument checked before use: ``every=float("nan")`` names ``every``, not int()'s complaint."""
+    """A count argument checked before use: ``every=float("nan")`` names ``every``, not int()'s complaint, and
+    ``every=2**63`` is refused here, not as an OverflowError inside the first step."""
     number = value if isinstance(value, (int, float)) and not isinstance(value, bool) else None
     if number is None or not math.isfinite(number) or number != int(number) or number < minimum:
         raise GradscopeError(f"{name} must be a whole number >= {minimum}; got {value!r}.")
+    if number > MAX_COUNT:
+        raise GradscopeError(f"{name} must be at most {MAX_COUNT:,} (steps); got {shorten(str(value), 40)}.")
     return int(number)
 
 
@@ -227,7 +236,7 @@ class GradientMonitor(keras.callbacks.Callback):
 
     def on_train_batch_end(self, batch: int, logs: Any = None) -> None:
         if self._log is not None:
-            self._log.flush()  # every FLUSH_EVERY_S, from here: a failure is caught, not raised inside the step
+            self._log.queued()  # on disk within FLUSH_WITHIN_S, whether or not another step comes
 
     def _attached(self, keras_step: Any) -> Any:
         """The train function ``fit`` calls while this monitor is attached. It runs the monitored step only when
@@ -241,16 +250,20 @@ class GradientMonitor(keras.callbacks.Callback):
                 self._detach(model)
                 return keras_step(iterator)
             self._armed = False
+            log = self._log
             try:
-                logs = self._train_function(iterator)
+                with log.step():
+                    logs = self._train_function(iterator)
             except tf.errors.OpError as exc:  # the writer flushed inside the step (its queue full) and failed
-                if self._log is None or not is_write_failure(exc):
+                if not is_write_failure(exc):
                     self._note_step_failure(exc)
+                    log.flush()
                     raise
-                self._log.fail(exc)  # recording off: the next steps cannot fail so; this batch was not trained
+                log.fail(exc)  # recording off: the next steps cannot fail so; this batch was not trained
                 return model.get_metrics_result()
-            except Exception as exc:
+            except BaseException as exc:  # Ctrl-C too: the records so far go to disk now, not at the next fit
                 self._note_step_failure(exc)
+                log.flush()
                 raise
             self._steps_run += 1
             return logs
@@ -266,7 +279,7 @@ class GradientMonitor(keras.callbacks.Callback):
         self._armed = False
         self._fit_params = None
         if self._log is not None:
-            self._log.flush(force=True)
+            self._log.flush()
 
     def _note_step_failure(self, exc: BaseException) -> None:
         """The first monitored step (its trace: the set-up) failing is written into the log before it is raised."""
@@ -475,8 +488,7 @@ class GradientMonitor(keras.callbacks.Callback):
             shard = node_shard(record, node_outs, node_grads, inverse, self._relu, self.statistics)
         reduced, global_loss, shards = all_reduced(context, local_grads, loss, shard)
         wgrads = [weight_gradient(g) for g in reduced]
-        squares = squared_norms(wgrads)  # every step: the sentinel and the spikes' norms, one read a gradient
-        grads_finite = tf.math.is_finite(tf.reduce_sum(squares))
+        norms, grads_finite = gradient_norms(wgrads)  # every step: the sentinel and the spikes' norms
         loss_finite = tf.math.is_finite(tf.cast(global_loss, tf.float32))
         # a loss scaler skips a step whose gradients overflowed: that is its business, not a NaN alert
         sentinel = loss_finite if self._loss_scaler else tf.logical_and(loss_finite, grads_finite)
@@ -486,7 +498,7 @@ class GradientMonitor(keras.callbacks.Callback):
 
             def own_gradient_bad() -> Any:
                 local = [weight_gradient(g) for g in local_grads]
-                finite = tf.math.is_finite(tf.reduce_sum(squared_norms(local)))
+                finite = gradient_norms(local)[1]
                 return tf.logical_not(tf.logical_and(tf.math.is_finite(tf.cast(loss, tf.float32)), finite))
 
             local_bad = tf.cond(sentinel, lambda: tf.constant(False), own_gradient_bad)
@@ -542,7 +554,7 @@ class GradientMonitor(keras.callbacks.Callback):
             return tf.constant(True)
 
         tf.cond(tf.logical_and(record, writer), write, lambda: tf.constant(False))
-        self._write_step_norms(step, global_loss, squares, inverse, tf.logical_and(recording, writer))
+        self._write_step_norms(step, global_loss, norms, inverse, tf.logical_and(recording, writer))
         if overflow is not None:
             self._write_overflow(step, inverse, tf.logical_and(overflow, tf.logical_and(recording, writer)))
         if self._backup:
@@ -642,12 +654,13 @@ class GradientMonitor(keras.callbacks.Callback):
             self._log.event(tag, histogram(values if inverse is None else values * inverse), step, histogram_meta)
         return tf.constant(True)
 
-    def _write_step_norms(self, step: Any, loss: Any, squares: Any, inverse: Any, write: Any) -> None:
+    def _write_step_norms(self, step: Any, loss: Any, norms: Any, inverse: Any, write: Any) -> None:
         """Every step: [loss, global norm, each variable's norm] of the gradients the optimizer gets (unscaled)."""
-        norms = tf.sqrt(squares)
         if inverse is not None:
             norms = norms * inverse
-        row = tf.concat([[tf.cast(loss, tf.float32), tf.sqrt(tf.reduce_sum(tf.square(norms)))], norms], axis=0)
+        finite = tf.reduce_all(tf.math.is_finite(norms))
+        whole = tf.where(finite, scaled_norm(tf.where(finite, norms, 0.0)), tf.sqrt(tf.reduce_sum(tf.square(norms))))
+        row = tf.concat([[tf.cast(loss, tf.float32), whole], norms], axis=0)
         _when(write, lambda: self._log.event(NORMS_TAG, row, step, _metadata()))
 
     def _write_overflow(self, step: Any, inverse: Any, skipped: Any) -> None:

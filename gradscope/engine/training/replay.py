@@ -45,6 +45,19 @@ def _record_replay(monitor: Any, step: int, x: Any, y: Any, sample_weight: Any) 
     monitor._write_loss(at, loss, tf.constant(True), node_outs, x)
 
 
+def _not_made_again(model: Any, step: int) -> str:
+    """Why an eager replay of a non-finite step can run clean, as far as the model tells: its random layers drew
+    other numbers, or (none) the compiled step and the eager replay round differently near float32's limits."""
+    random = [layer.name for layer in model._flatten_layers(include_self=False) if hasattr(layer, "seed_generator")]
+    said = f"its eager replay with the weights and batch of step {step} made no NaN/Inf"
+    if random:
+        return f"{said}; {', '.join(random[:4])} draw random numbers, which differed in the replay"
+    return (
+        f"{said}, and the model has no random layer: the compiled step rounds differently from the eager replay, "
+        "so a value of that step sat at the edge of float32's range (see the step's norms)"
+    )
+
+
 def locate_first_nonfinite(monitor: Any, data: Any) -> dict[str, Any]:
     """Replay the first non-finite step with the weights it saw (the monitor's backup), record it, and find the
     op of its first NaN/Inf under check_numerics; every variable is put back as the step left it."""
@@ -75,7 +88,7 @@ def locate_first_nonfinite(monitor: Any, data: Any) -> dict[str, Any]:
             alert["phase"] = "backward"
             tape.gradient(loss, monitor._variables)
             alert["phase"] = None
-            alert["message"] = "the replay ran without NaN/Inf (a random layer, e.g. dropout, differed)"
+            alert["message"] = _not_made_again(model, step)
         finally:
             tf.debugging.disable_check_numerics()
     except Exception as exc:  # noqa: BLE001 - whatever stopped the replay is what is reported

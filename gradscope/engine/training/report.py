@@ -170,8 +170,13 @@ def _nonfinite_origin(log: TrainingLog, record: StepRecord) -> tuple[str | None,
                     "them so (look at that layer's |grad W| / |W| in the records before)"
                 )
             return n.id, f"forward value of {what} is NaN/Inf while its inputs are finite"
+    if math.isinf(record.loss):  # finite outputs whose loss overflows float32: they grew too large
+        return None, (
+            "the loss overflowed float32 (Inf) while every layer's output is finite: the outputs grew too large for "
+            "the loss (the weights grow when the learning rate is too large: see the global norm of the steps before)"
+        )
     if not math.isfinite(record.loss):
-        return None, "the loss is NaN/Inf while every layer's output is finite (look at the loss and the labels)"
+        return None, "the loss is NaN while every layer's output is finite (look at the loss and the labels)"
     consumers: dict[str, list[str]] = {}
     for n in log.nodes:
         for p in n.inputs:
@@ -209,18 +214,25 @@ def _first_nonfinite(log: TrainingLog, record: StepRecord) -> TrainingAlert:
 
 
 def _unrecorded_nonfinite(log: TrainingLog, first_recorded: int | None) -> TrainingAlert | None:
-    """The first non-finite step from the monitor's replay alert when no record holds it: a step between records
-    whose replay (with the weights it saw) did not make the NaN/Inf again (a random layer, e.g. dropout,
-    differed), so it was not recorded. The monitor's sentinel saw it all the same."""
+    """The first non-finite step from the monitor's replay alert when no non-finite record holds it: its replay
+    (with the weights it saw) did not make the NaN/Inf again, so no record stands in for it. The monitor's
+    sentinel saw it all the same."""
     steps = [a for a in log.alerts if "step" in a and (first_recorded is None or int(a["step"]) < first_recorded)]
     if not steps:
         return None
     alert = min(steps, key=lambda a: int(a["step"]))
     step = int(alert["step"])
-    detail = (
-        f"the loss or weight gradients of step {step} were not finite (checked every step); the step fell between "
-        f"records and was not recorded: {alert.get('message') or 'its replay did not make the NaN/Inf again'}"
-    )
+    replay = alert.get("message") or "its replay did not make the NaN/Inf again"
+    if any(r.step == step for r in log.records):  # recorded, and its record is finite: say so, invent nothing
+        detail = (
+            f"the monitor found the loss or weight gradients of step {step} not finite (checked every step), but "
+            f"the step's record is finite and {replay}"
+        )
+    else:
+        detail = (
+            f"the loss or weight gradients of step {step} were not finite (checked every step); the step fell "
+            f"between records and was not recorded: {replay}"
+        )
     detail += _replica_text(log, step)
     return TrainingAlert("nonfinite", alert.get("node"), step, detail, op=alert.get("op"))
 
@@ -316,6 +328,19 @@ def stopped_before_first_record(log: TrainingLog) -> str | None:
     return None
 
 
+def _loss_summary(records: list[StepRecord]) -> str:
+    """ "; loss first -> last": the last finite loss is not the last loss when the run went NaN, so say where the
+    finite losses end and how many records after them are not finite."""
+    finite = [r for r in records if math.isfinite(r.loss)]
+    if not finite:
+        return "; the loss is NaN/Inf in every record"
+    text = f"; loss {finite[0].loss:.4g} -> {finite[-1].loss:.4g}"
+    after = [r for r in records if r.step > finite[-1].step]
+    if after:
+        text += f" (step {finite[-1].step}), then NaN/Inf in the {len(after)} later record(s)"
+    return text
+
+
 def report_text(log: TrainingLog, alerts: list[TrainingAlert]) -> str:
     records = log.records
     head = f"Training log {log.folder}: model {log.model_name!r}, {len(log.nodes)} nodes"
@@ -333,11 +358,10 @@ def report_text(log: TrainingLog, alerts: list[TrainingAlert]) -> str:
         return "\n".join([*lines, f"Nothing recorded: {why}."])
     if not records:
         return "\n".join([*lines, "No step recorded yet (the run is starting)."])
-    losses = [r.loss for r in records if math.isfinite(r.loss)]
-    lines += [
+    lines.append(
         f"{len(records)} records (every {log.every} steps), steps {records[0].step}..{records[-1].step}"
-        + (f"; loss {losses[0]:.4g} -> {losses[-1]:.4g}" if losses else ""),
-    ]
+        + _loss_summary(records)
+    )
     if log.replicas > 1:
         lines.append(f"{log.replicas} replicas in sync: the statistics are of the global batch (after the all-reduce)")
     if not alerts:

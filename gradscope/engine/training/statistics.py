@@ -44,14 +44,36 @@ def dense_signal(grad: Any) -> Any:
     return tf.convert_to_tensor(grad) if isinstance(grad, tf.IndexedSlices) else grad
 
 
-def squared_norms(grads: list[WeightGradient]) -> Any:
-    """(n,) sum of squares of each gradient, 0 where there is none: one read each, and NaN/Inf anywhere in a
-    gradient makes its entry non-finite (the sentinel). A gradient whose squares overflow float32 (|g| beyond
-    ~1e19 over its elements) counts as non-finite too."""
+def gradient_norms(grads: list[WeightGradient]) -> tuple[Any, Any]:
+    """((n,) L2 norm of each gradient, 0 where there is none; whether no gradient holds a NaN/Inf): the sentinel
+    and the spikes' norms. One read each, the sum of squares; only when a sum is not finite a second pass scaled
+    by max|g| tells a NaN/Inf from a finite gradient whose squares overflow float32 (|g| past ~1e19), which a
+    bare sum of squares takes for a NaN (the sentinel then reported a finite step as non-finite)."""
     if not grads:
-        return tf.zeros([0])
+        return tf.zeros([0]), tf.constant(True)
+    values = [None if g.values is None else tf.cast(g.values, tf.float32) for g in grads]
     zero = tf.constant(0.0)
-    return tf.stack([zero if g.values is None else 2.0 * tf.nn.l2_loss(tf.cast(g.values, tf.float32)) for g in grads])
+    squares = tf.stack([zero if v is None else 2.0 * tf.nn.l2_loss(v) for v in values])
+
+    def exact() -> tuple[Any, Any]:
+        norms, finite = [], []
+        for v, square in zip(values, tf.unstack(squares)):
+            if v is None:
+                norms.append(zero)
+                continue
+            ok = tf.reduce_all(tf.math.is_finite(v))
+            finite.append(ok)
+            norms.append(tf.where(ok, scaled_norm(v), tf.sqrt(square)))
+        return tf.stack(norms), tf.reduce_all(tf.stack(finite)) if finite else tf.constant(True)
+
+    return tf.cond(tf.math.is_finite(tf.reduce_sum(squares)), lambda: (tf.sqrt(squares), tf.constant(True)), exact)
+
+
+def scaled_norm(values: Any) -> Any:
+    """The L2 norm of finite ``values`` without overflowing float32 on the way: max|v| * ||v / max|v|||."""
+    top = tf.reduce_max(tf.abs(values))
+    safe = tf.where(top > 0, top, 1.0)
+    return tf.where(top > 0, safe * tf.sqrt(tf.reduce_sum(tf.square(values / safe))), 0.0)
 
 
 def unscaled_rows(rows: Any, inverse_scale: Any) -> Any:

@@ -209,3 +209,58 @@ def test_every_is_named_when_it_is_not_a_count():
             GradientMonitor("unused", every=bad)
     with pytest.raises(GradscopeError, match="histograms must be"):
         GradientMonitor("unused", histograms=-1)
+
+
+def test_every_past_what_the_step_counter_holds_is_refused_at_once():
+    with pytest.raises(GradscopeError, match="every must be at most"):
+        GradientMonitor("unused", every=2**63)
+
+
+def test_a_log_folder_that_exists_but_cannot_be_written_is_one_line(tmp_path):
+    """/proc/driver exists and refuses new files even to root (a chmod would not stop root)."""
+    if not Path("/proc/driver").is_dir():
+        pytest.skip("no read-only folder to try (not Linux)")
+    x, y = batch()
+    with pytest.raises(GradscopeError, match="Cannot write the log in /proc/driver"):
+        compiled(mlp()).fit(x, y, epochs=1, verbose=0, callbacks=[GradientMonitor("/proc/driver")])
+
+
+def _interrupted_fit(tmp_path: Path, in_step: bool) -> None:
+    """A monitored fit (every step recorded) stopped by Ctrl-C at its 7th step: inside the train step (where a
+    key press lands in a real fit: the step is where the time goes) or in a callback after the 6th."""
+    x, y = batch()
+    monitor = GradientMonitor(tmp_path, every=1)
+
+    class CtrlC(keras.callbacks.Callback):
+        def on_train_batch_begin(self, batch, logs=None):
+            if batch == 6 and in_step:
+
+                def interrupted(iterator):
+                    raise KeyboardInterrupt
+
+                monitor._train_function = interrupted
+
+        def on_train_batch_end(self, batch, logs=None):
+            if batch == 5 and not in_step:
+                raise KeyboardInterrupt
+
+    with pytest.raises(KeyboardInterrupt):
+        compiled(mlp()).fit(x, y, epochs=2, batch_size=1, verbose=0, callbacks=[monitor, CtrlC()])
+
+
+def test_the_records_of_a_fit_interrupted_in_its_step_are_on_disk_when_fit_raises(tmp_path, capsys):
+    _interrupted_fit(tmp_path, in_step=True)
+    assert read_training_log(tmp_path).steps == [0, 1, 2, 3, 4, 5]  # no later fit, no exit of the process
+    assert main(["train-report", str(tmp_path)]) == 0
+    assert "6 records (every 1 steps), steps 0..5" in capsys.readouterr().out
+
+
+def test_the_records_of_a_fit_interrupted_elsewhere_reach_the_disk_within_a_second(tmp_path):
+    """Ctrl-C outside the step (in a callback): no step follows, the timer writes them; the wait is bounded."""
+    import time
+
+    started = time.monotonic()
+    _interrupted_fit(tmp_path, in_step=False)
+    while read_training_log(tmp_path).steps != [0, 1, 2, 3, 4, 5] and time.monotonic() - started < 10:
+        time.sleep(0.05)
+    assert read_training_log(tmp_path).steps == [0, 1, 2, 3, 4, 5]
