@@ -6,12 +6,14 @@ Everything the CLI's ``explain`` does goes through here, and the GUI's worker us
 from __future__ import annotations
 
 import dataclasses
+import numbers
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
+from gradscope.core.arguments import check_argument, check_count
 from gradscope.core.errors import GraphError, PlanError
 from gradscope.core.results import BackwardResult
 from gradscope.core.targets import Target, next_token_summary
@@ -226,6 +228,27 @@ def model_input(
     return ModelInput((x,), "image", str(source) if isinstance(source, (str, Path)) else "<array>", image=img)
 
 
+def _check_common(**given: Any) -> None:
+    """The arguments several API functions share, checked by type before any work (``vocab=123`` named as such)."""
+    from gradscope.io.sequences import Vocabulary
+
+    kinds: dict[str, tuple[tuple[type, ...], str]] = {
+        "vocab": (
+            (str, Path, Vocabulary, type(None)),
+            "a Vocabulary, the path of a vocabulary file or folder, or None",
+        ),
+        "method": ((str, Method, type(None)), "a method name (gradscope methods), a Method or None"),
+        "plan": ((Plan, type(None)), "a Plan (Plan.load(path)) or None"),
+        "target": (
+            (Target, numbers.Integral, str, type(None)),
+            "a class index, a Target, a target as the CLI writes it ('7', 'neuron:NODE:i,j,c') or None",
+        ),
+        "safe_mode": ((bool,), "True or False"),
+    }
+    for name, value in given.items():
+        check_argument(name, value, *kinds[name])
+
+
 def _vocabulary_beside(model: Any) -> Path | None:
     """A vocabulary file beside a model given as a path (as the window and the CLI read it), else None."""
     from gradscope.app.files.session_files import find_vocabulary
@@ -237,7 +260,9 @@ def _inputs(engine: Any, source: Any, preprocessing: str, target: Target | int |
     """(``ModelInput``, the model's input batch, ``Target``) from any input and a class index."""
     fed = model_input(engine, source, preprocessing=preprocessing, **how)
     x = engine.checked_inputs(list(fed.arrays))
-    if not isinstance(target, Target):
+    if isinstance(target, str):
+        target = Target.parse(target)
+    elif not isinstance(target, Target):
         target = Target(index=target)  # type: ignore[arg-type]  (Target checks it is a whole number)
     return fed, (x[0] if len(x) == 1 else x), target
 
@@ -271,6 +296,10 @@ def explain(
 
     if reduction is not None and reduction not in REDUCTIONS:
         raise ViewError(f"Unknown channel reduction {reduction!r}; choose: {', '.join(REDUCTIONS)}.")
+    _check_common(vocab=vocab, method=method, plan=plan, target=target, safe_mode=safe_mode)
+    check_argument("layer", layer, (str, type(None)), "a node id or None")
+    check_argument("method_options", method_options, (dict, type(None)), "a dict of the method's options or None")
+    check_count("row", row, 0, 2**31)
     engine = open_engine(model, safe_mode=safe_mode)
     vocab = vocab if vocab is not None else _vocabulary_beside(model)
     fed, x, target = _inputs(engine, image, preprocessing, target, vocab=vocab, row=row)
@@ -414,9 +443,11 @@ def explain_generation(
     """Decode ``steps`` tokens greedily after ``prompt`` (token ids, or text with ``vocab``) and attribute each to
     the prompt and the tokens generated before it, one backward pass per token (Inseq's matrix)."""
     from gradscope.app.rendering.view import ViewSettings
-    from gradscope.engine.backward.generation import attribute_generation
+    from gradscope.engine.backward.generation import MAX_GENERATE, attribute_generation
     from gradscope.rules.base import carries_relevance
 
+    _check_common(vocab=vocab, method=method, plan=plan, safe_mode=safe_mode)
+    check_count("steps", steps, 1, MAX_GENERATE)
     engine = open_engine(model, safe_mode=safe_mode)
     vocab = vocab if vocab is not None else _vocabulary_beside(model)
     fed = model_input(engine, prompt, vocab=vocab)
@@ -471,6 +502,7 @@ def sanity(
     changes. Returns a ``SanityReport`` (``to_text()``, ``to_dict()``)."""
     from gradscope.engine.diagnostics.sanity import sanity_checks
 
+    _check_common(method=method, plan=plan, target=target, safe_mode=safe_mode)
     engine = open_engine(model, safe_mode=safe_mode)
     _, x, target = _inputs(engine, image, preprocessing, target)
     m = resolve_method(engine, method, plan)

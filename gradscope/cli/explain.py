@@ -22,7 +22,8 @@ from gradscope.cli.common import (
 )
 from gradscope.core.errors import EXIT_USER_ERROR, GradscopeError, ImageLoadError
 from gradscope.core.files import inside, safe_file_name, shorten
-from gradscope.core.targets import Target
+from gradscope.core.numbers import is_whole
+from gradscope.core.targets import Target, whole_number
 
 
 def add_parser(sub: Any) -> None:
@@ -189,9 +190,14 @@ def next_token_target(args: argparse.Namespace, engine: Any) -> Target | None:
     if args.target is not None:
         raise GradscopeError("Give --target or --next/--contrast/--position, not both.")
     vocab = None
-    if any(t is not None and not t.strip().lstrip("-").isdigit() for t in (args.next, args.contrast)):
+    named = [(flag, t) for flag, t in (("--next", args.next), ("--contrast", args.contrast)) if t is not None]
+    if any(not is_whole(t) for _, t in named):
         if not args.vocab:
-            raise GradscopeError("--next/--contrast name a token by its text: give --vocab (or its id).")
+            flag, text = next((f, t) for f, t in named if not is_whole(t))
+            raise GradscopeError(
+                f"{flag} {shorten(text, 40)!r} is not a token id (a whole number); to name a token by its text, "
+                "give --vocab."
+            )
         from gradscope.io.sequences import Vocabulary
 
         vocab = Vocabulary.load(args.vocab)
@@ -199,7 +205,7 @@ def next_token_target(args: argparse.Namespace, engine: Any) -> Target | None:
     def token(text: str | None) -> int | None:
         if text is None:
             return None
-        return int(text) if vocab is None else vocab.token_id(text)
+        return whole_number(text, "token id") if vocab is None else vocab.token_id(text)
 
     return Target(kind="token", index=token(args.next), contrast=token(args.contrast), position=args.position)
 
@@ -228,7 +234,12 @@ def run(args: argparse.Namespace) -> int:
     out = Path(args.out)
     many = typed is None and image_arg.is_dir()
     if many:
-        out.mkdir(parents=True, exist_ok=True)
+        if out.exists() and not out.is_dir():
+            raise GradscopeError(f"--out {out} is a file; for a folder of images give a folder (made if missing).")
+        try:
+            out.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            raise GradscopeError(f"Cannot make the output folder {out}: {exc.strerror or exc}.") from None
     elif out.suffix.lower() != ".png":
         raise GradscopeError(f"--out must be a .png file (got {out}); for a folder of images give a folder.")
     target = next_token_target(args, engine) or Target.parse(args.target)

@@ -51,6 +51,10 @@ class ImageLoadError(InputError):
     """An input image could not be read or does not fit the model."""
 
 
+class ArgumentError(GradscopeError, TypeError):
+    """A Python API argument of the wrong type or value, named at the API's edge (never inside NumPy or TF)."""
+
+
 class PlanError(GradscopeError):
     """A plan (selector -> rule) is malformed or refers to unknown nodes/rules/parameters."""
 

@@ -76,6 +76,8 @@ def companion_kind(input_name: str) -> str | None:
 #: Config key of a composite layer (a transformer block) that stayed one node, with why: rules cannot reach inside
 #: it, and the presets say so naming it.
 KEPT_WHOLE = "kept whole"
+#: Config key of an attention layer's head count (set by the engine's graph builder, whatever the layer calls it).
+ATTENTION_HEADS = "attention heads"
 
 
 @dataclass(frozen=True)
@@ -146,6 +148,20 @@ class LayerGraph:
         embedding = self.embedding_of(input_id)
         size = embedding.config.get("input_dim") if embedding is not None else None
         return size if isinstance(size, int) else None
+
+    def position_limit(self) -> tuple[int, str] | None:
+        """(how many positions, the node that has them): a learned position embedding's ``sequence_length``
+        (GPT-2's 1,024), the most tokens the model can read; None where nothing bounds it (rotary positions)."""
+        limits = [
+            (n.config["sequence_length"], n.id)
+            for n in self.nodes
+            if "PositionEmbedding" in n.op_type and isinstance(n.config.get("sequence_length"), int)
+        ]
+        return min(limits) if limits else None
+
+    def attention_heads(self) -> list[int]:
+        """The head count of each attention layer: each holds (heads, L, L) scores for a sequence of L tokens."""
+        return [n.config[ATTENTION_HEADS] for n in self.nodes if isinstance(n.config.get(ATTENTION_HEADS), int)]
 
     def embedding_of(self, input_id: str) -> NodeSpec | None:
         """Where an integer input becomes real numbers (its ``Embedding``): the first node fed by it whose

@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import numbers
 from dataclasses import dataclass
 from typing import Any
 
 from gradscope.core.errors import TargetError
+from gradscope.core.numbers import int_or_none, is_whole
 
 TARGET_KINDS = ("class", "token", "neuron", "channel", "loss")
 
@@ -16,16 +18,18 @@ def whole_number(value: object, what: str) -> int | None:
     if value is None:
         return None
     if isinstance(value, str):
-        text = value.strip()
-        if text.lstrip("-").isdigit():
-            return int(text)
-    elif not isinstance(value, bool):
-        try:
-            number = float(value)  # type: ignore[arg-type]
-            if number.is_integer():
-                return int(number)
-        except (TypeError, ValueError, OverflowError):
-            pass
+        number = int_or_none(value)
+        if number is not None:
+            return number
+    elif isinstance(value, bool):
+        pass  # True is no class index
+    elif isinstance(value, numbers.Integral):  # numpy's too, uint64 exactly
+        return int(value)
+    elif isinstance(value, numbers.Real):
+        number = float(value)
+        # past 2**53 a float is not the number the user wrote (1e30 would read as 1000000000000000019884624838656)
+        if number.is_integer() and abs(number) <= 2**53:
+            return int(number)
     raise TargetError(f"The {what} must be a whole number, not {value!r}.")
 
 
@@ -142,17 +146,16 @@ class Target:
         if text == "loss" or text.startswith("loss:"):
             name, _, output = text.partition(":")[2].partition(":")
             return cls(kind="loss", loss=name or None, node=output or None)
-        if text.lstrip("-").isdigit():
-            return cls(index=int(text))
+        if is_whole(text):
+            return cls(index=int_or_none(text))
         kind, _, rest = text.partition(":")
         node, _, idx = rest.rpartition(":")
-        try:
+        numbers = [int_or_none(i) for i in idx.split(",")]
+        if None not in numbers:
             if kind == "neuron":
-                return cls(kind="neuron", node=node or None, neuron=tuple(int(i) for i in idx.split(",")))
-            if kind == "channel":
-                return cls(kind="channel", node=node or None, channel=int(idx))
-        except ValueError:
-            pass
+                return cls(kind="neuron", node=node or None, neuron=tuple(numbers))  # type: ignore[arg-type]
+            if kind == "channel" and len(numbers) == 1:
+                return cls(kind="channel", node=node or None, channel=numbers[0])
         raise TargetError(
             f"Cannot read target {text!r}: use a class index (7), 'top', 'neuron:NODE:i,j,c', 'channel:NODE:c' "
             "or 'loss[:crossentropy|mse|compiled]'."

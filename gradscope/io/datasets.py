@@ -22,7 +22,7 @@ import numpy as np
 from gradscope.core.errors import GradscopeError, ImageLoadError
 from gradscope.core.files import shorten
 from gradscope.core.json_text import read_json_file
-from gradscope.io.images import list_images, load_image, prepare_input
+from gradscope.io.images import list_images, load_image, open_image, prepare_input
 
 BACKGROUND, IGNORE = -1, -2  # what mask pixels that name no class hold in ``Sample.mask``
 MASK_FOLDER = "masks"
@@ -76,7 +76,9 @@ def _voc_layout(root: Path, split: str) -> Layout:
         have = ", ".join(sorted(p.stem for p in sets.glob("*.txt"))) or "none"
         raise GradscopeError(f"Pascal VOC folder {root}: no split {split!r} ({path} is missing; splits: {have}).")
     try:
-        stems = tuple(line.split()[0] for line in path.read_text(encoding="utf-8").splitlines() if line.strip())
+        # utf-8-sig: a byte-order mark would glue itself to the first stem; a stem listed twice is scored once
+        listed = [line.split()[0] for line in path.read_text(encoding="utf-8-sig").splitlines() if line.strip()]
+        stems = tuple(dict.fromkeys(listed))
     except (OSError, UnicodeDecodeError) as exc:
         raise GradscopeError(f"Cannot read the VOC split {path}: {exc}.") from exc
     return Layout("voc", root / "JPEGImages", root / "SegmentationClass", stems, split)
@@ -187,15 +189,17 @@ def classes_of_mask(values: np.ndarray, class_map: dict[int, int] | None, classe
 
 def read_mask(path: Path, size: tuple[int, int]) -> np.ndarray:
     """A mask PNG's pixel values (h, w); ``size`` = the image's (h, w), which it must have."""
-    from PIL import Image, UnidentifiedImageError
+    from PIL import UnidentifiedImageError
 
     if not path.is_file():
         raise DataProblem(f"no mask ({path.parent.name}/{path.name} is missing)")
     try:
-        with Image.open(path) as img:
+        with open_image(path) as img:
             if img.mode not in ("P", "L", "I", "I;16"):
                 raise DataProblem(f"mask {path.name} is a {img.mode} image; it must be indexed or grayscale")
             values = np.asarray(img)
+    except ImageLoadError as exc:
+        raise DataProblem(f"mask {exc}") from None
     except (UnidentifiedImageError, OSError, ValueError, SyntaxError) as exc:
         raise DataProblem(f"mask {path.name} cannot be read ({type(exc).__name__}: {exc})") from exc
     if values.shape != tuple(size):
@@ -225,10 +229,14 @@ class ImageFolder:
         if self.layout.stems is None:
             return [p.name for p in images]
         by_stem = {p.stem: p.name for p in images}
-        return [by_stem[s] for s in self.layout.stems if s in by_stem]  # (a listed image that is missing: skipped)
+        return [by_stem.get(s, s) for s in self.layout.stems]  # a listed image that is missing: load() says so
 
     def load(self, key: str) -> Sample:
         path = self.layout.images / key
+        if self.layout.stems is not None and not (path.exists() or path.is_symlink()):
+            raise DataProblem(
+                f"the split {self.layout.split}.txt lists it, but {self.layout.images.name}/ has no image {key}.*"
+            )
         try:
             image = load_image(path)
             x = prepare_input(image, self.input_shape, self.preprocessing)[0]

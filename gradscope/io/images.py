@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import re
+import warnings
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -30,6 +33,8 @@ def load_image(path: str | Path, size: int | tuple[int, int] | None = None, mode
     from PIL import Image, ImageOps, UnidentifiedImageError
 
     p = Path(path).expanduser()
+    if p.is_symlink() and not p.exists():
+        raise ImageLoadError(f"{p} is a symbolic link that leads nowhere (its target is missing, or a loop).")
     if not p.exists():
         raise ImageLoadError(f"Image file not found: {p}")
     if p.is_dir():
@@ -37,13 +42,7 @@ def load_image(path: str | Path, size: int | tuple[int, int] | None = None, mode
     if not p.is_file():  # a FIFO or a device would block the read forever
         raise ImageLoadError(f"{p} is not a regular file.")
     try:
-        with Image.open(p) as img:
-            w, h = img.size  # from the header: nothing is decoded yet
-            if w * h > MAX_PIXELS:
-                raise ImageLoadError(
-                    f"{p.name} is {w}x{h} ({w * h / 1e6:.0f} MP); gradscope reads images up to "
-                    f"{MAX_PIXELS / 1e6:.0f} MP. Downscale it first."
-                )
+        with open_image(p) as img:
             img.seek(0)
             img = ImageOps.exif_transpose(img)
             img = _to_mode(img, mode)
@@ -62,6 +61,34 @@ def load_image(path: str | Path, size: int | tuple[int, int] | None = None, mode
     return np.ascontiguousarray(array)
 
 
+@contextmanager
+def open_image(p: Path) -> Iterator[Any]:
+    """``Image.open`` with gradscope's size limit checked from the header, before anything is decoded. Pillow's
+    own decompression-bomb check (past ~179 MP it raises in ``open``) would otherwise answer first, and
+    differently: it reads as the same refusal here."""
+    from PIL import Image
+
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", Image.DecompressionBombWarning)
+            img = Image.open(p)
+    except Image.DecompressionBombError as exc:
+        found = re.search(r"\((\d+) pixels\)", str(exc))
+        size = f"{int(found.group(1)) / 1e6:.0f} MP" if found else "too large"
+        raise ImageLoadError(
+            f"{p.name} is {size} (by its header); gradscope reads images up to {MAX_PIXELS / 1e6:.0f} MP. "
+            "Downscale it first."
+        ) from None
+    with img:
+        w, h = img.size
+        if w * h > MAX_PIXELS:
+            raise ImageLoadError(
+                f"{p.name} is {w}x{h} ({w * h / 1e6:.0f} MP); gradscope reads images up to "
+                f"{MAX_PIXELS / 1e6:.0f} MP. Downscale it first."
+            )
+        yield img
+
+
 def list_images(folder: str | Path) -> list[Path]:
     """The image files (png, jpg, jpeg, bmp, webp, tif) directly in ``folder``, sorted by name."""
     p = Path(folder).expanduser()
@@ -69,8 +96,15 @@ def list_images(folder: str | Path) -> list[Path]:
         raise ImageLoadError(f"Image folder not found: {p}")
     if not p.is_dir():
         raise ImageLoadError(f"{p} is not a folder.")
+    # a link to nothing (a loop, a moved target) is listed too: reading it then says so, where skipping it would not
     return sorted(
-        (f for f in p.iterdir() if f.is_file() and f.suffix.lower() in IMAGE_EXTENSIONS and not f.name.startswith(".")),
+        (
+            f
+            for f in p.iterdir()
+            if (f.is_file() or f.is_symlink() and not f.is_dir())
+            and f.suffix.lower() in IMAGE_EXTENSIONS
+            and not f.name.startswith(".")
+        ),
         key=lambda f: f.name,
     )
 

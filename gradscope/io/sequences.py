@@ -22,6 +22,7 @@ import numpy as np
 from gradscope.core.errors import InputError
 from gradscope.core.files import shorten
 from gradscope.core.json_text import parse_json
+from gradscope.core.numbers import int_or_none, is_whole
 
 UNKNOWN_TOKENS = ("[UNK]", "<unk>", "<UNK>", "[unk]", "<oov>", "[OOV]")
 _WORDS = re.compile(r"\w+|[^\w\s]")
@@ -44,7 +45,7 @@ class Vocabulary:
         p = _readable(path, "vocabulary")
         text = _text(p)
         if p.suffix.lower() == ".json":
-            data = _json(p, text, unique_keys=True)
+            data = _without_lone_surrogates(_json(p, text, unique_keys=True))
             if isinstance(data, list) and all(isinstance(t, str) for t in data):
                 _refuse_repeats(p, data, "item")
                 return cls(tuple(data), str(p))
@@ -103,8 +104,9 @@ class Vocabulary:
         """One token as its id: a whole number is an id; else the token as written (a continuation such as
         ``--next cat``). ``InputError`` when it is not one token of this vocabulary."""
         text = text.strip()
-        if text.lstrip("-").isdigit():
-            return int(text)
+        number = int_or_none(text)
+        if number is not None:
+            return number
         found = self._index.get(text)
         if found is None:
             raise InputError(f"{shorten(text)!r} is not a token of the vocabulary {Path(self.source).name}.")
@@ -167,7 +169,7 @@ class HubVocabulary(Vocabulary):
     def token_id(self, text: str) -> int:
         """A continuation as the tokenizer splits it (``" cat"`` is one token of a BPE vocabulary): an id, a token
         as the vocabulary writes it, or a word that the tokenizer makes one token of."""
-        if text.strip().lstrip("-").isdigit() or text in self._index:
+        if is_whole(text) or text in self._index:
             return super().token_id(text) if text not in self._index else self._index[text]
         ids = [int(i) for i in np.asarray(self.tokenizer.tokenize(text)).reshape(-1)]
         if len(ids) != 1:
@@ -190,12 +192,11 @@ def parse_token_ids(text: str) -> np.ndarray:
         raise InputError("No token ids given: write them as '12 7 99'.")
     ids = []
     for pos, part in enumerate(parts):
-        try:
-            value = int(part)
-        except ValueError:
+        value = int_or_none(part)
+        if value is None:
             raise InputError(
                 f"Token {pos} {part!r} is not a token id (a whole number); to type words, give a vocabulary."
-            ) from None
+            )
         ids.append(value)
     return _id_array(ids)
 
@@ -255,6 +256,20 @@ def _id_array(ids: list[int], where: str = "") -> np.ndarray:
         if not -(2**63) <= value < 2**63:
             raise InputError(f"{where}token {pos} ({shorten(str(value), 30)}) is far beyond any vocabulary.")
     return np.array(ids, np.int64)
+
+
+def _without_lone_surrogates(data: Any) -> Any:
+    """JSON may escape half a UTF-16 pair (``"\\ud800"``): no text can hold it (writing or drawing it fails), so
+    such a token is kept under its escaped spelling, its id unchanged."""
+
+    def text(s: Any) -> Any:
+        return s.encode("utf-8", "backslashreplace").decode("utf-8") if isinstance(s, str) else s
+
+    if isinstance(data, list):
+        return [text(s) for s in data]
+    if isinstance(data, dict):
+        return {text(k): v for k, v in data.items()}
+    return data
 
 
 def _json(p: Path, text: str, unique_keys: bool = False) -> Any:

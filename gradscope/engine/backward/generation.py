@@ -19,6 +19,7 @@ import numpy as np
 from gradscope.core.errors import InputError, TargetError
 from gradscope.core.targets import Target
 from gradscope.engine.backward.attribution import token_scores, weighted_signal
+from gradscope.io.model_inputs import check_sequence_fits
 
 #: The most tokens one call generates (each costs one backward pass).
 MAX_GENERATE = 512
@@ -66,22 +67,28 @@ def attribute_generation(
     token_input = graph.token_input
     length = graph.node(token_input).output_shape[1]
     total = prompt.size + steps
-    if length is not None and total > length:
+    fed = total - 1  # the last generated token is never fed back
+    limits = [n for n in (length, (graph.position_limit() or (None,))[0]) if n is not None]
+    if limits and fed > min(limits):
+        most = min(limits)
+        if prompt.size > most:
+            raise InputError(f"The model reads at most {most} tokens; the prompt has {prompt.size}.")
         raise InputError(
-            f"The model reads {length} tokens; a prompt of {prompt.size} leaves room for {length - prompt.size}."
+            f"The model reads at most {most} tokens; a prompt of {prompt.size} leaves room to generate "
+            f"{most - prompt.size + 1}."
         )
     masks = [i for i, kind in graph.token_companions.items() if kind == "mask"]
     padded = bool(masks) and length is None  # one shape for every step (see the module docstring)
-    size = (total if padded else None) or (length or 0)
+    width = length or (fed if padded else None)  # None: the sequence grows by a token a step
+    check_sequence_fits(graph, width or fed)
     node = graph.embedding_of(token_input).id
-    ids = np.zeros(max(size, total), np.int64)
+    ids = np.zeros(max(width or 0, total), np.int64)
     ids[: prompt.size] = prompt
     rows, probs, chosen = [], [], []
     t0 = time.perf_counter()
     for i in range(steps):
         real = prompt.size + i
-        width = ids.size if (padded or length) else real
-        arrays = _arrays(graph, ids[:width], real)
+        arrays = _arrays(graph, ids[: width or real], real)
         target = Target(kind="token", position=real - 1)
         result = engine.backward(arrays, target, plan, capture=[node], stats=False, mode="live")
         token = int(result.target_indices[0])

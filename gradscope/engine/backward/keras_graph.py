@@ -21,7 +21,7 @@ import numpy as np
 
 from gradscope.backend import check_keras_internals, keras
 from gradscope.core.errors import GraphError
-from gradscope.core.graph import KEPT_WHOLE, PRE_SUFFIX, LayerGraph, NodeSpec, Shape
+from gradscope.core.graph import ATTENTION_HEADS, KEPT_WHOLE, PRE_SUFFIX, LayerGraph, NodeSpec, Shape
 
 #: Layer classes whose ``activation=`` is applied last and can be split off bit-exactly.
 _FUSED_ACTIVATION_BASES = (
@@ -332,11 +332,17 @@ def _size(w: Any) -> int:
 
 def _config_summary(op: Any) -> dict:
     """A few JSON-friendly config entries for the inspector (never the full config: it can be huge)."""
+    keep: dict = {}
+    # an attention layer's head count, whatever its config calls it (or whether it has one: keras_hub's Llama
+    # attention's get_config fails): what the memory a long sequence needs is estimated from (LayerGraph)
+    heads = [getattr(op, a, None) for a in ("num_query_heads", "num_heads", "_num_heads")]
+    heads = [h for h in heads if isinstance(h, int) and not isinstance(h, bool)]
+    if heads:
+        keep[ATTENTION_HEADS] = heads[0]
     try:
         cfg = op.get_config()
     except Exception:
-        return {}
-    keep = {}
+        return keep
     for k, v in cfg.items():
         if k in ("name", "dtype", "trainable") or isinstance(v, dict):
             continue
