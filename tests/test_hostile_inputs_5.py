@@ -80,6 +80,18 @@ def test_a_sequence_whose_attention_cannot_fit_in_memory_is_refused_before_it_ru
         gs.explain_generation(llama, np.ones(most - 2, np.int64), steps=4, method="gradient")
 
 
+def test_sanity_on_a_keras_hub_language_model_reads_the_map_at_the_embedding(gpt2):
+    """Called with a list where the model wants its dict of inputs, sanity failed; on token ids it must read the
+    map where the signal is (the embedding) and take no finite differences on integer ids."""
+    ids = np.array([3, 9, 4, 17, 5])
+    report = gs.sanity(gpt2, ids, checks=("randomisation", "finite_differences"))
+    feed = {"token_ids": ids[None], "padding_mask": np.ones((1, 5), "int32")}
+    logits = np.asarray(gpt2.model(feed))[0, -1]
+    assert report.target_value == pytest.approx(float(logits.max()), rel=1e-5)  # the next token's logit
+    assert report.randomisation and "<input>" not in [r.node for r in report.finite_differences]
+    assert all(not r.flagged for r in report.finite_differences)
+
+
 # ------------------------------------------------------------------------------------------- numbers
 def test_one_parser_reads_whole_numbers_and_nothing_else():
     assert [int_or_none(t) for t in ("7", " +7 ", "-3", "--5", "²", "٣", "1e3", "", "+")] == [

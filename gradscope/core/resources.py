@@ -26,3 +26,17 @@ def resource_root() -> Path:
 def resource_path(*parts: str) -> Path:
     """A file or folder under the resources, e.g. ``resource_path("icons", "gradscope.svg")``."""
     return resource_root().joinpath(*parts)
+
+
+def is_bundled(path: str | Path) -> bool:
+    """Whether ``path`` lies among gradscope's own files (inside the installed package, for a wheel): nothing the
+    user makes is written there."""
+    try:
+        return Path(path).expanduser().resolve().is_relative_to(resource_root().resolve())
+    except (OSError, RuntimeError):
+        return False
+
+
+def user_folder() -> Path:
+    """Where results of gradscope's own files go when the user named no folder: ``~/gradscope``."""
+    return Path.home() / "gradscope"

@@ -74,6 +74,7 @@ class MainWindow(QMainWindow):
         self.session = session or Session(QtExecutor())
         self.settings = settings or QSettings("gradscope", "gradscope")
         self.modal_errors = modal_errors
+        self._errors_shown = 0  # errors shown so far (when_idle: a run that met one has no result to wait for)
         self._chosen_dir: str | None = None  # where this window's last file was chosen (dialogs start there)
         #: Called with (path, message) for a model that needs unsafe loading; returns True to open anyway.
         self.confirm_unsafe = lambda path, message: self.modal_errors and ask_unsafe(self, message)
@@ -315,6 +316,7 @@ class MainWindow(QMainWindow):
         self._on_error("Display error", f"{type(exc).__name__}: {exc}", exc)
 
     def _on_error(self, title: str, message: str, exc: BaseException | None) -> None:
+        self._errors_shown += 1
         self._on_status(f"{title}: {message.splitlines()[0]}")
         request = self.session.document.load_request
         if isinstance(exc, UnsafeModelError) and request:
@@ -546,13 +548,21 @@ class MainWindow(QMainWindow):
 
     def _last_dir(self) -> str:
         """Where a file dialog starts: where this window's last file was chosen, else beside the open model, else
-        the last folder of an earlier run, else home."""
+        the last folder of an earlier run, else ~/gradscope. Never among gradscope's own files (the bundled demo's
+        folder is inside the installed package: Enter in a save dialog would write there)."""
+        from gradscope.core.resources import is_bundled, user_folder
+
         model = self.session.document.path
-        if self._chosen_dir:
-            return self._chosen_dir
-        if model and Path(model).parent.is_dir():
-            return str(Path(model).parent)
-        return str(self.settings.value("last_dir", str(Path.home())))
+        earlier = self.settings.value("last_dir", None)
+        beside = str(Path(model).parent) if model else None
+        for folder in (self._chosen_dir, beside, earlier if isinstance(earlier, str) else None):
+            if folder and Path(folder).is_dir() and not is_bundled(folder):
+                return folder
+        try:  # a dialog shown a folder that does not exist starts elsewhere, and Enter writes there
+            user_folder().mkdir(exist_ok=True)
+        except OSError:
+            return str(Path.home())
+        return str(user_folder())
 
     def _remember_dir(self, path: str) -> None:
         self._chosen_dir = str(Path(path).parent)
@@ -608,7 +618,9 @@ class MainWindow(QMainWindow):
         def check() -> None:
             waited["ms"] += 100
             s = self.session
-            if (s.jobs.busy is None and (s.result is not None or s.graph is None)) or waited["ms"] > timeout_ms:
+            # an error shown (a target the model lacks) means no result is coming: a headless run must end
+            settled = s.result is not None or s.graph is None or self._errors_shown
+            if (s.jobs.busy is None and settled) or waited["ms"] > timeout_ms:
                 timer.stop()
                 QTimer.singleShot(400, callback)
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import threading
 import time
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -559,6 +560,29 @@ def test_a_headless_screenshot_with_a_bad_file_never_waits_for_a_click(tmp_path,
     assert shot.is_file()
 
 
+@pytest.mark.parametrize("target", [{"kind": "token", "index": 99}, {"kind": "token", "position": 10**30}])
+def test_a_headless_screenshot_of_a_session_whose_token_target_does_not_fit_ends(tmp_path, target):
+    """The session's target fails in the backward pass, so no result ever comes: the run used to idle forever
+    waiting for one. It ends with exit 2 and the error, as ``--tokens`` with the same id does."""
+    import json
+    import subprocess
+    import sys
+
+    from gradscope.backend import keras
+
+    keras.utils.set_random_seed(0)
+    ids = keras.Input((None,), dtype="int32", name="tokens")
+    lm = keras.Model(ids, keras.layers.Dense(64)(keras.layers.Embedding(64, 8)(ids)))
+    lm.save(tmp_path / "lm.keras")
+    session = tmp_path / "s.gradscope.json"
+    session.write_text(json.dumps({"model": str(tmp_path / "lm.keras"), "tokens": "1 2 3", "target": target}))
+    cmd = [sys.executable, "-m", "gradscope", "gui", str(session), "--screenshot", str(tmp_path / "shot.png")]
+    env = {**os.environ, "QT_QPA_PLATFORM": "offscreen"}
+    out = subprocess.run([*cmd, "--size", "800x600"], capture_output=True, text=True, timeout=170, env=env)
+    assert out.returncode == 2, out.stderr
+    assert "gradscope gui: error: The backward pass failed:" in out.stderr and "does not exist" in out.stderr
+
+
 def test_after_undoing_a_preset_the_preset_box_no_longer_names_it(window, qtbot, wait_idle, model_file, image_file):
     _open(window, qtbot, wait_idle, model_file, image_file)
     s, methods = window.session, window.inspector.methods
@@ -597,3 +621,20 @@ def test_fit_left_to_right_shows_as_many_boxes_as_stay_legible(window, qtbot, wa
     shown = view.mapToScene(view.viewport().rect()).boundingRect()
     visible = [n for n, item in view.items_by_id.items() if shown.contains(item.sceneBoundingRect())]
     assert "first" in visible and len(visible) >= view.viewport().width() / (2 * 180 * LEGIBLE_ZOOM)
+
+
+def test_save_dialogs_never_start_inside_the_installed_package(window, qtbot, wait_idle, tmp_path, monkeypatch):
+    """With the bundled demo open, File > Export overlay offered resources/demo (inside site-packages for a wheel)
+    with a name filled in: Enter wrote there. The dialog starts in ~/gradscope instead, made if missing."""
+    from gradscope.core.resources import resource_root
+    from gradscope.io.demo import demo_image_paths, demo_model_path
+
+    monkeypatch.setenv("HOME", str(tmp_path / "home"))
+    (tmp_path / "home").mkdir()
+    _open(window, qtbot, wait_idle, demo_model_path(), demo_image_paths()[0])
+    offered = Path(window._default_name("_overlay.png"))
+    assert not offered.resolve().is_relative_to(resource_root().resolve())
+    assert offered.parent == tmp_path / "home" / "gradscope" and offered.parent.is_dir()
+    window._remember_dir(str(tmp_path / "mine" / "x.png"))  # a folder the user chose: kept (once it exists)
+    (tmp_path / "mine").mkdir()
+    assert Path(window._default_name("_overlay.png")).parent == tmp_path / "mine"

@@ -663,8 +663,12 @@ class Engine:
     def predict(self, inputs: Any) -> np.ndarray:
         """The model's real output (what the user sees as predictions)."""
         xs = self._as_inputs(inputs)
+        # keras_hub's language models take {"token_ids": ..., "padding_mask": ...}; the graph's inputs are that
+        # dict flattened, by sorted key
+        structure = getattr(self.model, "input", None)
+        feed = dict(zip(sorted(structure), xs)) if isinstance(structure, dict) else xs[0] if len(xs) == 1 else xs
         with kernels_named(self.graph):
-            out = self.model(xs[0] if len(xs) == 1 else xs, training=False)
+            out = self.model(feed, training=False)
         return np.asarray(out[0] if isinstance(out, (list, tuple)) else out)
 
 

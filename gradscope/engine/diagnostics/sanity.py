@@ -19,6 +19,7 @@ retrace is needed) and always restored, and the live sweep's cached forward valu
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from typing import Any
@@ -123,10 +124,14 @@ def sanity_checks(
 ) -> SanityReport:
     """Run the chosen checks for ``plan`` (``method`` names it in the report) on one input batch ``x``."""
     plan = plan or Plan()
+    if target.kind == "class" and engine.is_language_model():  # a language model's class is its next token
+        target = target.as_token()
     target = _fixed_class(engine, x, target)
     report = progress or (lambda message: None)
     base = engine.backward(x, target, plan, capture="all", mode="compiled")
-    target_value = _target_value(engine, base, target)
+    if target.kind == "token" and target.index is None:  # the randomised models explain the same token
+        target = dataclasses.replace(target, index=int(np.asarray(base.target_indices).reshape(-1)[0]))
+    target_value = _target_value(engine, base, target, x)
     as_signal = carries_relevance(base.rules.values())
     conservation = _conservation(engine, base, as_signal, tolerance) if "conservation" in checks else []
     randomisation = []
@@ -150,7 +155,12 @@ def _fixed_class(engine: Any, x: Any, target: Target) -> Target:
     return target
 
 
-def _target_value(engine: Any, result: Any, target: Target) -> float:
+def _target_value(engine: Any, result: Any, target: Target, x: Any) -> float:
+    if target.kind == "token":  # the logit of the token at its position, less the contrast's
+        from gradscope.engine.backward.token_targets import first_position
+
+        logits = np.asarray(result.logits, np.float64)[0, first_position(engine, target, engine.checked_inputs(x))]
+        return float(logits[target.index] - (logits[target.contrast] if target.contrast is not None else 0.0))
     if target.kind == "class":
         logits = np.asarray(result.logits, np.float64)
         return float(np.take_along_axis(logits, np.asarray(result.target_indices).reshape(-1, 1), 1).sum())
@@ -216,7 +226,15 @@ def spearman(a: np.ndarray, b: np.ndarray) -> float:
     return float((ra * rb).sum() / denominator) if denominator else 0.0
 
 
-def _abs_map(result: Any) -> np.ndarray:
+def _map_node(engine: Any) -> str | None:
+    """Where the map is read: the model input, or for token ids (no gradient reaches an integer) the embedding."""
+    token = engine.graph.token_input
+    return engine.graph.embedding_of(token).id if token is not None else None
+
+
+def _abs_map(result: Any, node: str | None) -> np.ndarray:
+    if node is not None:  # one value per token
+        return np.abs(np.asarray(result.node_grads[node], np.float64)).sum(axis=-1)
     g = np.abs(np.asarray(result.input_grads[0], np.float64))
     return g.max(axis=-1) if g.ndim >= 3 else g
 
@@ -234,8 +252,10 @@ def model_randomisation(
     """Cascading randomisation: for each layer with weights, from the output down, re-initialise it (and keep
     the ones above re-initialised) with Gaussian values of the same standard deviation as its trained weights,
     and correlate the |map| with the original. The weights are restored afterwards, whatever happens."""
-    reference = reference or engine.backward(x, target, plan, mode="compiled", stats=False)
-    original = _abs_map(reference)
+    node = _map_node(engine)
+    capture = [node] if node is not None else ()
+    reference = reference or engine.backward(x, target, plan, capture=capture, mode="compiled", stats=False)
+    original = _abs_map(reference, node)
     layers = _weighted_layers(engine)
     saved = [[v.numpy() for v in variables] for _, variables in layers]
     rng = np.random.default_rng(seed)
@@ -248,8 +268,8 @@ def model_randomisation(
                 w = v.numpy()
                 std = float(np.std(w)) or 0.05
                 v.assign(rng.normal(0.0, std, w.shape).astype(w.dtype))
-            randomised = engine.backward(x, target, plan, mode="compiled", stats=False)
-            rows.append(RandomisationRow(node_id, spearman(original, _abs_map(randomised))))
+            randomised = engine.backward(x, target, plan, capture=capture, mode="compiled", stats=False)
+            rows.append(RandomisationRow(node_id, spearman(original, _abs_map(randomised, node))))
     finally:
         for (_, variables), values in zip(layers, saved):
             for v, value in zip(variables, values):
@@ -297,7 +317,7 @@ def finite_differences(
     nodes = [n.id for n in engine.graph.nodes if not n.is_input and n.id not in below and n.id in result.node_grads]
     nodes = [n for n in nodes if not engine.graph.node(n).is_output][-max_nodes:]
     checks: list[tuple[str, Any, np.ndarray]] = []
-    if not ruled:
+    if not ruled and not engine.graph.is_integer_input(engine.graph.input_ids[0]):  # token ids have no derivative
         checks.append(("<input>", None, np.asarray(result.input_grads[0], np.float64)))
     checks += [(n, n, np.asarray(result.node_grads[n], np.float64)) for n in nodes]
     xs = engine._as_inputs(x)

@@ -117,10 +117,10 @@ class EvaluationPanel(QWidget):
         text = self.out.text().strip()
         if text:
             return Path(text).expanduser()
-        from gradscope.io.demo import demo_dir
+        from gradscope.core.resources import is_bundled, user_folder
 
-        if data.resolve().is_relative_to(demo_dir().resolve().parent):  # never into the installed package
-            return Path.home() / "gradscope" / f"{data.name}-evaluation"
+        if is_bundled(data):  # never into the installed package
+            return user_folder() / f"{data.name}-evaluation"
         return data.parent / f"{data.name}-evaluation"
 
     def start(self) -> None:
