@@ -90,7 +90,7 @@ class Explanation:
         non-finite logits, a degenerate map (all zero, constant, NaN/Inf). Empty when there is nothing to say."""
         from gradscope.app.rendering.view import degenerate_note
 
-        out = list(self.method.warnings) + self.result.warnings()
+        out = list(self.method.warnings) + self.result.warnings() + list(self.fed.warnings if self.fed else ())
         note = degenerate_note(self.saliency, self.method.name)
         if note:
             out.append(note)

@@ -1,6 +1,6 @@
 """Try the CLI on bad inputs, as a new user would make them, and say how each ended.
 
-    .venv/bin/python scripts/bad_input_sweep.py [--jobs 2]
+    .venv/bin/python scripts/bad_input_sweep.py [--jobs 2] [--only TEXT]
 
 Every case runs ``gradscope`` in a fresh process on the bundled demo model (or a tiny model it saves) and ends in
 one of: ``clear error`` (exit 2, one line naming the problem, no traceback), ``correct`` (exit 0 and, where the
@@ -39,6 +39,8 @@ class Case:
     expect: str = "error"  # "error": exit 2 with one line; "ok": exit 0; "strict": exit 1 (--strict's failure)
     must_say: str = ""  # text the output must contain (case-insensitive)
     check: Callable[[], str] | None = None  # after the run: "" when all is well, else what went wrong
+    must_not_say: str = ""  # text the output must not contain (a false report)
+    python: str = ""  # a Python API call to try in place of the CLI (a GradscopeError prints "error: ...", exit 2)
 
 
 def write(path: Path, text: str | bytes) -> str:
@@ -268,6 +270,7 @@ def cases(d: Path) -> list[Case]:
         ),
     ]
     out_cases += round_four(d, demo, img)
+    out_cases += round_five(d, demo, img)
     return out_cases
 
 
@@ -432,6 +435,185 @@ def round_four(d: Path, demo: str, img: str) -> list[Case]:
     ]
 
 
+def round_five(d: Path, demo: str, img: str) -> list[Case]:
+    """Issue 49's causes: lost monitor records, false training reports, sequences past a model's positions or
+    memory, typed numbers, a lone surrogate, an image header of 3.6 gigapixels, VOC split lists, --out naming a
+    file, the monitor's own arguments, wrong API types, a headless window that never ended, sanity on an LM."""
+    lm = _language_models_and_logs(d)
+    gpt2, llama, small = lm["gpt2"], lm["llama"], lm["small"]
+    bomb_dir = d / "r5_bomb"
+    bomb_dir.mkdir()
+    write(bomb_dir / "bomb.png", _png_header(60_000, 60_000))
+    (bomb_dir / "good.png").write_bytes(Path(img).read_bytes())
+    voc = _voc_with_bad_split(d)
+    surrogate = write(d / "surrogate_vocab.json", '["[PAD]", "the", "\\ud800", "cat", "a", "b"]')
+    mine = write(d / "mine.txt", "mine")
+    np.save(d / "long.npy", np.ones(100_000, np.int64))
+    np.save(d / "huge_ids.npy", np.array([3, 2**64 - 1], np.uint64))
+    session = write(
+        d / "token99.gradscope.json",
+        json.dumps({"model": small, "tokens": "1 2 3", "target": {"kind": "token", "index": 99}}),
+    )
+    ids33, ids4 = " ".join(["5"] * 33), "1 2 3 4"
+    out = str(d / "r5.png")
+
+    def intact() -> str:
+        return "" if Path(mine).read_text() == "mine" else "replaced the file"
+
+    def good_written() -> str:
+        written = sorted(p.name for p in (d / "r5_bomb_out").iterdir()) if (d / "r5_bomb_out").is_dir() else []
+        return "" if written == ["good_gradient.json", "good_gradient.png"] else f"--out holds {written}"
+
+    def voc_scored() -> str:
+        bad = (d / "r5_voc_out" / "bad_data.csv").read_text() if (d / "r5_voc_out" / "bad_data.csv").is_file() else ""
+        per = (d / "r5_voc_out" / "per_image.csv").read_text().splitlines()[1:]
+        images = {line.split(",")[0] for line in per}
+        if "2007_000404" not in bad or images != {"2007_000001.jpg", "2007_000002.jpg", "2007_000003.jpg"}:
+            return f"bad_data: {bad!r}; scored {sorted(images)}"
+        return ""
+
+    def api(call: str) -> str:
+        return (
+            "import sys\nimport gradscope.api as gs\nfrom gradscope import GradientMonitor\n"
+            "from gradscope.core.errors import GradscopeError\n"
+            f"try:\n    {call}\nexcept GradscopeError as exc:\n    print(f'error: {{exc}}')\n    sys.exit(2)\n"
+        )
+
+    return [
+        Case("training log", "records of a fit interrupted in its step", ["train-report", lm["interrupted"]], "ok",
+             "6 records (every 1 steps)"),
+        Case("training log", "finite gradients whose squares overflow", ["train-report", lm["overflow"]], "ok",
+             "records", must_not_say="nonfinite"),
+        Case("training log", "a run that went NaN", ["train-report", lm["nan"]], "strict", "later record(s)",
+             must_not_say="random layer"),
+        Case("sequence", "33 ids for 32 positions", ["explain", gpt2, "--tokens", ids33, "--out", out],
+             must_say="32 positions"),
+        Case("sequence", "prompt + generation that fit exactly",
+             ["explain", gpt2, "--tokens", ids4, "--generate", "29", "--out", str(d / "gen.png")], "ok"),
+        Case("sequence", "generation one past the positions",
+             ["explain", gpt2, "--tokens", ids4, "--generate", "30", "--out", str(d / "gen.png")],
+             must_say="room to generate 29"),
+        Case("sequence", "100,000 ids on a tiny Llama", ["explain", llama, str(d / "long.npy"), "--out", out],
+             must_say="GiB"),
+        Case("numbers", "--next=--5", ["explain", llama, "--tokens", "1 2 3", "--next=--5", "--out", out],
+             must_say="not a token id"),
+        Case("numbers", "--next ²", ["explain", llama, "--tokens", "1 2 3", "--next", "²", "--out", out],
+             must_say="not a token id"),
+        Case("numbers", "Target(index='--5')", [], must_say="whole number",
+             python=api("gs.Target(kind='token', index='--5')")),
+        Case("numbers", "a uint64 id past int64", ["explain", llama, str(d / "huge_ids.npy"), "--out", out],
+             must_say="18446744073709551615"),
+        Case("text input", "a lone surrogate in a JSON vocabulary",
+             ["explain", small, "--text", "the cat", "--vocab", surrogate, "--out", str(d / "sur.png")], "ok"),
+        Case("image", "a header of 60000x60000", ["explain", demo, str(bomb_dir / "bomb.png"), "--out", out],
+             must_say="50 MP"),
+        Case("image", "that header in a folder", ["explain", demo, str(bomb_dir), "--out", str(d / "r5_bomb_out")],
+             must_say="could not be read", check=good_written),
+        Case("dataset", "VOC split: BOM, a repeat, a missing image",
+             ["evaluate", demo, str(voc), "--class-map", write(d / "r5_map.json", '{"1": 0}'), "--out",
+              str(d / "r5_voc_out")], must_say="could not be used", check=voc_scored),
+        Case("outputs", "explain FOLDER --out FILE", ["explain", demo, str(bomb_dir), "--out", mine],
+             must_say="is a file", check=intact),
+        Case("monitor", "every=2**63", [], must_say="every must be at most",
+             python=api("GradientMonitor('unused', every=2**63)")),
+        Case("monitor", "a log folder it cannot write", [], must_say="Cannot write the log",
+             python=api(lm["unwritable"])),
+        Case("api", "explain(vocab=123)", [], must_say="vocab must be",
+             python=api(f"gs.explain({demo!r}, {img!r}, vocab=123)")),
+        Case("api", "explain_generation(steps=True)", [], must_say="steps must be",
+             python=api(f"gs.explain_generation({gpt2!r}, '1 2 3', steps=True)")),
+        Case("window", "a session's token target the model lacks",
+             ["gui", session, "--screenshot", str(d / "r5_shot.png"), "--size", "1024x640"],
+             must_say="does not exist"),
+        Case("language model", "sanity on a keras_hub GPT-2", ["sanity", gpt2, write(d / "ids5.txt", "3 9 4 17 5")],
+             "ok", "Model randomisation", must_not_say="<input>"),
+    ]  # fmt: skip
+
+
+def _png_header(width: int, height: int) -> bytes:
+    """A PNG that claims ``width`` x ``height`` pixels: a signature, IHDR and IEND, no pixel data."""
+    import struct
+    import zlib
+
+    def chunk(kind: bytes, data: bytes) -> bytes:
+        return struct.pack(">I", len(data)) + kind + data + struct.pack(">I", zlib.crc32(kind + data))
+
+    ihdr = struct.pack(">IIBBBBB", width, height, 8, 2, 0, 0, 0)
+    return b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", ihdr) + chunk(b"IEND", b"")
+
+
+def _voc_with_bad_split(d: Path) -> Path:
+    """A Pascal VOC folder of three images whose val.txt starts with a byte-order mark, lists one image twice
+    and names one that is not there."""
+    voc = d / "r5_voc" / "VOC2012"
+    for sub in ("JPEGImages", "SegmentationClass", "ImageSets/Segmentation"):
+        (voc / sub).mkdir(parents=True)
+    for i in (1, 2, 3):
+        Image.new("RGB", (64, 64), "red").save(voc / "JPEGImages" / f"2007_00000{i}.jpg")
+        mask = np.zeros((64, 64), np.uint8)
+        mask[16:48, 16:48] = 1
+        Image.fromarray(mask, mode="L").save(voc / "SegmentationClass" / f"2007_00000{i}.png")
+    split = "\ufeff2007_000001\n2007_000002\n2007_000002\n2007_000003\n2007_000404\n"
+    (voc / "ImageSets" / "Segmentation" / "val.txt").write_bytes(split.encode())
+    return d / "r5_voc"
+
+
+def _language_models_and_logs(d: Path) -> dict[str, str]:
+    """Tiny GPT-2 (32 positions) and Llama from keras_hub, a 64-token language model, and monitor logs: a fit
+    interrupted in its 7th step whose process then ends without exit handlers, finite gradients whose squares
+    overflow float32, and a run that goes NaN (made in a child process: TensorFlow stays out of the sweep's)."""
+    script = f"""
+import os, sys
+import numpy as np
+sys.path.insert(0, {str(ROOT)!r})
+from tests.engine.backward.language_models import tiny_causal_lm
+from gradscope.backend import keras
+from gradscope import GradientMonitor
+d = {str(d)!r}
+tiny_causal_lm("gpt2").save(d + "/gpt2.keras")
+tiny_causal_lm("llama").save(d + "/llama.keras")
+keras.utils.set_random_seed(0)
+i = keras.Input((None,), dtype="int32", name="tokens")
+keras.Model(i, keras.layers.Dense(64)(keras.layers.Embedding(64, 8)(i))).save(d + "/small_lm.keras")
+def mlp(lr):
+    keras.utils.set_random_seed(0)
+    m = keras.Sequential([keras.Input((8,)), keras.layers.Dense(16, activation="relu"), keras.layers.Dense(2)])
+    m.compile(keras.optimizers.SGD(lr), "mse")
+    return m
+x = np.random.default_rng(0).uniform(size=(16, 8)).astype("float32")
+mlp(1e-40).fit(x * 1e12, np.zeros((16, 2), "float32"), batch_size=8, verbose=0,
+               callbacks=[GradientMonitor(d + "/log_overflow", every=1)])
+mlp(1e10).fit(x, x[:, :2], batch_size=2, verbose=0, callbacks=[GradientMonitor(d + "/log_nan", every=1)])
+monitor = GradientMonitor(d + "/log_interrupted", every=1)
+class CtrlC(keras.callbacks.Callback):
+    def on_train_batch_begin(self, batch, logs=None):
+        if batch == 6:
+            def interrupted(iterator):
+                raise KeyboardInterrupt
+            monitor._train_function = interrupted
+try:
+    mlp(0.01).fit(x, x[:, :2], batch_size=1, verbose=0, callbacks=[monitor, CtrlC()])
+except KeyboardInterrupt:
+    pass
+sys.stdout.flush()
+os._exit(0)  # as a killed kernel: no exit handler flushes what the monitor left queued
+"""
+    subprocess.run([sys.executable, "-c", script], check=True, capture_output=True, cwd=ROOT)
+    unwritable = (
+        "m = keras.Sequential([keras.Input((4,)), keras.layers.Dense(2)]); m.compile('sgd', 'mse'); "
+        "m.fit(np.zeros((8, 4)), np.zeros((8, 2)), verbose=0, callbacks=[GradientMonitor('/proc/driver')])"
+    )
+    return {
+        "gpt2": str(d / "gpt2.keras"),
+        "llama": str(d / "llama.keras"),
+        "small": str(d / "small_lm.keras"),
+        "interrupted": str(d / "log_interrupted"),
+        "overflow": str(d / "log_overflow"),
+        "nan": str(d / "log_nan"),
+        "unwritable": "import numpy as np; from gradscope.backend import keras; " + unwritable,
+    }
+
+
 def _per_token(png: Path) -> str:
     side = json.loads(png.with_suffix(".json").read_text())
     scores = [p["score"] for p in side.get("positions", [])]
@@ -492,7 +674,7 @@ def _empty_npz(d: Path) -> str:
 
 
 def run(case: Case, env: dict[str, str]) -> tuple[Case, str, str]:
-    cmd = [sys.executable, "-m", "gradscope", *case.args]
+    cmd = [sys.executable, "-c", case.python] if case.python else [sys.executable, "-m", "gradscope", *case.args]
     try:
         p = subprocess.run(cmd, capture_output=True, text=True, timeout=TIMEOUT_S, env=env, cwd=ROOT)
     except subprocess.TimeoutExpired:
@@ -503,6 +685,8 @@ def run(case: Case, env: dict[str, str]) -> tuple[Case, str, str]:
     if "Traceback" in text:
         return case, "other", f"exit {p.returncode}, traceback: {last}"
     problem = case.check() if case.check is not None else ""
+    if case.must_not_say and case.must_not_say.lower() in text.lower():
+        problem = problem or f"says {case.must_not_say!r}"
     if problem:
         return case, "other", f"exit {p.returncode}: {problem}"
     if len(text) > 20_000:
@@ -518,10 +702,11 @@ def run(case: Case, env: dict[str, str]) -> tuple[Case, str, str]:
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--jobs", type=int, default=2)
+    parser.add_argument("--only", default="", help="run the cases whose group or name holds this text")
     args = parser.parse_args()
     env = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "3", "QT_QPA_PLATFORM": "offscreen"}
     with tempfile.TemporaryDirectory() as tmp:
-        todo = cases(Path(tmp))
+        todo = [c for c in cases(Path(tmp)) if args.only.lower() in f"{c.group} {c.name}".lower()]
         with ThreadPoolExecutor(args.jobs) as pool:
             results = list(pool.map(lambda c: run(c, env), todo))
     counts: dict[str, int] = {}

@@ -145,6 +145,7 @@ class TrainingLog:
     runs: list[RunInfo] = field(default_factory=list)  # every run in the folder, oldest first
     failure: str | None = None  # why the run recorded nothing, as the monitor wrote it (no trainable weights...)
     problems: list[str] = field(default_factory=list)  # damaged records, named and skipped
+    cut_bytes: int = 0  # bytes at the end of the event files that hold no whole record (being written, or cut)
     norms: StepNorms | None = None  # every step's norms (logs of version 2)
     #: (optimizer step, loss scale) of each update a loss scaler skipped for an overflow (Keras does not count a
     #: skipped update, so the steps repeat)

@@ -36,6 +36,7 @@ class ModelInput:
     tokens: tuple[str, ...] = ()  # what each position shows: the word, or the id when there is no vocabulary
     names: tuple[str, ...] = ()  # feature names of a table row
     note: str = ""  # what was done to fit the model (padding), to tell the user
+    warnings: tuple[str, ...] = ()  # what may make the result misleading (a vocabulary of another model)
 
     @property
     def labels(self) -> tuple[str, ...]:
@@ -81,8 +82,24 @@ def token_input(graph: LayerGraph, ids: Any, *, vocab: Vocabulary | None = None,
     if pad_token:
         real &= ids != 0
     arrays = {input_id: ids, **{i: _companion(kind, real) for i, kind in companions.items()}}
+    size = graph.vocabulary_size(input_id)
+    warnings = ()
+    # a tokenizer of another model: it knows ids the model lacks, or fewer than half of its ids (an embedding is
+    # often padded past its tokenizer: Qwen's 151,936 rows for 151,665 tokens)
+    if vocab is not None and size is not None and not size / 2 <= len(vocab) <= size:
+        warnings = (
+            f"The vocabulary {Path(vocab.source).name or ''} has {len(vocab):,} tokens and the model's embedding "
+            f"{size:,}: it may belong to another model, and the words shown may not be what the ids mean to it.",
+        )
+        note = " ".join(filter(None, [note, *warnings]))
     return ModelInput(
-        tuple(arrays[i][None] for i in graph.input_ids), "tokens", source, ids=ids, tokens=tokens, note=note
+        tuple(arrays[i][None] for i in graph.input_ids),
+        "tokens",
+        source,
+        ids=ids,
+        tokens=tokens,
+        note=note,
+        warnings=warnings,
     )
 
 

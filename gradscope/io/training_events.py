@@ -239,12 +239,24 @@ class TrainingLogReader:
             runs=self.runs(),
             failure=meta.get("failure"),
             problems=list(self.problems),
+            cut_bytes=self._cut_bytes(),
             norms=_step_norms(chosen.norms, len(weights)),
             overflows=list(chosen.overflows),
             clipping=dict(meta.get("clipping") or {}),
             replicas=int(meta.get("replicas", 1)),
             writer=dict(meta.get("run") or {}),
         )
+
+    def _cut_bytes(self) -> int:
+        """Bytes past the last whole record of each file: a record the writer is still writing, or one cut short
+        for good (a full disk, a process killed mid-write) once its writer is gone."""
+        cut = 0
+        for path, offset in self._offsets.items():
+            try:
+                cut += max(path.stat().st_size - offset, 0)
+            except OSError:
+                continue
+        return cut
 
     def histogram(self, tag: str, step: int, run: str | None = None) -> np.ndarray | None:
         """The (buckets, 3) [left, right, count] histogram TensorBoard shows for ``tag`` at ``step`` (None: none,

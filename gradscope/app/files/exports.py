@@ -145,10 +145,12 @@ def _with_colorbar(picture: np.ndarray, view: ViewSettings, saliency: np.ndarray
     canvas.paste(Image.fromarray(np.ascontiguousarray(picture[..., :3])), (0, 0))
     canvas.paste(Image.fromarray(np.ascontiguousarray(bar)), (0, h + pad))
     finite = np.asarray(saliency, np.float64)[np.isfinite(saliency)]
-    lo, hi = (float(finite.min()), float(finite.max())) if finite.size else (0.0, 0.0)
     draw = ImageDraw.Draw(canvas)
-    draw.text((2, h + pad + bar_h + 1), f"{lo:.3g}", fill="black")
-    label = f"{hi:.3g}"
+    if finite.size:
+        low, label = f"{finite.min():.3g}", f"{finite.max():.3g}"
+    else:  # no value to label the ends with: say so rather than "0 ... 0"
+        low, label = "no finite value in the map (NaN/Inf)", ""
+    draw.text((2, h + pad + bar_h + 1), low, fill="black")
     draw.text((w - 2 - draw.textlength(label), h + pad + bar_h + 1), label, fill="black")
     return np.asarray(canvas)
 

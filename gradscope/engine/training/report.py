@@ -316,16 +316,36 @@ def stopped_before_first_record(log: TrainingLog) -> str | None:
         return None
     if log.failure:
         return log.failure
+    if _writer_gone(log):
+        pid, host = log.writer.get("pid"), log.writer.get("host")
+        return f"its process ({pid} on {host}) ended before the first step finished, and wrote no reason"
+    return None
+
+
+def _writer_gone(log: TrainingLog) -> bool:
+    """Whether the process that wrote the log has ended (known on its own host only)."""
     pid, host = log.writer.get("pid"), log.writer.get("host")
     if pid is None or host != socket.gethostname():
-        return None
+        return False
     try:
         os.kill(int(pid), 0)
     except ProcessLookupError:
-        return f"its process ({pid} on {host}) ended before the first step finished, and wrote no reason"
-    except (PermissionError, OSError):
-        return None
-    return None
+        return True
+    except (PermissionError, OSError, ValueError):
+        return False
+    return False
+
+
+def _cut_short_line(log: TrainingLog) -> list[str]:
+    """A log whose last record was cut mid-write (a full disk, a killed process) must not read as training that
+    ended at its last whole record."""
+    if not log.cut_bytes or not _writer_gone(log):
+        return []
+    last = f"after step {log.records[-1].step} " if log.records else ""
+    return [
+        f"warning: the log is cut short: it ends inside a record ({log.cut_bytes} bytes; a full disk or a process "
+        f"killed while writing), so what training did {last}is not in it."
+    ]
 
 
 def _loss_summary(records: list[StepRecord]) -> str:
@@ -351,7 +371,7 @@ def report_text(log: TrainingLog, alerts: list[TrainingAlert]) -> str:
         head += f", trained with a plan of {len(entries)} rule(s): " + "; ".join(
             f"{e.get('select')} -> {e.get('rule')}" for e in entries
         )
-    lines = [head, *_run_lines(log), *(f"warning: {p}" for p in log.problems)]
+    lines = [head, *_run_lines(log), *(f"warning: {p}" for p in log.problems), *_cut_short_line(log)]
     stopped = stopped_before_first_record(log)
     if stopped:
         why = stopped if log.failure else f"the run stopped before its first record: {stopped}"

@@ -34,7 +34,7 @@ def test_finite_gradients_whose_squares_overflow_are_no_nan(tmp_path):
         loss = tf.reduce_mean(loss)
     grads = tape.gradient(loss, model.trainable_variables)
     squares = sum(float(np.sum(np.square(g.numpy().astype(np.float64)))) for g in grads)
-    assert squares > np.finfo(np.float32).max and all(np.isfinite(g.numpy()).all() for g in grads)
+    assert squares > float(np.finfo(np.float32).max) and all(np.isfinite(g.numpy()).all() for g in grads)
     monitor = GradientMonitor(tmp_path, every=1)
     monitored = model.fit(x, y, batch_size=8, epochs=1, verbose=0, shuffle=False, callbacks=[monitor])
     plain = _huge_inputs_model(1e-40).fit(x, y, batch_size=8, epochs=1, verbose=0, shuffle=False)
