@@ -172,20 +172,23 @@ def _types(graph: LayerGraph, keep: Callable[[Any], bool]) -> str:
     return ",".join(sorted({n.op_type for n in graph.nodes if keep(n)}))
 
 
-@register_method("attnlrp", "AttnLRP: epsilon on linear layers, uniform rule on attention, identity on GELU (2024)")
-def attnlrp(graph: LayerGraph, epsilon: float = 1e-6) -> Method:
+@register_method("attnlrp", "AttnLRP: uniform rule on attention, constant norms, identity on GELU (LXT 2024)")
+def attnlrp(graph: LayerGraph, epsilon: float = 0.0) -> Method:
     """LXT's ``efficient`` AttnLRP: attention by the uniform rule, norms with a constant normaliser, every smooth
-    activation by the identity rule, a product of two activations (a gated MLP) by the uniform rule."""
+    activation by the identity rule, a product of two activations (a gated MLP) by the uniform rule; linear
+    layers plain, as LXT leaves them (their gradient x input is LRP-0). ``epsilon`` > 0 puts the ε rule on linear
+    layers and attention's products (it differed from LXT by 0.7 % on a tiny Llama 3 at 1e-6)."""
     from gradscope.rules.builtin.attention import is_attention
     from gradscope.rules.builtin.transformer import SMOOTH_ACTIVATIONS, is_norm
 
     eps = {"epsilon": float(epsilon)}
+    linear = [("type:Dense,EinsumDense,Conv1D,Conv2D,Conv3D", "epsilon_gx", eps)] if epsilon else []
     return _transformer_method(
         "attnlrp",
         [
             (f"type:{_types(graph, is_attention)}", "attention_lrp", eps),
             (f"type:{_types(graph, is_norm)}", "norm_constant", {}),
-            ("type:Dense,EinsumDense,Conv1D,Conv2D,Conv3D", "epsilon_gx", eps),
+            *linear,
             (f"activation:{','.join(sorted(SMOOTH_ACTIVATIONS))}", "act_identity", {}),
             ("type:Multiply", "product_uniform", {}),
         ],

@@ -44,7 +44,9 @@ def test_relevance_per_token_equals_lxt(engines, family, preset):
     want, got = ref[f"relevance_{preset}"], np.asarray(ex.saliency)
     assert ex.node.endswith("token_embedding") and not ex.warnings
     assert got.shape == want.shape
-    np.testing.assert_allclose(got, want, atol=1e-3 * np.abs(want).max(), rtol=0)
+    # float32 against LXT's float64: measured 2.3e-5 of the largest relevance at most (Llama's AttnLRP); with the
+    # ε rule on linear layers (the preset's default before issue 50) up to 1.3e-4 (BERT)
+    np.testing.assert_allclose(got, want, atol=1e-4 * np.abs(want).max(), rtol=0)
     if preset != "gradient":  # the reference differs from the gradient, so a fallback to it would fail above
         plain = ref["relevance_gradient"]
         assert np.abs(plain - want).max() > 0.05 * np.abs(want).max()
