@@ -52,8 +52,9 @@ if [ ! -f "$stamp" ] || [ "$(cat "$stamp")" != "$want" ]; then
   # keras_hub for the tests of its tokenizers and transformer blocks. --no-deps: keras-hub requires
   # tensorflow-text, which would replace tensorflow-cpu with the full tensorflow build; the parts the tests use
   # (tokenizers in NumPy, layers, backbones) need only these; sentencepiece for its SentencePiece tokenizers
-  # (Gemma, Llama 2), and to train a tiny one in the tests.
+  # (Gemma, Llama 2), and to train a tiny one in the tests; safetensors for keras_hub's Hugging Face converters
+  # (checkpoint folders).
   .venv/bin/python -m pip install -qq --no-deps "keras-hub>=0.32,<0.33" regex tokenizers kagglehub sentencepiece \
-    "kagglesdk>=0.1.38,<1" tqdm
+    "kagglesdk>=0.1.38,<1" tqdm "safetensors>=0.4"
   echo "$want" > "$stamp"
 fi

@@ -1,4 +1,5 @@
-"""Opening model files: ``.keras`` (Keras 3) and legacy ``.h5``, with every failure turned into a typed error.
+"""Opening model files: ``.keras`` (Keras 3) and legacy ``.h5``, with every failure turned into a typed error;
+checkpoint folders (Hugging Face, keras_hub) through ``io.checkpoints``.
 
 Keras reports most problems as a ``ValueError``/``TypeError`` whose text is written for Keras developers (a
 "File not found" for a file that exists but is not a zip, a full config dump for a missing custom class). The
@@ -23,6 +24,7 @@ from typing import Any
 from gradscope.core.errors import CustomObjectError, GradscopeError, ModelLoadError, UnsafeModelError
 from gradscope.io._keras import import_keras
 from gradscope.io.archives import WEIGHTS, read_member, weights_store
+from gradscope.io.checkpoints import checkpoint_kind, load_checkpoint_folder, refuse_remote
 
 SUPPORTED_EXTENSIONS = (".keras", ".h5", ".hdf5")
 
@@ -63,6 +65,9 @@ def load_model(
     Raises ``ModelLoadError`` (missing, not a model, corrupt, unsupported), ``CustomObjectError`` (a custom
     class or function is not available) or ``UnsafeModelError`` (the file needs ``safe_mode=False``).
     """
+    folder = _checkpoint_folder(path)
+    if folder is not None:
+        return load_checkpoint_folder(folder)
     if not compile:  # the steps are faster: no initializers run, the weights read in place
         model, load_weights = load_model_in_steps(path, safe_mode=safe_mode, custom_objects=custom_objects)
         load_weights()
@@ -87,6 +92,9 @@ def load_model_in_steps(
     assets or ``.npz`` weights, a Keras without these internals) load whole in the first step, and the second
     does nothing.
     """
+    folder = _checkpoint_folder(path)
+    if folder is not None:  # keras_hub converts it in one step
+        return load_checkpoint_folder(folder), lambda: None
     p, config, objects = _prepare(path, custom_objects, safe_mode)
     keras = import_keras()
     from gradscope.backend import build_without_initializers, loaded_in_place
@@ -207,6 +215,13 @@ def _prepare(
     return p, config, _augment_custom_objects(custom_objects, config)
 
 
+def _checkpoint_folder(path: str | Path) -> Path | None:
+    """The folder, when ``path`` is a Hugging Face or keras_hub checkpoint folder (a download handle is refused)."""
+    refuse_remote(path)
+    p = Path(path).expanduser()
+    return p if p.is_dir() and checkpoint_kind(p) is not None else None
+
+
 def _holds_bytecode(obj: dict) -> bool:
     """A legacy Lambda whose function is stored as marshalled bytecode (not a named, registered function)."""
     inner = obj.get("config")
@@ -257,7 +272,10 @@ def _check_file(p: Path) -> str:
     if p.is_dir():
         if (p / "saved_model.pb").exists() or (p / "saved_model.pbtxt").exists():
             raise ModelLoadError(_savedmodel_message(p))
-        raise ModelLoadError(f"{p} is a folder, not a model file. Open a .keras or .h5 model file.")
+        raise ModelLoadError(
+            f"{p} is a folder, but not a checkpoint folder (no config.json of a Hugging Face or keras_hub "
+            "checkpoint). Open a .keras or .h5 model file, or a checkpoint folder."
+        )
     if not p.is_file():  # a FIFO or a device would block the read forever
         raise ModelLoadError(f"{p} is not a regular file.")
     suffix = p.suffix.lower()

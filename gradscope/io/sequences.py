@@ -145,6 +145,10 @@ class HubVocabulary(Vocabulary):
     def load_tokenizer(cls, path: str | Path) -> HubVocabulary:
         p = Path(path).expanduser()
         folder, config_file = (p, p / HUB_TOKENIZER_FILE) if p.is_dir() else (p.parent, p)
+        from gradscope.io.checkpoints import checkpoint_kind
+
+        if checkpoint_kind(folder) == "transformers":
+            return cls._from_transformers_folder(folder)
         config = _json(config_file, _text(_readable(config_file, "keras_hub tokenizer config")))
         module = config.get("module", "") if isinstance(config, dict) else ""
         if not module.startswith("keras_hub."):  # only keras_hub's own classes, never a module a file names
@@ -165,6 +169,23 @@ class HubVocabulary(Vocabulary):
         if None in wrap:  # a language model's tokenizer: its preprocessor starts the text with the start token
             wrap = (getattr(tokenizer, "start_token_id", None), None)
         return cls(tokens, str(folder), tokenizer, wrap)
+
+    @classmethod
+    def _from_transformers_folder(cls, folder: Path) -> HubVocabulary:
+        """A Hugging Face folder's tokenizer, converted by keras_hub's converter of its family (data: vocabulary,
+        merges or a SentencePiece model; nothing in the folder runs)."""
+        try:
+            import keras_hub
+        except ImportError as exc:
+            raise InputError(f"{folder} holds a Hugging Face tokenizer: `pip install keras-hub` to use it.") from exc
+        try:
+            tokenizer = keras_hub.tokenizers.Tokenizer.from_preset(str(folder.resolve()))
+            tokens = tuple(str(t) for t in tokenizer.get_vocabulary())
+        except Exception as exc:  # noqa: BLE001 - a tokenizer keras_hub cannot convert: one line
+            raise InputError(
+                f"keras_hub cannot convert the tokenizer in {folder} ({type(exc).__name__}: {exc}); give token ids."
+            ) from exc
+        return cls(tokens, str(folder), tokenizer, (getattr(tokenizer, "start_token_id", None), None))
 
     def token_id(self, text: str) -> int:
         """A continuation as the tokenizer splits it (``" cat"`` is one token of a BPE vocabulary): an id, a token

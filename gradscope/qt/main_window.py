@@ -361,6 +361,12 @@ class MainWindow(QMainWindow):
             self._remember_dir(path)
             self.open_model(path)
 
+    def open_checkpoint_dialog(self) -> None:
+        path = QFileDialog.getExistingDirectory(self, "Open checkpoint folder", self._last_dir())
+        if path:
+            self._remember_dir(str(Path(path) / "x"))  # the next dialog starts in this folder
+            self.open_model(path)
+
     def open_image_dialog(self) -> None:
         path, _ = QFileDialog.getOpenFileName(self, "Open input", self._last_dir(), IMAGE_FILTER)
         if path:
@@ -507,6 +513,8 @@ class MainWindow(QMainWindow):
             self.open_image(path)
         elif low.endswith(".py"):
             self.session.catalog.load_file(path)
+        elif Path(path).is_dir():  # a checkpoint folder (opening says so when it is none)
+            self.open_model(path)
         else:
             self._on_error(
                 "Cannot open this file",

@@ -28,6 +28,13 @@ def build_menus(window: Any) -> None:
     act(f, "Open &model…", window.open_model_dialog, QKeySequence.StandardKey.Open, "Open a .keras or .h5 model")
     act(
         f,
+        "Open checkpoint &folder…",
+        window.open_checkpoint_dialog,
+        "Ctrl+Shift+O",
+        "A Hugging Face folder (config.json + .safetensors) or a keras_hub preset folder, with its tokenizer",
+    )
+    act(
+        f,
         "Open model with custom objects…",
         window.open_model_with_custom_objects_dialog,
         None,

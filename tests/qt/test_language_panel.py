@@ -49,3 +49,19 @@ def test_the_window_explains_next_tokens_and_generations(window, qtbot, wait_idl
     wait_idle(window)
     assert s.target.index == int(g.generated[2])
     np.testing.assert_allclose(s.overlay().saliency, g.matrix[2], rtol=1e-3, atol=1e-6)
+
+
+def test_a_hugging_face_folder_opens_in_the_window_with_its_tokenizer(window, qtbot, wait_idle):
+    """Dropped or passed as an argument (``open_path``), a checkpoint folder opens as a model; its tokenizer is the
+    vocabulary, so typed words explain the next token, shown as the tokenizer's pieces."""
+    pytest.importorskip("safetensors")
+    folder = Path(__file__).resolve().parents[1] / "data" / "hf" / "llama"
+    s = window.session
+    window.open_path(str(folder))
+    qtbot.waitUntil(lambda: s.graph is not None and s.graph.is_language_model, timeout=120_000)
+    qtbot.waitUntil(lambda: s.fed.vocab is not None and not s.fed.loading_vocab, timeout=60_000)
+    s.fed.set_typed("the cat sat")
+    wait_idle(window)
+    qtbot.waitUntil(lambda: s.fed.fed is not None and s.fed.fed.kind == "tokens", timeout=30_000)
+    assert s.fed.fed.tokens[0] == "<|begin_of_text|>" and "cat" in "".join(s.fed.fed.tokens)
+    assert s.document.path == str(folder) and "llama3_causal_lm" in window.graph_pane.title.text()

@@ -169,8 +169,12 @@ VOCABULARY_NAMES = ("{stem}.vocab.txt", "{stem}_vocab.txt", "vocab.txt", "vocab.
 
 def find_vocabulary(model_path: str | Path) -> Path | None:
     """A vocabulary file beside the model (``<stem>.vocab.txt``, ``<stem>_vocab.txt``, ``vocab.txt`` or
-    ``vocab.json``): data, never code, so it is read without asking."""
+    ``vocab.json``), or a checkpoint folder's own tokenizer: data, never code, so it is read without asking."""
     p = Path(model_path)
+    if p.is_dir():  # a checkpoint folder: its own tokenizer, when it has one
+        from gradscope.io.checkpoints import has_tokenizer
+
+        return p if has_tokenizer(p) else None
     for pattern in VOCABULARY_NAMES:
         candidate = p.with_name(pattern.format(stem=p.stem))
         if candidate.is_file():

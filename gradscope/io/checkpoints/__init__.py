@@ -1,0 +1,116 @@
+"""Checkpoint folders as users have them: a Hugging Face folder (what ``save_pretrained`` writes and every hub
+download is: ``config.json`` with a ``model_type``, ``*.safetensors``, tokenizer files) or a keras_hub preset
+folder (``save_to_preset``: ``config.json`` with a ``registered_name``, ``metadata.json``, ``model.weights.h5``).
+
+Both open through keras_hub's own loaders (``CausalLM.from_preset(folder)``: its converters map each family's
+weights and tokenizer), a causal language model with its head, anything else as its backbone. Nothing is ever
+downloaded: only a folder that exists is handed to keras_hub (a preset *name* would be fetched from Kaggle), and
+``hf://``, ``kaggle://`` and URLs are refused. Nothing in a folder runs: a Hugging Face config that names its own
+Python code (``auto_map``, what ``trust_remote_code`` would import) is refused; a keras_hub config is read in Keras's
+safe mode.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+from gradscope.core.errors import ModelLoadError
+
+#: Handles that name a place to download from; gradscope opens files and folders on this machine only.
+REMOTE_PREFIXES = ("hf://", "kaggle://", "gs://", "s3://", "http://", "https://")
+#: Hugging Face causal-LM families keras_hub 0.32 converts (``model_type`` in config.json), for the refusal.
+CAUSAL_LM_TYPES = (
+    "llama", "mistral", "mixtral", "qwen2", "qwen2_moe", "qwen3", "qwen3_moe", "gemma", "gemma2", "gemma3",
+    "gemma3_text", "gpt2", "smollm3", "gpt_oss",
+)  # fmt: skip
+TOKENIZER_FILES = ("tokenizer.json", "tokenizer.model", "vocab.json", "assets")
+
+
+def refuse_remote(path: str | Path) -> None:
+    """A download handle or URL is one line, before anything tries to read it."""
+    text = str(path)
+    if text.lower().startswith(REMOTE_PREFIXES):
+        raise ModelLoadError(
+            f"{text}: gradscope never downloads models. Download the checkpoint yourself (e.g. `huggingface-cli "
+            "download NAME --local-dir FOLDER`) and open the folder."
+        )
+
+
+def checkpoint_kind(folder: Path) -> str | None:
+    """ "transformers" (a Hugging Face folder), "keras_hub" (a keras_hub preset folder), or None."""
+    config = _config(folder)
+    if config is None:
+        return None
+    if "registered_name" in config:
+        return "keras_hub"
+    if "model_type" in config:
+        return "transformers"
+    return None
+
+
+def load_checkpoint_folder(folder: Path) -> Any:
+    """The keras.Model in a checkpoint folder: a causal LM with its head (the family's keras_hub ``CausalLM``),
+    else its backbone. ``ModelLoadError`` naming what is missing or not convertible."""
+    kind = checkpoint_kind(folder)
+    config = _config(folder) or {}
+    if kind == "transformers":
+        _check_transformers_folder(folder, config)
+    try:
+        import keras_hub
+    except ImportError as exc:
+        raise ModelLoadError(
+            f"{folder} is a {'Hugging Face' if kind == 'transformers' else 'keras_hub'} checkpoint folder: opening it "
+            "needs keras_hub and safetensors (`pip install --no-deps keras-hub safetensors`, see the README)."
+        ) from exc
+    preset = str(folder.resolve())  # a path that exists: never read as a preset name to download
+    try:
+        try:
+            return keras_hub.models.CausalLM.from_preset(preset, preprocessor=None)
+        except ValueError as exc:
+            if "no converter" in str(exc).lower():
+                raise
+            return keras_hub.models.Backbone.from_preset(preset)  # not a causal LM: its backbone
+    except ImportError as exc:  # keras_hub reads safetensors through the package of that name
+        raise ModelLoadError(f"Opening {folder} needs safetensors: `pip install safetensors`. ({exc})") from exc
+    except ModelLoadError:
+        raise
+    except Exception as exc:  # noqa: BLE001 - a folder keras_hub cannot read is the user's input: one line
+        model_type = config.get("model_type")
+        if model_type and "no converter" in str(exc).lower():
+            raise ModelLoadError(
+                f"{folder}: keras_hub {keras_hub.__version__} has no converter for Hugging Face model type "
+                f"{model_type!r}. Causal language models that open: {', '.join(CAUSAL_LM_TYPES)}."
+            ) from exc
+        raise ModelLoadError(f"Cannot open the checkpoint folder {folder}: {type(exc).__name__}: {exc}") from exc
+
+
+def has_tokenizer(folder: Path) -> bool:
+    """Whether a checkpoint folder carries its tokenizer (then it is the model's vocabulary too)."""
+    return checkpoint_kind(folder) is not None and any((folder / name).exists() for name in TOKENIZER_FILES)
+
+
+def _check_transformers_folder(folder: Path, config: dict) -> None:
+    if "auto_map" in config:  # transformers' trust_remote_code: Python files the folder ships
+        raise ModelLoadError(
+            f"{folder} names its own Python code (auto_map in config.json): gradscope never runs a checkpoint's "
+            "code, and keras_hub converts only the families it knows."
+        )
+    if not any(folder.glob("*.safetensors")):
+        weights = sorted(p.name for p in folder.glob("*.bin"))
+        hint = (
+            f" It holds PyTorch pickles ({', '.join(weights[:2])}), which are code to unpickle: re-save it with "
+            "`save_pretrained(folder, safe_serialization=True)`."
+            if weights
+            else ""
+        )
+        raise ModelLoadError(f"{folder} has a config.json but no .safetensors weights.{hint}")
+
+
+def _config(folder: Path) -> dict | None:
+    try:
+        config = json.loads((folder / "config.json").read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    return config if isinstance(config, dict) else None

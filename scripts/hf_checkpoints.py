@@ -1,0 +1,138 @@
+"""Tiny Hugging Face checkpoint folders, as users have them (``save_pretrained``: ``config.json``,
+``model.safetensors``, tokenizer files), and their logits in torch for a reference.
+
+Runs in a torch venv (torch is never a dependency of gradscope):
+
+    python3 -m venv /tmp/torchvenv && /tmp/torchvenv/bin/pip install torch==2.7.1 transformers==4.53.3 safetensors
+    /tmp/torchvenv/bin/python scripts/hf_checkpoints.py --out tests/data/hf
+
+Each family gets ``<out>/<family>/`` (float32, random weights, a byte-level BPE tokenizer of 96 tokens trained here
+on a few sentences) and ``<out>/<family>.npz``: a prompt and torch's float64 logits for it.
+``tests/io/test_checkpoint_folders.py`` opens the folders with gradscope (through keras_hub's own converters) and
+checks the logits and the tokenizer against these.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+
+import numpy as np
+
+VOCAB, SEED = 96, 11
+TEXT = [
+    "the cat sat on the mat",
+    "a dog ran in the park and the cat saw it",
+    "gradients flow back through every layer of the model",
+]
+
+
+#: The special tokens each family's keras_hub tokenizer looks for (ids 0, 1, ...); Mistral's folder has no
+#: tokenizer (its converter wants SentencePiece's ``tokenizer.model``): a checkpoint opened with token ids only.
+SPECIALS = {
+    "llama": ["<|begin_of_text|>", "<|end_of_text|>", "<|eot_id|>", "<|start_header_id|>", "<|end_header_id|>"],
+    "qwen2": ["<|endoftext|>", "<|im_start|>", "<|im_end|>"],
+    "gpt2": ["<|endoftext|>"],
+}
+
+
+def _tokenizer(folder: Path, specials: list[str]) -> None:
+    """A byte-level BPE of ``VOCAB`` tokens, the family's special tokens first, saved by transformers as every
+    fast tokenizer is (``tokenizer.json``, Llama 3's format) and as GPT-2 and Qwen's converters read it
+    (``vocab.json`` + ``merges.txt``)."""
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+    from transformers import PreTrainedTokenizerFast
+
+    bpe = Tokenizer(models.BPE())
+    bpe.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    bpe.decoder = decoders.ByteLevel()
+    trainer = trainers.BpeTrainer(
+        vocab_size=VOCAB, special_tokens=specials, initial_alphabet=pre_tokenizers.ByteLevel.alphabet()[:64]
+    )
+    bpe.train_from_iterator(TEXT, trainer)
+    fast = PreTrainedTokenizerFast(tokenizer_object=bpe, bos_token=specials[0], eos_token=specials[-1])
+    fast.save_pretrained(folder)
+    vocab = bpe.get_vocab()
+    (folder / "vocab.json").write_text(json.dumps(dict(sorted(vocab.items(), key=lambda kv: kv[1]))))
+    merges = json.loads(bpe.to_str())["model"]["merges"]
+    lines = [" ".join(m) if isinstance(m, list) else m for m in merges]
+    (folder / "merges.txt").write_text("#version: 0.2\n" + "\n".join(lines) + "\n")
+
+
+def _model(family: str):
+    import torch
+    from transformers import (
+        GPT2Config,
+        GPT2LMHeadModel,
+        LlamaConfig,
+        LlamaForCausalLM,
+        MistralConfig,
+        MistralForCausalLM,
+        Qwen2Config,
+        Qwen2ForCausalLM,
+    )
+
+    gqa = dict(
+        vocab_size=VOCAB,
+        hidden_size=32,
+        intermediate_size=64,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        max_position_embeddings=64,
+        rms_norm_eps=1e-6,
+        tie_word_embeddings=False,
+        bos_token_id=0,
+        eos_token_id=1,
+        attn_implementation="eager",
+    )
+    if family == "llama":
+        model = LlamaForCausalLM(LlamaConfig(**gqa))
+    elif family == "mistral":
+        model = MistralForCausalLM(MistralConfig(**gqa, sliding_window=None))
+    elif family == "qwen2":
+        model = Qwen2ForCausalLM(Qwen2Config(**gqa))
+    else:
+        config = GPT2Config(vocab_size=VOCAB, n_embd=32, n_layer=2, n_head=4, n_positions=64, bos_token_id=0)
+        model = GPT2LMHeadModel(config)
+    generator = torch.Generator().manual_seed(SEED)
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            norm = "norm" in name or "ln_" in name
+            p.copy_(
+                (1.0 if norm and name.endswith("weight") else 0.0) + 0.15 * torch.randn(p.shape, generator=generator)
+            )
+    return model.eval()
+
+
+def main() -> None:
+    import torch
+
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--out", type=Path, required=True)
+    parser.add_argument("--families", default="llama,mistral,qwen2,gpt2")
+    args = parser.parse_args()
+    for family in args.families.split(","):
+        folder = args.out / family
+        folder.mkdir(parents=True, exist_ok=True)
+        model = _model(family)
+        model.save_pretrained(folder, safe_serialization=True)
+        if family in SPECIALS:
+            _tokenizer(folder, SPECIALS[family])
+        ids = np.random.default_rng(SEED).integers(3, VOCAB, 9)
+        with torch.no_grad():
+            logits = model.double()(torch.tensor(ids[None])).logits[0].numpy()
+        extra = {}
+        if family in SPECIALS:  # how transformers tokenizes a sentence, for the converted tokenizer
+            from transformers import AutoTokenizer
+
+            extra["text_ids"] = np.array(
+                AutoTokenizer.from_pretrained(folder)(TEXT[0], add_special_tokens=False)["input_ids"]
+            )
+        np.savez(args.out / f"{family}.npz", ids=ids, logits=logits, **extra)
+        print(family, sorted(p.name for p in folder.iterdir()), sum(p.stat().st_size for p in folder.iterdir()))
+
+
+if __name__ == "__main__":
+    main()

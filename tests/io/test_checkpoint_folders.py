@@ -1,0 +1,109 @@
+"""Checkpoint folders as users have them (issue 50): Hugging Face folders written by ``save_pretrained`` in a torch
+venv (``tests/data/hf``, made by ``scripts/hf_checkpoints.py``; torch is not needed here) and a keras_hub preset
+folder open wherever a model file does, through keras_hub's own converters; their tokenizer is the vocabulary;
+nothing is downloaded and nothing in a folder runs."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import gradscope.api as gs
+from gradscope.app.files.session_files import find_vocabulary
+from gradscope.cli import main
+from gradscope.core.errors import ModelLoadError
+from gradscope.io.sequences import Vocabulary
+
+pytest.importorskip("keras_hub")
+pytest.importorskip("safetensors")
+
+DATA = Path(__file__).resolve().parents[1] / "data" / "hf"
+FAMILIES = ("llama", "mistral", "qwen2", "gpt2")
+#: keras_hub's Mistral converter stores the token embedding as float16 (its own choice): 1.3e-3 of the largest
+#: logit off torch's float64; the others are float32 throughout (measured 3e-7 to 6e-7).
+TOLERANCE = {"mistral": 3e-3}
+
+
+def _feed(ids: np.ndarray) -> dict:
+    return {"token_ids": ids[None], "padding_mask": np.ones((1, len(ids)), "int32")}
+
+
+@pytest.fixture(scope="module")
+def engines():
+    return {family: gs.open_engine(DATA / family) for family in FAMILIES}
+
+
+@pytest.mark.parametrize("family", FAMILIES)
+def test_a_hugging_face_folder_opens_with_the_logits_torch_computes(engines, family):
+    ref = np.load(DATA / f"{family}.npz")
+    logits = np.asarray(engines[family].model(_feed(ref["ids"])))[0]
+    want = ref["logits"]
+    assert logits.shape == want.shape
+    np.testing.assert_allclose(logits, want, atol=TOLERANCE.get(family, 1e-5) * np.abs(want).max(), rtol=0)
+
+
+@pytest.mark.parametrize("family", FAMILIES)
+def test_its_next_token_is_explained_by_attnlrp(engines, family):
+    ref = np.load(DATA / f"{family}.npz")
+    ex = gs.explain(engines[family], ref["ids"], method="attnlrp")
+    assert ex.node.endswith("token_embedding") and ex.saliency.shape == (len(ref["ids"]),)
+    assert np.isfinite(ex.saliency).all() and np.abs(ex.saliency).max() > 0
+    assert "attention_lrp" in ex.result.rules.values() and not ex.warnings
+    assert ex.predicted_class == int(np.argmax(ref["logits"][-1]))  # the most likely next token, as torch says
+
+
+@pytest.mark.parametrize("family", ["llama", "qwen2", "gpt2"])
+def test_the_folders_tokenizer_is_the_vocabulary_and_splits_text_as_transformers(family):
+    assert find_vocabulary(DATA / family) == DATA / family
+    vocab = Vocabulary.load(DATA / family)
+    ids = np.asarray(vocab.tokenizer.tokenize("the cat sat on the mat")).reshape(-1)
+    np.testing.assert_array_equal(ids, np.load(DATA / f"{family}.npz")["text_ids"])
+    assert find_vocabulary(DATA / "mistral") is None  # no tokenizer in that folder: token ids only
+
+
+def test_the_cli_explains_a_folder_by_its_text_and_names_the_folder(tmp_path, capsys):
+    out = tmp_path / "o.png"
+    args = ["explain", str(DATA / "llama"), "--text", "the cat sat on the", "--method", "attnlrp", "--out", str(out)]
+    assert main(args) == 0
+    side = json.loads(out.with_suffix(".json").read_text())
+    assert side["model_file"] == str(DATA / "llama") and side["method"] == "attnlrp"
+    assert [p["label"] for p in side["positions"]][0] == "<|begin_of_text|>"  # as Llama 3's preprocessor starts
+
+
+def test_a_keras_hub_preset_folder_opens_too(tmp_path):
+    from tests.engine.backward.language_models import feed, tiny_causal_lm
+
+    lm = tiny_causal_lm("gpt2")
+    lm.save_to_preset(str(tmp_path / "preset"))
+    ids = np.array([3, 9, 4, 17])
+    engine = gs.open_engine(tmp_path / "preset")
+    np.testing.assert_allclose(np.asarray(engine.model(feed(ids))), np.asarray(lm(feed(ids))), rtol=1e-6, atol=1e-6)
+
+
+def test_downloads_code_and_folders_that_are_no_checkpoint_are_refused_in_one_line(tmp_path):
+    for handle in ("hf://meta-llama/Llama-3.2-1B", "kaggle://keras/llama3/keras/llama3_8b_en", "https://x.org/m"):
+        with pytest.raises(ModelLoadError, match="never downloads"):
+            gs.open_engine(handle)
+    remote = tmp_path / "remote"
+    shutil.copytree(DATA / "mistral", remote)
+    config = json.loads((remote / "config.json").read_text())
+    (remote / "config.json").write_text(json.dumps({**config, "auto_map": {"AutoModel": "modeling_x.XModel"}}))
+    with pytest.raises(ModelLoadError, match="never runs a checkpoint's code"):
+        gs.open_engine(remote)
+    pickled = tmp_path / "pickled"
+    pickled.mkdir()
+    (pickled / "config.json").write_text(json.dumps(config))
+    (pickled / "pytorch_model.bin").write_bytes(b"\x80\x02}q\x00.")
+    with pytest.raises(ModelLoadError, match="PyTorch pickles"):
+        gs.open_engine(pickled)
+    falcon = tmp_path / "falcon"
+    shutil.copytree(DATA / "mistral", falcon)
+    (falcon / "config.json").write_text(json.dumps({**config, "model_type": "falcon"}))
+    with pytest.raises(ModelLoadError, match="no converter for Hugging Face model type 'falcon'.*llama, mistral"):
+        gs.open_engine(falcon)
+    with pytest.raises(ModelLoadError, match="not a checkpoint folder"):
+        gs.open_engine(tmp_path)
