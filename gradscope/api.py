@@ -22,8 +22,10 @@ from gradscope.rules.methods import Method, build_method
 from gradscope.rules.plan import Plan
 
 
-def open_engine(model: Any, *, safe_mode: bool = True, custom_objects: dict | None = None) -> Any:
-    """An ``Engine`` for a model object, an ``Engine`` (returned as is) or a path to a ``.keras``/``.h5`` file."""
+def open_engine(model: Any, *, safe_mode: bool = True, custom_objects: dict | None = None, dtype: str = "auto") -> Any:
+    """An ``Engine`` for a model object, an ``Engine`` (returned as is), a path to a ``.keras``/``.h5`` file or a
+    checkpoint folder (Hugging Face, keras_hub; ``dtype``: "auto", the checkpoint's own, or float32, bfloat16,
+    float16)."""
     from gradscope.engine.backward.runner import Engine
 
     if isinstance(model, Engine):
@@ -31,7 +33,7 @@ def open_engine(model: Any, *, safe_mode: bool = True, custom_objects: dict | No
     if isinstance(model, (str, Path)):
         from gradscope.io.models import load_model
 
-        model = load_model(model, safe_mode=safe_mode, custom_objects=custom_objects)
+        model = load_model(model, safe_mode=safe_mode, custom_objects=custom_objects, dtype=dtype)
     return Engine(model)
 
 

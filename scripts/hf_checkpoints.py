@@ -10,6 +10,12 @@ Each family gets ``<out>/<family>/`` (float32, random weights, a byte-level BPE 
 on a few sentences) and ``<out>/<family>.npz``: a prompt and torch's float64 logits for it.
 ``tests/io/test_checkpoint_folders.py`` opens the folders with gradscope (through keras_hub's own converters) and
 checks the logits and the tokenizer against these.
+
+With ``pip install lxt==2.1 --no-deps`` in the same venv, ``--lxt`` adds ``<out>/<family>_lxt.npz`` for the families
+LXT 2.1 has maps for (Llama, Qwen 2, GPT-2): its AttnLRP and CP-LRP relevance at the token embeddings (summed over
+the hidden dimension; gradient 1 on the most likely next token's logit after the last position, as float64 says)
+with the model in float64 and in bfloat16: LXT's own bfloat16 error is the bound gradscope's bfloat16 result is
+held to (``tests/rules/test_low_precision.py``).
 """
 
 from __future__ import annotations
@@ -106,13 +112,80 @@ def _model(family: str):
     return model.eval()
 
 
+LXT_FAMILIES = ("llama", "qwen2", "gpt2")
+
+
+def lxt_relevance(folder: Path, family: str, preset: str, dtype: str, token: int) -> np.ndarray:
+    """LXT's relevance per token for ``preset`` with the model in ``dtype`` (one call a process: LXT patches
+    the family's classes), as its examples compute it: the target logit's backward, embeddings x their gradient."""
+    import importlib
+    import sys
+    import types
+
+    import torch
+
+    module = importlib.import_module(f"transformers.models.{family}.modeling_{family}")
+    sys.modules.setdefault("torchvision", types.ModuleType("torchvision"))  # LXT probes for it (its ViT map)
+    vision = types.ModuleType("torchvision.models.vision_transformer")
+    vision.nn = torch.nn
+    models = types.ModuleType("torchvision.models")
+    models.vision_transformer = vision
+    sys.modules.update({"torchvision.models": models, "torchvision.models.vision_transformer": vision})
+    from lxt.efficient import monkey_patch
+    from transformers import AutoModelForCausalLM
+
+    family_map = importlib.import_module(f"lxt.efficient.models.{family}")
+    monkey_patch(module, getattr(family_map, "attnLRP" if preset == "attnlrp" else "cp_LRP"), verbose=False)
+    model = AutoModelForCausalLM.from_pretrained(folder, torch_dtype=getattr(torch, dtype), attn_implementation="eager")
+    ids = torch.tensor(np.load(folder.parent / f"{family}.npz")["ids"][None])
+    embeds = model.get_input_embeddings()(ids).detach().requires_grad_(True)
+    model(inputs_embeds=embeds, use_cache=False).logits[0, -1, token].backward()
+    return (embeds * embeds.grad).double().sum(-1)[0].detach().numpy()
+
+
 def main() -> None:
+    import subprocess
+    import sys
+
     import torch
 
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", type=Path, required=True)
     parser.add_argument("--families", default="llama,mistral,qwen2,gpt2")
+    parser.add_argument("--lxt", action="store_true", help="also LXT 2.1's relevances in float64 and bfloat16")
+    parser.add_argument("--lxt-one", nargs=4, metavar=("FAMILY", "PRESET", "DTYPE", "TOKEN"), help=argparse.SUPPRESS)
     args = parser.parse_args()
+    if args.lxt_one:
+        family, preset, dtype, token = args.lxt_one
+        np.save(
+            args.out / f"{family}_{preset}_{dtype}.npy",
+            lxt_relevance(args.out / family, family, preset, dtype, int(token)),
+        )
+        return
+    if args.lxt:
+        for family in [f for f in args.families.split(",") if f in LXT_FAMILIES]:
+            token = int(np.load(args.out / f"{family}.npz")["logits"][-1].argmax())
+            found = {"token": token}
+            for preset in ("attnlrp", "cp_lrp"):
+                for dtype in ("float64", "bfloat16"):
+                    cmd = [
+                        sys.executable,
+                        __file__,
+                        "--out",
+                        str(args.out),
+                        "--lxt-one",
+                        family,
+                        preset,
+                        dtype,
+                        str(token),
+                    ]
+                    subprocess.run(cmd, check=True)
+                    part = args.out / f"{family}_{preset}_{dtype}.npy"
+                    found[f"{preset}_{dtype}"] = np.load(part)
+                    part.unlink()
+            np.savez(args.out / f"{family}_lxt.npz", **found)
+            print(family, "LXT", {k: float(np.abs(v).max()) for k, v in found.items() if k != "token"})
+        return
     for family in args.families.split(","):
         folder = args.out / family
         folder.mkdir(parents=True, exist_ok=True)

@@ -46,7 +46,8 @@ def open_engine(args: argparse.Namespace) -> Any:
     from gradscope.app.work.heap import settle_after_load
 
     model = args.model or demo_model()
-    engine = open_model(model, safe_mode=not args.unsafe, custom_objects=_custom_objects(args))
+    dtype = getattr(args, "dtype", "auto")
+    engine = open_model(model, safe_mode=not args.unsafe, custom_objects=_custom_objects(args), dtype=dtype)
     settle_after_load()  # one model per process: full collections skip it from here on (see app.work.heap)
     return engine
 
@@ -95,7 +96,9 @@ def add_command(sub: Any, name: str, run: Callable[[argparse.Namespace], int], *
 
 
 def model_argument(p: argparse.ArgumentParser) -> None:
-    p.add_argument("model", nargs="?", help=".keras or .h5 file (default: the bundled demo model)")
+    p.add_argument(
+        "model", nargs="?", help=".keras or .h5 file, or a checkpoint folder (default: the bundled demo model)"
+    )
 
 
 def model_options(p: argparse.ArgumentParser) -> None:
@@ -111,6 +114,12 @@ def model_options(p: argparse.ArgumentParser) -> None:
         help="Python file registering the model's custom layers (repeatable)",
     )
     p.add_argument("--rules", action="append", metavar="FILE", help="Python file of user rules to load (repeatable)")
+    p.add_argument(
+        "--dtype",
+        choices=("auto", "float32", "bfloat16", "float16"),
+        default="auto",
+        help="checkpoint folders: the dtype to run in (default auto: as stored, e.g. bfloat16)",
+    )
 
 
 PREPROCESSING = ["unit", "raw", "caffe", "minus_one_one"]

@@ -24,7 +24,7 @@ from typing import Any
 from gradscope.core.errors import CustomObjectError, GradscopeError, ModelLoadError, UnsafeModelError
 from gradscope.io._keras import import_keras
 from gradscope.io.archives import WEIGHTS, read_member, weights_store
-from gradscope.io.checkpoints import checkpoint_kind, load_checkpoint_folder, refuse_remote
+from gradscope.io.checkpoints import check_dtype, checkpoint_kind, load_checkpoint_folder, refuse_remote
 
 SUPPORTED_EXTENSIONS = (".keras", ".h5", ".hdf5")
 
@@ -55,6 +55,7 @@ def load_model(
     safe_mode: bool = True,
     custom_objects: dict[str, Any] | None = None,
     compile: bool = False,
+    dtype: str = "auto",
 ) -> Any:
     """Open a ``.keras`` or legacy ``.h5``/``.hdf5`` model file and return the ``keras.Model``.
 
@@ -65,9 +66,9 @@ def load_model(
     Raises ``ModelLoadError`` (missing, not a model, corrupt, unsupported), ``CustomObjectError`` (a custom
     class or function is not available) or ``UnsafeModelError`` (the file needs ``safe_mode=False``).
     """
-    folder = _checkpoint_folder(path)
+    folder = _checkpoint_folder(path, dtype)
     if folder is not None:
-        return load_checkpoint_folder(folder)
+        return load_checkpoint_folder(folder, dtype)
     if not compile:  # the steps are faster: no initializers run, the weights read in place
         model, load_weights = load_model_in_steps(path, safe_mode=safe_mode, custom_objects=custom_objects)
         load_weights()
@@ -80,7 +81,7 @@ def load_model(
 
 
 def load_model_in_steps(
-    path: str | Path, *, safe_mode: bool = True, custom_objects: dict[str, Any] | None = None
+    path: str | Path, *, safe_mode: bool = True, custom_objects: dict[str, Any] | None = None, dtype: str = "auto"
 ) -> tuple[Any, Callable[[], None]]:
     """``load_model`` in the two steps Keras takes, with a pause between them: returns the model built from
     its config (every layer and connection; its variables not yet given values: no initializer runs, and
@@ -92,9 +93,9 @@ def load_model_in_steps(
     assets or ``.npz`` weights, a Keras without these internals) load whole in the first step, and the second
     does nothing.
     """
-    folder = _checkpoint_folder(path)
+    folder = _checkpoint_folder(path, dtype)
     if folder is not None:  # keras_hub converts it in one step
-        return load_checkpoint_folder(folder), lambda: None
+        return load_checkpoint_folder(folder, dtype), lambda: None
     p, config, objects = _prepare(path, custom_objects, safe_mode)
     keras = import_keras()
     from gradscope.backend import build_without_initializers, loaded_in_place
@@ -215,11 +216,16 @@ def _prepare(
     return p, config, _augment_custom_objects(custom_objects, config)
 
 
-def _checkpoint_folder(path: str | Path) -> Path | None:
-    """The folder, when ``path`` is a Hugging Face or keras_hub checkpoint folder (a download handle is refused)."""
+def _checkpoint_folder(path: str | Path, dtype: str = "auto") -> Path | None:
+    """The folder, when ``path`` is a Hugging Face or keras_hub checkpoint folder (a download handle is refused);
+    a ``dtype`` other than "auto" is for folders only (a model file opens in the dtype it was saved in)."""
     refuse_remote(path)
     p = Path(path).expanduser()
-    return p if p.is_dir() and checkpoint_kind(p) is not None else None
+    if p.is_dir() and checkpoint_kind(p) is not None:
+        return p
+    if check_dtype(dtype) != "auto":
+        raise ModelLoadError(f"dtype {dtype!r} is for checkpoint folders; {p.name} opens in the dtype it was saved in.")
+    return None
 
 
 def _holds_bytecode(obj: dict) -> bool:

@@ -111,11 +111,17 @@ def weighted_signal(signal: np.ndarray, value: Any, *, times_input: bool, grad_c
     """A read-out's signal as the method defines it: times the forward value (gradient x input) and/or with
     Grad-CAM's channel weighting; a value of another shape (or none) leaves the signal as it is."""
     fits = value is not None and np.shape(value) == np.shape(signal)
+    signal = _at_least_float32(signal)  # a bfloat16 product rounds each term to 8 bits: read out in float32
     if times_input and fits:
-        signal = signal * value
+        signal = signal * _at_least_float32(value)
     if grad_cam and fits and np.ndim(signal) >= 2:
         signal = grad_cam_weighting(signal, value)
     return np.asarray(signal)
+
+
+def _at_least_float32(a: Any) -> np.ndarray:
+    a = np.asarray(a)
+    return a.astype(np.float32) if a.dtype.kind in "fV" and a.dtype.itemsize < 4 or a.dtype.name == "bfloat16" else a
 
 
 def token_scores(weighted: np.ndarray) -> np.ndarray:

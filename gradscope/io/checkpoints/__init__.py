@@ -26,6 +26,14 @@ CAUSAL_LM_TYPES = (
     "gemma3_text", "gpt2", "smollm3", "gpt_oss",
 )  # fmt: skip
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer.model", "vocab.json", "assets")
+#: What ``dtype=`` takes: "auto" is the checkpoint's own (a Hugging Face ``torch_dtype``; keras_hub's saved policy).
+DTYPES = ("auto", "float32", "bfloat16", "float16")
+
+
+def check_dtype(dtype: str) -> str:
+    if dtype not in DTYPES:
+        raise ModelLoadError(f"dtype must be one of {', '.join(DTYPES)}; got {dtype!r}.")
+    return dtype
 
 
 def refuse_remote(path: str | Path) -> None:
@@ -50,11 +58,15 @@ def checkpoint_kind(folder: Path) -> str | None:
     return None
 
 
-def load_checkpoint_folder(folder: Path) -> Any:
+def load_checkpoint_folder(folder: Path, dtype: str = "auto") -> Any:
     """The keras.Model in a checkpoint folder: a causal LM with its head (the family's keras_hub ``CausalLM``),
-    else its backbone. ``ModelLoadError`` naming what is missing or not convertible."""
+    else its backbone, in ``dtype`` ("auto": as the checkpoint is stored, so a bfloat16 model takes half the
+    memory of a float32 copy; keras_hub alone would widen it to float32). ``ModelLoadError`` naming what is
+    missing or not convertible."""
     kind = checkpoint_kind(folder)
     config = _config(folder) or {}
+    wanted = _stored_dtype(config) if check_dtype(dtype) == "auto" else dtype
+    options = {"dtype": wanted} if wanted else {}
     if kind == "transformers":
         _check_transformers_folder(folder, config)
     try:
@@ -67,11 +79,11 @@ def load_checkpoint_folder(folder: Path) -> Any:
     preset = str(folder.resolve())  # a path that exists: never read as a preset name to download
     try:
         try:
-            return keras_hub.models.CausalLM.from_preset(preset, preprocessor=None)
+            return keras_hub.models.CausalLM.from_preset(preset, preprocessor=None, **options)
         except ValueError as exc:
             if "no converter" in str(exc).lower():
                 raise
-            return keras_hub.models.Backbone.from_preset(preset)  # not a causal LM: its backbone
+            return keras_hub.models.Backbone.from_preset(preset, **options)  # not a causal LM: its backbone
     except ImportError as exc:  # keras_hub reads safetensors through the package of that name
         raise ModelLoadError(f"Opening {folder} needs safetensors: `pip install safetensors`. ({exc})") from exc
     except ModelLoadError:
@@ -106,6 +118,13 @@ def _check_transformers_folder(folder: Path, config: dict) -> None:
             else ""
         )
         raise ModelLoadError(f"{folder} has a config.json but no .safetensors weights.{hint}")
+
+
+def _stored_dtype(config: dict) -> str | None:
+    """A Hugging Face config's ``torch_dtype`` (``dtype`` in newer transformers) when it is one gradscope runs in;
+    None: keras_hub's own choice (a keras_hub preset keeps the policy it was saved with)."""
+    stored = config.get("torch_dtype") or config.get("dtype")
+    return stored if stored in DTYPES[1:] else None
 
 
 def _config(folder: Path) -> dict | None:
