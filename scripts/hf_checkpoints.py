@@ -120,17 +120,14 @@ def lxt_relevance(folder: Path, family: str, preset: str, dtype: str, token: int
     the family's classes), as its examples compute it: the target logit's backward, embeddings x their gradient."""
     import importlib
     import sys
-    import types
 
     import torch
 
     module = importlib.import_module(f"transformers.models.{family}.modeling_{family}")
-    sys.modules.setdefault("torchvision", types.ModuleType("torchvision"))  # LXT probes for it (its ViT map)
-    vision = types.ModuleType("torchvision.models.vision_transformer")
-    vision.nn = torch.nn
-    models = types.ModuleType("torchvision.models")
-    models.vision_transformer = vision
-    sys.modules.update({"torchvision.models": models, "torchvision.models.vision_transformer": vision})
+    sys.path.insert(0, str(Path(__file__).parent))
+    from lxt_reference import stub_torchvision
+
+    stub_torchvision()
     from lxt.efficient import monkey_patch
     from transformers import AutoModelForCausalLM
 

@@ -138,6 +138,18 @@ def _prompt() -> np.ndarray:
     return ids
 
 
+def stub_torchvision() -> None:
+    """LXT imports torchvision for its ViT map only: a stub module in its place (torchvision is not installed)."""
+    import torch
+
+    sys.modules.setdefault("torchvision", types.ModuleType("torchvision"))
+    models = types.ModuleType("torchvision.models")
+    vision = types.ModuleType("torchvision.models.vision_transformer")
+    vision.nn = torch.nn
+    models.vision_transformer = vision
+    sys.modules.update({"torchvision.models": models, "torchvision.models.vision_transformer": vision})
+
+
 def torch_relevance(family: str, preset: str, work: Path) -> None:
     """One (family, preset) in this process: LXT patches the model's classes for the rest of the process, and its
     BERT map replaces the module's classes, so the model is built after the patch (as LXT's examples do)."""
@@ -146,12 +158,7 @@ def torch_relevance(family: str, preset: str, work: Path) -> None:
     import torch
 
     module = importlib.import_module(f"transformers.models.{family}.modeling_{family}")  # transformers before the
-    sys.modules.setdefault("torchvision", types.ModuleType("torchvision"))  # stub: it probes for torchvision; lxt
-    models = types.ModuleType("torchvision.models")  # imports it for its ViT map only
-    vision = types.ModuleType("torchvision.models.vision_transformer")
-    vision.nn = torch.nn
-    models.vision_transformer = vision
-    sys.modules.update({"torchvision.models": models, "torchvision.models.vision_transformer": vision})
+    stub_torchvision()  # stub: it probes for torchvision
     from lxt.efficient import monkey_patch
 
     if preset != "gradient":
