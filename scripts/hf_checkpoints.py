@@ -12,7 +12,7 @@ on a few sentences) and ``<out>/<family>.npz``: a prompt and torch's float64 log
 checks the logits and the tokenizer against these.
 
 With ``pip install lxt==2.1 --no-deps`` in the same venv, ``--lxt`` adds ``<out>/<family>_lxt.npz`` for the families
-LXT 2.1 has maps for (Llama, Qwen 2, GPT-2): its AttnLRP and CP-LRP relevance at the token embeddings (summed over
+LXT 2.1 has maps for (Llama, Qwen 2, Qwen 3, Gemma 3, GPT-2): its AttnLRP and CP-LRP relevance at the token embeddings (summed over
 the hidden dimension; gradient 1 on the most likely next token's logit after the last position, as float64 says)
 with the model in float64 and in bfloat16: LXT's own bfloat16 error is the bound gradscope's bfloat16 result is
 held to (``tests/rules/test_low_precision.py``).
@@ -93,26 +93,47 @@ def _model(family: str):
         eos_token_id=1,
         attn_implementation="eager",
     )
+    import transformers as hf
+
+    moe = dict(num_experts_per_tok=2, output_router_logits=False)
+    gemma = dict(head_dim=8, hidden_activation="gelu_pytorch_tanh", query_pre_attn_scalar=8)
     if family == "llama":
         model = LlamaForCausalLM(LlamaConfig(**gqa))
     elif family == "mistral":
         model = MistralForCausalLM(MistralConfig(**gqa, sliding_window=None))
     elif family == "qwen2":
         model = Qwen2ForCausalLM(Qwen2Config(**gqa))
+    elif family == "qwen3":
+        model = hf.Qwen3ForCausalLM(hf.Qwen3Config(**gqa, head_dim=8))
+    elif family == "smollm3":
+        model = hf.SmolLM3ForCausalLM(hf.SmolLM3Config(**gqa, pad_token_id=2, mlp_bias=False))  # as its hub configs
+    elif family == "mixtral":
+        model = hf.MixtralForCausalLM(hf.MixtralConfig(**gqa, num_local_experts=4, **moe))
+    elif family == "qwen3_moe":
+        config = hf.Qwen3MoeConfig(**gqa, head_dim=8, num_experts=4, moe_intermediate_size=16, **moe)
+        model = hf.Qwen3MoeForCausalLM(config)
+    elif family == "gemma":
+        model = hf.GemmaForCausalLM(hf.GemmaConfig(**{**gqa, "tie_word_embeddings": True}, **gemma))
+    elif family == "gemma2":
+        config = hf.Gemma2Config(**{**gqa, "tie_word_embeddings": True}, **gemma, sliding_window=4)
+        model = hf.Gemma2ForCausalLM(config)
+    elif family == "gemma3":
+        config = hf.Gemma3TextConfig(**{**gqa, "tie_word_embeddings": True}, **gemma, sliding_window=4)
+        model = hf.Gemma3ForCausalLM(config)
     else:
         config = GPT2Config(vocab_size=VOCAB, n_embd=32, n_layer=2, n_head=4, n_positions=64, bos_token_id=0)
         model = GPT2LMHeadModel(config)
     generator = torch.Generator().manual_seed(SEED)
     with torch.no_grad():
         for name, p in model.named_parameters():
-            norm = "norm" in name or "ln_" in name
+            norm = ("norm" in name or "ln_" in name) and not family.startswith("gemma")  # Gemma's scale is 1 + w
             p.copy_(
                 (1.0 if norm and name.endswith("weight") else 0.0) + 0.15 * torch.randn(p.shape, generator=generator)
             )
     return model.eval()
 
 
-LXT_FAMILIES = ("llama", "qwen2", "gpt2")
+LXT_FAMILIES = ("llama", "qwen2", "qwen3", "gemma3", "gpt2")
 
 
 def lxt_relevance(folder: Path, family: str, preset: str, dtype: str, token: int) -> np.ndarray:
@@ -148,7 +169,7 @@ def main() -> None:
 
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", type=Path, required=True)
-    parser.add_argument("--families", default="llama,mistral,qwen2,gpt2")
+    parser.add_argument("--families", default="llama,mistral,qwen2,qwen3,gemma,gemma2,gemma3,gpt2")
     parser.add_argument("--lxt", action="store_true", help="also LXT 2.1's relevances in float64 and bfloat16")
     parser.add_argument("--lxt-one", nargs=4, metavar=("FAMILY", "PRESET", "DTYPE", "TOKEN"), help=argparse.SUPPRESS)
     args = parser.parse_args()

@@ -83,18 +83,21 @@ def test_the_identity_plan_is_the_tapes_gradient_in_each_dtype(engines, dtype):
     np.testing.assert_allclose(got, want, atol=atol, rtol=0)
 
 
-@pytest.mark.parametrize("family", ["llama", "qwen2", "gpt2"])
+@pytest.mark.parametrize("family", ["llama", "qwen2", "qwen3", "gemma3", "gpt2"])
 def test_attnlrp_and_cp_lrp_against_lxt_in_float32_and_bfloat16(engines, family):
-    """float32 equals LXT's float64 (measured 1e-5 at most); bfloat16 stays within twice LXT's own bfloat16 error
-    on this model (measured: ours 0.8-1.6 %, LXT's 0.35-1.4 %; per preset all but GPT-2's CP-LRP, 1.33 % against
-    LXT's 0.35 %, are within twice LXT's error for the same preset)."""
+    """float32 equals LXT's float64 (measured 5e-5 at most; Qwen 3's AttnLRP was 31 % off until its query/key
+    norms were found); bfloat16 stays within twice LXT's own bfloat16 error on this model (measured: ours
+    0.1-2.2 %, LXT's 0.35-3.1 %; per preset all but GPT-2's CP-LRP, 1.33 % against LXT's 0.35 %, and Llama's
+    AttnLRP, 1.1 % against 0.58 %, are within twice LXT's error for the same preset)."""
     ref = np.load(DATA / f"{family}_lxt.npz")
-    lxt_error = max(_rel(ref[f"{m}_bfloat16"], ref[f"{m}_float64"]) for m in ("attnlrp", "cp_lrp"))
-    for method in ("attnlrp", "cp_lrp"):
+    methods = ("attnlrp", "cp_lrp")
+    lxt_error = max(_rel(ref[f"{m}_bfloat16"], ref[f"{m}_float64"]) for m in methods)
+    for method in methods:
         want = ref[f"{method}_float64"]
         assert _rel(_scores(engines(family, "float32"), family, method), want) < 1e-4
         got = _scores(engines(family, "bfloat16"), family, method)
-        assert _rel(got, want) < 2 * lxt_error and _cos(got, want) > 0.9999, (method, _rel(got, want), lxt_error)
+        assert _rel(got, want) < 2 * lxt_error, (method, _rel(got, want), lxt_error)
+        assert _cos(got, want) > 0.999, (method, _cos(got, want))  # where LXT's own bfloat16 stays (issue 50)
 
 
 def test_auto_is_the_dtype_the_checkpoint_is_stored_in_and_files_refuse_another(tmp_path):

@@ -144,10 +144,15 @@ def attention(layer, call: dict, mode: str, eps: float = 0.0):
     return project(layer._output_dense, out)
 
 
+#: Other names keras_hub's families give a role (Qwen 3's per-head query/key norms).
+_ROLE_NAMES = {"query_norm": ("query_dense_layer_norm",), "key_norm": ("key_dense_layer_norm",)}
+
+
 def _sublayer(layer, role: str):
-    """The layer's ``query_dense`` (or ``_query_dense``), ``key_norm``...; None when it has none."""
-    for name in (role, f"_{role}"):
-        found = layer.__dict__.get(name)
+    """The layer's ``query_dense`` (or ``_query_dense``), ``key_norm``...; None when it has none. A norm missed
+    here is not held constant: Qwen 3's AttnLRP was 31 % off LXT's until its names were known."""
+    for base in (role, *_ROLE_NAMES.get(role, ())):
+        found = layer.__dict__.get(base) or layer.__dict__.get(f"_{base}")
         if isinstance(found, keras.layers.Layer):
             return found
     return None
