@@ -12,8 +12,9 @@ on a few sentences) and ``<out>/<family>.npz``: a prompt and torch's float64 log
 checks the logits and the tokenizer against these.
 
 With ``pip install lxt==2.1 --no-deps`` in the same venv, ``--lxt`` adds ``<out>/<family>_lxt.npz`` for the families
-LXT 2.1 has maps for (Llama, Qwen 2, Qwen 3, Gemma 3, GPT-2): its AttnLRP and CP-LRP relevance at the token embeddings (summed over
-the hidden dimension; gradient 1 on the most likely next token's logit after the last position, as float64 says)
+LXT 2.1 has maps for (Llama, Qwen 2, Qwen 3, Gemma 3, GPT-2): its AttnLRP and CP-LRP relevance at the token
+embeddings (summed over the hidden dimension; gradient 1 on the most likely next token's logit after the last
+position, as float64 says)
 with the model in float64 and in bfloat16: LXT's own bfloat16 error is the bound gradscope's bfloat16 result is
 held to (``tests/rules/test_low_precision.py``).
 """
