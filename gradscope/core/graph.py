@@ -149,6 +149,12 @@ class LayerGraph:
         size = embedding.config.get("input_dim") if embedding is not None else None
         return size if isinstance(size, int) else None
 
+    @property
+    def compute_dtype(self) -> str:
+        """The floating dtype most nodes compute in ("bfloat16" for a checkpoint opened as stored), else "float32"."""
+        dtypes = [n.dtype for n in self.nodes if not n.is_input and n.dtype.startswith(("float", "bfloat"))]
+        return max(set(dtypes), key=dtypes.count) if dtypes else "float32"
+
     def position_limit(self) -> tuple[int, str] | None:
         """(how many positions, the node that has them): a learned position embedding's ``sequence_length``
         (GPT-2's 1,024), the most tokens the model can read; None where nothing bounds it (rotary positions)."""

@@ -117,7 +117,7 @@ class NodeInfo(QTextBrowser):
             g = s.graph
             self.setHtml(
                 f"<h3 style='margin:0'>{html.escape(g.model_name)}</h3>"
-                f"<p>{len(g)} nodes, {g.param_count():,} parameters, "
+                f"<p>{len(g)} nodes, {g.param_count():,} parameters in {g.compute_dtype}, "
                 f"{len(g.groups)} nested model(s) or layer(s) opened.</p>"
                 "<p style='color:#607d8b'>Click a node in the graph (or a bar in the flow plot) to inspect it "
                 "and give it a backward rule.</p>"

@@ -105,7 +105,8 @@ def test_auto_is_the_dtype_the_checkpoint_is_stored_in_and_files_refuse_another(
     shutil.copytree(DATA / "llama", folder)
     config = json.loads((folder / "config.json").read_text())
     (folder / "config.json").write_text(json.dumps({**config, "torch_dtype": "bfloat16"}))
-    assert gs.open_engine(folder).model.dtype_policy.compute_dtype == "bfloat16"
+    as_stored = gs.open_engine(folder)
+    assert as_stored.model.dtype_policy.compute_dtype == "bfloat16" and as_stored.graph.compute_dtype == "bfloat16"
     assert gs.open_engine(folder, dtype="float32").model.dtype_policy.compute_dtype == "float32"
     from gradscope.io.demo import demo_model_path
 
