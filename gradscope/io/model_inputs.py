@@ -91,7 +91,6 @@ def token_input(graph: LayerGraph, ids: Any, *, vocab: Vocabulary | None = None,
             f"The vocabulary {Path(vocab.source).name or ''} has {len(vocab):,} tokens and the model's embedding "
             f"{size:,}: it may belong to another model, and the words shown may not be what the ids mean to it.",
         )
-        note = " ".join(filter(None, [note, *warnings]))
     return ModelInput(
         tuple(arrays[i][None] for i in graph.input_ids),
         "tokens",
