@@ -26,6 +26,7 @@ import json
 from pathlib import Path
 
 import numpy as np
+from lxt_reference import TINY_DECODER  # the script's own folder is on sys.path
 
 VOCAB, SEED = 96, 11
 TEXT = [
@@ -81,15 +82,8 @@ def _model(family: str):
     )
 
     gqa = dict(
+        **TINY_DECODER,
         vocab_size=VOCAB,
-        hidden_size=32,
-        intermediate_size=64,
-        num_hidden_layers=2,
-        num_attention_heads=4,
-        num_key_value_heads=2,
-        max_position_embeddings=64,
-        rms_norm_eps=1e-6,
-        tie_word_embeddings=False,
         bos_token_id=0,
         eos_token_id=1,
         attn_implementation="eager",

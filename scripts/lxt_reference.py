@@ -32,6 +32,18 @@ import numpy as np
 ROOT = Path(__file__).resolve().parents[1]
 DATA = ROOT / "tests" / "data" / "lxt"
 FAMILIES = ("llama", "qwen2", "gemma3", "gpt2", "bert")
+#: A two-block decoder of width 32 with grouped heads, as every tiny Llama-like test model here is made
+#: (scripts/hf_checkpoints.py too).
+TINY_DECODER = dict(
+    hidden_size=32,
+    intermediate_size=64,
+    num_hidden_layers=2,
+    num_attention_heads=4,
+    num_key_value_heads=2,
+    max_position_embeddings=64,
+    rms_norm_eps=1e-6,
+    tie_word_embeddings=False,
+)
 VOCAB, LENGTH, SEED = 96, 10, 7
 
 
@@ -53,30 +65,10 @@ def _hf_model(family: str):
 
     common = dict(vocab_size=VOCAB, attn_implementation="eager")
     if family == "llama":
-        config = LlamaConfig(
-            hidden_size=32,
-            intermediate_size=64,
-            num_hidden_layers=2,
-            num_attention_heads=4,
-            num_key_value_heads=2,
-            max_position_embeddings=64,
-            rms_norm_eps=1e-6,
-            tie_word_embeddings=False,
-            **common,  # keras_hub reads no eps
-        )
+        config = LlamaConfig(**TINY_DECODER, **common)
         model = LlamaForCausalLM(config)
     elif family == "qwen2":
-        config = Qwen2Config(
-            hidden_size=32,
-            intermediate_size=64,
-            num_hidden_layers=2,
-            num_attention_heads=4,
-            num_key_value_heads=2,
-            max_position_embeddings=64,
-            rms_norm_eps=1e-6,
-            tie_word_embeddings=False,
-            **common,
-        )
+        config = Qwen2Config(**TINY_DECODER, **common)
         model = Qwen2ForCausalLM(config)
     elif family == "gemma3":
         config = Gemma3TextConfig(

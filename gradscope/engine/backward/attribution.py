@@ -121,7 +121,7 @@ def weighted_signal(signal: np.ndarray, value: Any, *, times_input: bool, grad_c
 
 def _at_least_float32(a: Any) -> np.ndarray:
     a = np.asarray(a)
-    return a.astype(np.float32) if a.dtype.kind in "fV" and a.dtype.itemsize < 4 or a.dtype.name == "bfloat16" else a
+    return a.astype(np.float32) if a.dtype.name in ("bfloat16", "float16") else a
 
 
 def token_scores(weighted: np.ndarray) -> np.ndarray:

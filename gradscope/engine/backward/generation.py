@@ -68,9 +68,10 @@ def attribute_generation(
     length = graph.node(token_input).output_shape[1]
     total = prompt.size + steps
     fed = total - 1  # the last generated token is never fed back
-    limits = [n for n in (length, (graph.position_limit() or (None,))[0]) if n is not None]
-    if limits and fed > min(limits):
-        most = min(limits)
+    positions = graph.position_limit()
+    limits = [n for n in (length, positions[0] if positions else None) if n is not None]
+    most = min(limits, default=None)
+    if most is not None and fed > most:
         if prompt.size > most:
             raise InputError(f"The model reads at most {most} tokens; the prompt has {prompt.size}.")
         raise InputError(

@@ -48,7 +48,10 @@ def refuse_remote(path: str | Path) -> None:
 
 def checkpoint_kind(folder: Path) -> str | None:
     """ "transformers" (a Hugging Face folder), "keras_hub" (a keras_hub preset folder), or None."""
-    config = _config(folder)
+    return _kind(_config(folder))
+
+
+def _kind(config: dict | None) -> str | None:
     if config is None:
         return None
     if "registered_name" in config:
@@ -63,8 +66,8 @@ def load_checkpoint_folder(folder: Path, dtype: str = "auto") -> Any:
     else its backbone, in ``dtype`` ("auto": as the checkpoint is stored, so a bfloat16 model takes half the
     memory of a float32 copy; keras_hub alone would widen it to float32). ``ModelLoadError`` naming what is
     missing or not convertible."""
-    kind = checkpoint_kind(folder)
     config = _config(folder) or {}
+    kind = _kind(config)
     wanted = _stored_dtype(config) if check_dtype(dtype) == "auto" else dtype
     options = {"dtype": wanted} if wanted else {}
     if kind == "transformers":
