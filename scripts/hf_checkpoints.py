@@ -12,7 +12,8 @@ on a few sentences) and ``<out>/<family>.npz``: a prompt and torch's float64 log
 checks the logits and the tokenizer against these.
 
 With ``pip install lxt==2.1 --no-deps`` in the same venv, ``--lxt`` adds ``<out>/<family>_lxt.npz`` for the families
-LXT 2.1 has maps for (Llama, Qwen 2, Qwen 3, Gemma 3, GPT-2): its AttnLRP and CP-LRP relevance at the token
+LXT 2.1 has maps for (Llama, Qwen 2, Qwen 3, Gemma 3, GPT-2) and three whose maps are built here from LXT's own
+patches (SmolLM3; Mixtral and Qwen 3 MoE with their routers held constant): AttnLRP and CP-LRP relevance at the token
 embeddings (summed over the hidden dimension; gradient 1 on the most likely next token's logit after the last
 position, as float64 says)
 with the model in float64 and in bfloat16: LXT's own bfloat16 error is the bound gradscope's bfloat16 result is
@@ -101,7 +102,9 @@ def _model(family: str):
     elif family == "qwen3":
         model = hf.Qwen3ForCausalLM(hf.Qwen3Config(**gqa, head_dim=8))
     elif family == "smollm3":
-        model = hf.SmolLM3ForCausalLM(hf.SmolLM3Config(**gqa, pad_token_id=2, mlp_bias=False))  # as its hub configs
+        model = hf.SmolLM3ForCausalLM(  # tied, as its hub configs (keras_hub ties SmolLM3 always)
+            hf.SmolLM3Config(**{**gqa, "tie_word_embeddings": True}, pad_token_id=2, mlp_bias=False)
+        )
     elif family == "mixtral":
         model = hf.MixtralForCausalLM(hf.MixtralConfig(**gqa, num_local_experts=4, **moe))
     elif family == "qwen3_moe":
@@ -128,7 +131,48 @@ def _model(family: str):
     return model.eval()
 
 
-LXT_FAMILIES = ("llama", "qwen2", "qwen3", "gemma3", "gpt2")
+LXT_FAMILIES = ("llama", "qwen2", "qwen3", "gemma3", "gpt2", "smollm3", "mixtral", "qwen3_moe")
+
+
+def lxt_map(family: str, preset: str, module) -> dict:
+    """LXT 2.1's patch map for ``family``: its own (``lxt.efficient.models``) where LXT has one, else one built from
+    LXT's own patches as its Llama map is: RMSNorm, attention and the gated MLP (Mixtral's experts name their
+    projections w1/w3/w2); a mixture of experts' router held constant, gradscope's documented choice."""
+    import importlib
+    from functools import partial
+
+    if importlib.util.find_spec(f"lxt.efficient.models.{family}"):
+        return getattr(
+            importlib.import_module(f"lxt.efficient.models.{family}"), "attnLRP" if preset == "attnlrp" else "cp_LRP"
+        )
+    from lxt.efficient import patches
+    from lxt.efficient.rules import divide_gradient, identity_rule_implicit, stop_gradient
+
+    cp = preset != "attnlrp"
+    prefix = {"smollm3": "SmolLM3", "mixtral": "Mixtral", "qwen3_moe": "Qwen3Moe"}[family]
+    mlp = patches.cp_gated_mlp_forward if cp else patches.gated_mlp_forward
+
+    def mixtral_expert(self, x):  # MixtralBlockSparseTop2MLP: w2(act(w1 x) * w3 x), ruled as gated_mlp_forward
+        if cp:
+            return self.w2(self.act_fn(stop_gradient(self.w1(x))) * self.w3(x))
+        return self.w2(divide_gradient(identity_rule_implicit(self.act_fn, self.w1(x)) * self.w3(x), 2))
+
+    found = {
+        getattr(module, f"{prefix}RMSNorm"): partial(patches.patch_method, patches.rms_norm_forward),
+        module: patches.patch_cp_attention if cp else patches.patch_attention,
+    }
+    if family == "mixtral":
+        found[module.MixtralBlockSparseTop2MLP] = partial(patches.patch_method, mixtral_expert)
+    else:
+        found[getattr(module, f"{prefix}MLP")] = partial(patches.patch_method, mlp)
+    return found
+
+
+def _constant_routers(model) -> None:
+    """Every mixture-of-experts router's logits detached: the routing weights are data."""
+    for name, sub in model.named_modules():
+        if name.endswith("mlp.gate") or name.endswith("block_sparse_moe.gate"):
+            sub.register_forward_hook(lambda _module, _inputs, out: out.detach())
 
 
 def lxt_relevance(folder: Path, family: str, preset: str, dtype: str, token: int) -> np.ndarray:
@@ -147,9 +191,9 @@ def lxt_relevance(folder: Path, family: str, preset: str, dtype: str, token: int
     from lxt.efficient import monkey_patch
     from transformers import AutoModelForCausalLM
 
-    family_map = importlib.import_module(f"lxt.efficient.models.{family}")
-    monkey_patch(module, getattr(family_map, "attnLRP" if preset == "attnlrp" else "cp_LRP"), verbose=False)
+    monkey_patch(module, lxt_map(family, preset, module), verbose=False)
     model = AutoModelForCausalLM.from_pretrained(folder, torch_dtype=getattr(torch, dtype), attn_implementation="eager")
+    _constant_routers(model)
     ids = torch.tensor(np.load(folder.parent / f"{family}.npz")["ids"][None])
     embeds = model.get_input_embeddings()(ids).detach().requires_grad_(True)
     model(inputs_embeds=embeds, use_cache=False).logits[0, -1, token].backward()
@@ -164,7 +208,9 @@ def main() -> None:
 
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", type=Path, required=True)
-    parser.add_argument("--families", default="llama,mistral,qwen2,qwen3,gemma,gemma2,gemma3,gpt2")
+    parser.add_argument(
+        "--families", default="llama,mistral,qwen2,qwen3,gemma,gemma2,gemma3,gpt2,smollm3,mixtral,qwen3_moe"
+    )
     parser.add_argument("--lxt", action="store_true", help="also LXT 2.1's relevances in float64 and bfloat16")
     parser.add_argument("--lxt-one", nargs=4, metavar=("FAMILY", "PRESET", "DTYPE", "TOKEN"), help=argparse.SUPPRESS)
     args = parser.parse_args()

@@ -179,6 +179,7 @@ def attnlrp(graph: LayerGraph, epsilon: float = 0.0) -> Method:
     layers plain, as LXT leaves them (their gradient x input is LRP-0). ``epsilon`` > 0 puts the ε rule on linear
     layers and attention's products (it differed from LXT by 0.7 % on a tiny Llama 3 at 1e-6)."""
     from gradscope.rules.builtin.attention import is_attention
+    from gradscope.rules.builtin.experts import is_expert_mixture
     from gradscope.rules.builtin.transformer import SMOOTH_ACTIVATIONS, is_norm
 
     eps = {"epsilon": float(epsilon)}
@@ -187,6 +188,7 @@ def attnlrp(graph: LayerGraph, epsilon: float = 0.0) -> Method:
         "attnlrp",
         [
             (f"type:{_types(graph, is_attention)}", "attention_lrp", eps),
+            (f"type:{_types(graph, is_expert_mixture)}", "experts_lrp", {}),
             (f"type:{_types(graph, is_norm)}", "norm_constant", {}),
             *linear,
             (f"activation:{','.join(sorted(SMOOTH_ACTIVATIONS))}", "act_identity", {}),
@@ -201,6 +203,7 @@ def cp_lrp(graph: LayerGraph) -> Method:
     """LXT's CP-LRP: attention probabilities and norms' normalisers constant, the identity rule on activations,
     a gated MLP's gate held constant."""
     from gradscope.rules.builtin.attention import is_attention
+    from gradscope.rules.builtin.experts import is_expert_mixture
     from gradscope.rules.builtin.transformer import SMOOTH_ACTIVATIONS, gated_products, is_norm
 
     gates = [(f"node:{node}", "product_gate_constant", {"gate": k}) for node, k in gated_products(graph).items()]
@@ -208,6 +211,7 @@ def cp_lrp(graph: LayerGraph) -> Method:
         "cp_lrp",
         [
             (f"type:{_types(graph, is_attention)}", "attention_cp", {}),
+            (f"type:{_types(graph, is_expert_mixture)}", "experts_cp", {}),
             (f"type:{_types(graph, is_norm)}", "norm_constant", {}),
             (f"activation:{','.join(sorted(SMOOTH_ACTIVATIONS))}", "act_identity", {}),
             *gates,

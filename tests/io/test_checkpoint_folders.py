@@ -22,7 +22,20 @@ pytest.importorskip("keras_hub")
 pytest.importorskip("safetensors")
 
 DATA = Path(__file__).resolve().parents[1] / "data" / "hf"
-FAMILIES = ("llama", "mistral", "qwen2", "qwen3", "gemma", "gemma2", "gemma3", "gpt2")
+FAMILIES = (
+    "llama",
+    "mistral",
+    "mixtral",
+    "qwen2",
+    "qwen3",
+    "qwen3_moe",
+    "gemma",
+    "gemma2",
+    "gemma3",
+    "gpt2",
+    "smollm3",
+)
+MIXTURES = ("mixtral", "qwen3_moe")
 #: keras_hub's Mistral converter stores the token embedding as float16 (its own choice): 1.3e-3 of the largest
 #: logit off torch's float64; Qwen 3 2.5e-5; the others 2e-7 to 6e-7.
 TOLERANCE = {"mistral": 3e-3, "qwen3": 1e-4}
@@ -53,7 +66,24 @@ def test_its_next_token_is_explained_by_attnlrp(engines, family):
     assert ex.node.endswith("token_embedding") and ex.saliency.shape == (len(ref["ids"]),)
     assert np.isfinite(ex.saliency).all() and np.abs(ex.saliency).max() > 0
     assert "attention_lrp" in ex.result.rules.values() and not ex.warnings
+    assert ("experts_lrp" in ex.result.rules.values()) == (family in MIXTURES)  # routers held constant
     assert ex.predicted_class == int(np.argmax(ref["logits"][-1]))  # the most likely next token, as torch says
+
+
+@pytest.mark.parametrize("family", MIXTURES)
+def test_a_mixture_of_experts_is_one_node_whose_identity_plan_is_the_tapes_gradient(engines, family):
+    """Its call reshapes by the batch and length it reads at run time: opened symbolically it failed (issue 50)."""
+    from gradscope.core.targets import Target
+    from tests.engine.backward.language_models import tape_embedding_gradient
+
+    engine, ids = engines[family], np.load(DATA / f"{family}.npz")["ids"]
+    assert [n.op_type for n in engine.graph.nodes if n.op_type.endswith("MoeBlock")] and not engine.graph.notes
+    token = int(np.load(DATA / f"{family}.npz")["logits"][-1].argmax())
+    want = np.asarray(tape_embedding_gradient(engine.model, _feed(ids), len(ids) - 1, token))[0]
+    node = engine.graph.embedding_of(engine.graph.token_input).id
+    arrays = list(gs.model_input(engine, ids).arrays)
+    got = engine.backward(arrays, Target(kind="token", index=token), None, capture=[node], stats=False)
+    np.testing.assert_allclose(got.node_grads[node][0], want, atol=1e-5 * np.abs(want).max(), rtol=0)
 
 
 @pytest.mark.parametrize("family", ["llama", "qwen2", "gpt2"])
@@ -107,3 +137,14 @@ def test_downloads_code_and_folders_that_are_no_checkpoint_are_refused_in_one_li
         gs.open_engine(falcon)
     with pytest.raises(ModelLoadError, match="not a checkpoint folder"):
         gs.open_engine(tmp_path)
+
+
+def test_a_checkpoint_whose_own_output_layer_keras_hub_would_drop_is_refused(tmp_path):
+    """keras_hub 0.32's SmolLM3 reads its logits from the token embedding: an untied checkpoint's lm_head was
+    dropped without a word and every logit was wrong (found by this issue's tiny SmolLM3, first made untied)."""
+    untied = tmp_path / "smollm3"
+    shutil.copytree(DATA / "smollm3", untied)
+    config = json.loads((untied / "config.json").read_text())
+    (untied / "config.json").write_text(json.dumps({**config, "tie_word_embeddings": False}))
+    with pytest.raises(ModelLoadError, match="own output layer.*would drop it"):
+        gs.open_engine(untied)

@@ -185,7 +185,7 @@ def _is_composite(op: Any) -> bool:
     them whole, rotary embeddings, grouped heads, soft-capping and sliding windows included)."""
     if isinstance(op, keras.Model) or not isinstance(op, keras.layers.Layer):
         return False
-    if type(op).__module__.split(".")[0] == "keras" or is_attention_layer(op):
+    if type(op).__module__.split(".")[0] == "keras" or is_attention_layer(op) or is_expert_mixture(op):
         return False
     return any(True for _ in op._flatten_layers(include_self=False, recursive=False))
 
@@ -193,6 +193,13 @@ def _is_composite(op: Any) -> bool:
 def is_attention_layer(op: Any) -> bool:
     """An attention layer (``MultiHeadAttention`` and its subclasses, keras_hub's ``*Attention`` layers)."""
     return isinstance(op, keras.layers.Layer) and any(c.__name__.endswith("Attention") for c in type(op).__mro__)
+
+
+def is_expert_mixture(op: Any) -> bool:
+    """A sparse mixture-of-experts block (keras_hub's ``MixtralSparseMoeBlock``, ``Qwen3SparseMoeBlock``): kept
+    one node. Its call reshapes by the batch and sequence length it reads with ``ops.shape``, which a symbolic
+    run records as unknown; the ``expert_mixture`` rules re-run it whole (router held constant)."""
+    return isinstance(op, keras.layers.Layer) and any(c.__name__.endswith("MoeBlock") for c in type(op).__mro__)
 
 
 class DeferredMask(keras.Operation):
@@ -220,7 +227,8 @@ def _symbolic_friendly(op: Any) -> Iterator[None]:
     """While a block's call runs symbolically: its ``_compute...mask...`` methods return a ``DeferredMask``, and
     its attention layers' output specs ignore the ``None`` cache arguments keras_hub passes them
     (``MultiHeadAttention.compute_output_spec`` refuses ``cache=`` that ``CachedMultiHeadAttention.call``
-    takes)."""
+    takes), and come from tracing their call where their own spec fails (SmolLM3's ``compute_output_shape``
+    reads a list of shapes it is not given)."""
     names = [n for n in dir(type(op)) if n.startswith("_compute") and "mask" in n and callable(getattr(op, n))]
     attentions = [
         layer for layer in op._flatten_layers(include_self=False, recursive=False) if is_attention_layer(layer)
@@ -238,20 +246,24 @@ def _symbolic_friendly(op: Any) -> Iterator[None]:
 
         return deferred
 
-    def lenient(spec: Any) -> Any:
+    def lenient(layer: Any) -> Any:
+        spec = layer.compute_output_spec
         accepted = inspect.signature(spec).parameters
 
         def output_spec(*args: Any, **kwargs: Any) -> Any:
             if not any(p.kind is p.VAR_KEYWORD for p in accepted.values()):
                 kwargs = {k: v for k, v in kwargs.items() if k in accepted or v is not None}
-            return spec(*args, **kwargs)
+            try:
+                return spec(*args, **kwargs)
+            except Exception:  # noqa: BLE001 - a wrong compute_output_shape (SmolLM3's): trace the call itself
+                return keras.src.backend.compute_output_spec(layer.call, *args, **kwargs)
 
         return output_spec
 
     for name in names:
         object.__setattr__(op, name, deferring(getattr(op, name)))
     for layer in attentions:
-        object.__setattr__(layer, "compute_output_spec", lenient(layer.compute_output_spec))
+        object.__setattr__(layer, "compute_output_spec", lenient(layer))
     try:
         yield
     finally:

@@ -12,7 +12,9 @@ safe mode.
 
 from __future__ import annotations
 
+import contextlib
 import json
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -81,12 +83,8 @@ def load_checkpoint_folder(folder: Path, dtype: str = "auto") -> Any:
         ) from exc
     preset = str(folder.resolve())  # a path that exists: never read as a preset name to download
     try:
-        try:
-            return keras_hub.models.CausalLM.from_preset(preset, preprocessor=None, **options)
-        except ValueError as exc:
-            if "no converter" in str(exc).lower():
-                raise
-            return keras_hub.models.Backbone.from_preset(preset, **options)  # not a causal LM: its backbone
+        with _default_dtype_policy(wanted):
+            model = _from_preset(keras_hub, preset, options)
     except ImportError as exc:  # keras_hub reads safetensors through the package of that name
         raise ModelLoadError(f"Opening {folder} needs safetensors: `pip install safetensors`. ({exc})") from exc
     except ModelLoadError:
@@ -99,6 +97,49 @@ def load_checkpoint_folder(folder: Path, dtype: str = "auto") -> Any:
                 f"{model_type!r}. Causal language models that open: {', '.join(CAUSAL_LM_TYPES)}."
             ) from exc
         raise ModelLoadError(f"Cannot open the checkpoint folder {folder}: {type(exc).__name__}: {exc}") from exc
+    if kind == "transformers":
+        _check_head_kept(folder, config, model)
+    return model
+
+
+def _from_preset(keras_hub: Any, preset: str, options: dict) -> Any:
+    try:
+        return keras_hub.models.CausalLM.from_preset(preset, preprocessor=None, **options)
+    except ValueError as exc:
+        if "no converter" in str(exc).lower():
+            raise
+        return keras_hub.models.Backbone.from_preset(preset, **options)  # not a causal LM: its backbone
+
+
+@contextlib.contextmanager
+def _default_dtype_policy(dtype: str | None) -> Iterator[None]:
+    """Keras' default dtype policy set to ``dtype`` while a model is built: a family whose backbone does not pass
+    its ``dtype`` on to its layers (keras_hub 0.32's SmolLM3) is built in it all the same, not in float32."""
+    if dtype is None:
+        yield
+        return
+    from gradscope.backend import keras
+
+    before = keras.config.dtype_policy()
+    keras.config.set_dtype_policy(dtype)
+    try:
+        yield
+    finally:
+        keras.config.set_dtype_policy(before)
+
+
+def _check_head_kept(folder: Path, config: dict, model: Any) -> None:
+    """A checkpoint with its own output layer (``tie_word_embeddings: false``) converted into a model whose head
+    is the embedding (keras_hub's SmolLM3 always ties): its ``lm_head`` was dropped, every logit would be wrong."""
+    backbone = getattr(model, "backbone", model)
+    embedding = getattr(backbone, "token_embedding", None)
+    if config.get("tie_word_embeddings") is False and getattr(embedding, "tie_weights", False):
+        raise ModelLoadError(
+            f"{folder}: this {config.get('model_type')} checkpoint has its own output layer (tie_word_embeddings: "
+            f"false), but keras_hub's {type(backbone).__name__} reads its output from the token embedding, so the "
+            "converted model would drop it and give wrong logits. keras_hub opens this family with tied embeddings "
+            "only."
+        )
 
 
 def has_tokenizer(folder: Path) -> bool:

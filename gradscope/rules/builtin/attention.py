@@ -145,7 +145,13 @@ def attention(layer, call: dict, mode: str, eps: float = 0.0):
 
 
 #: Other names keras_hub's families give a role (Qwen 3's per-head query/key norms).
-_ROLE_NAMES = {"query_norm": ("query_dense_layer_norm",), "key_norm": ("key_dense_layer_norm",)}
+_ROLE_NAMES = {
+    "query_norm": ("query_dense_layer_norm",),
+    "key_norm": ("key_dense_layer_norm",),
+    "query_dense": ("q_proj",),  # SmolLM3 keeps Hugging Face's names
+    "key_dense": ("k_proj",),
+    "value_dense": ("v_proj",),
+}
 
 
 def _sublayer(layer, role: str):
