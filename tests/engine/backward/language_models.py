@@ -83,7 +83,8 @@ def tape_embedding_gradient(model, inputs: dict, position: int, token: int) -> n
 
     layer = model.backbone.get_layer("token_embedding")
     made: dict = {}
-    original = layer.call
+    method = "quantized_call" if layer.quantization_mode else "call"  # what Keras runs for a quantized layer
+    original = getattr(layer, method)
 
     with tf.GradientTape() as tape:
 
@@ -94,9 +95,9 @@ def tape_embedding_gradient(model, inputs: dict, position: int, token: int) -> n
                 made["e"] = out
             return out
 
-        object.__setattr__(layer, "call", call)
+        object.__setattr__(layer, method, call)
         try:
             score = model(inputs)[0, position, token]
         finally:
-            object.__delattr__(layer, "call")
+            object.__delattr__(layer, method)
     return tape.gradient(score, made["e"]).numpy()
