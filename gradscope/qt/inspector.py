@@ -14,12 +14,14 @@ from PySide6.QtWidgets import (
     QComboBox,
     QFileDialog,
     QFormLayout,
+    QFrame,
     QGroupBox,
     QHBoxLayout,
     QHeaderView,
     QLabel,
     QLineEdit,
     QPushButton,
+    QScrollArea,
     QSizePolicy,
     QSpinBox,
     QTableWidget,
@@ -228,6 +230,12 @@ def _diagnosis_lines(report: Any, node_id: str) -> list[str]:
     return out
 
 
+#: Lines of a rule's description shown (the rest in its tooltip) and parameter rows shown (more scroll): fixed, so
+#: the rule editor's and the plan's buttons never move with the rule chosen.
+DESCRIPTION_LINES = 3
+PARAM_ROWS_SHOWN = 2
+
+
 class ParamsForm(QWidget):
     """A form generated from a rule's ``Params`` dataclass fields."""
 
@@ -321,7 +329,16 @@ class RuleEditor(QGroupBox):
         self.description = QLabel()
         self.description.setWordWrap(True)
         self.description.setStyleSheet("color:#546e7a")
+        self.description.setAlignment(Qt.AlignmentFlag.AlignTop | Qt.AlignmentFlag.AlignLeft)
+        # A fixed height (the whole text in the tooltip) and a fixed box for the parameters: the buttons below
+        # stay where they are whatever the rule (a first click landed on empty space when they moved).
+        self.description.setFixedHeight(self.description.fontMetrics().lineSpacing() * DESCRIPTION_LINES + 4)
         self.params = ParamsForm()
+        self.params_area = QScrollArea()
+        self.params_area.setWidget(self.params)
+        self.params_area.setWidgetResizable(True)
+        self.params_area.setFrameShape(QFrame.Shape.NoFrame)
+        self.params_area.setFixedHeight((QLineEdit().sizeHint().height() + 6) * PARAM_ROWS_SHOWN)
         self.apply_node = QPushButton("Apply to node")
         self.apply_node.setObjectName("apply_node")
         self.apply_node.setToolTip("Give only the selected node this rule")
@@ -336,10 +353,10 @@ class RuleEditor(QGroupBox):
         self.reset_node.clicked.connect(self._reset)
         self.load_file.clicked.connect(self._load_file)
         lay.addWidget(self.rule_combo)
-        lay.addWidget(self.description)
-        lay.addWidget(self.params)
         buttons = (self.apply_node, self.apply_type, self.reset_node, self.load_file)
         lay.addWidget(ReflowGrid(buttons, max_columns=2, min_columns=1))
+        lay.addWidget(self.description)
+        lay.addWidget(self.params_area)
         if session.catalog.ready:
             self.refresh_rules()
         self.set_node(None)
@@ -443,6 +460,7 @@ class RuleEditor(QGroupBox):
             if not cls.applies_to(node):
                 note += f"\n⚠ Not applicable to {node.op_type} nodes."
         self.description.setText(note)
+        self.description.setToolTip(note)
         self.params.set_params_class(cls.Params, params if isinstance(params, dict) else None)
 
     def _apply(self, by_type: bool) -> None:

@@ -14,6 +14,7 @@ from typing import Any
 from PySide6.QtCore import QSettings, Qt, QTimer, Signal
 from PySide6.QtGui import QAction, QFontDatabase
 from PySide6.QtWidgets import (
+    QApplication,
     QDialog,
     QDockWidget,
     QFileDialog,
@@ -42,6 +43,7 @@ from gradscope.qt.map.view import OverlayView
 from gradscope.qt.menus import build_menus
 from gradscope.qt.reflow import VerticalScroll
 from gradscope.qt.training_panel import TrainingPanel
+from gradscope.qt.wheel_guard import WheelOnlyWhenFocused
 from gradscope.qt.worker import QtExecutor
 
 MODEL_FILTER = "Keras models (*.keras *.h5 *.hdf5)"
@@ -85,6 +87,8 @@ class MainWindow(QMainWindow):
         )
         self.setWindowTitle("gradscope")
         self.setAcceptDrops(True)
+        self._wheel_guard = WheelOnlyWhenFocused(self)
+        QApplication.instance().installEventFilter(self._wheel_guard)
         self.resize(1560, 960)
         self._build_widgets()
         build_menus(self)

@@ -86,3 +86,67 @@ def test_a_node_shows_the_rule_the_plan_gives_it(window, qtbot, wait_idle, model
     assert editor.rule_combo.currentText() == "clip"
     window.undo_action.trigger()  # the plan no longer gives c2 clip: the editor follows
     assert editor.rule_combo.currentText() == "scale"
+
+
+def _at(widget, window):
+    return widget.mapTo(window, widget.rect().topLeft())
+
+
+def test_the_buttons_stay_put_whatever_the_rules_description_and_parameters(window, qtbot, wait_idle, model_file):
+    """Issue 51: Apply to node, Remove, Undo and Redo moved 14-28 px with the rule's description (a click landed
+    on empty space, or on Remove after Undo)."""
+    s, editor = _open(window, qtbot, wait_idle, model_file)
+    table = window.inspector.plan_table
+    s.selection.select("c2")
+    rules = available_rules()
+    widths = sorted(rules, key=lambda n: len(rules[n].describe()))
+    import dataclasses
+
+    fields = {
+        n: len(dataclasses.fields(rules[n].Params)) if dataclasses.is_dataclass(rules[n].Params) else 0 for n in rules
+    }
+    chosen = {widths[0], widths[-1], max(fields, key=fields.get), min(fields, key=fields.get)}
+    places = set()
+    for name in chosen:
+        editor.select_rule(name)
+        qtbot.wait(20)  # the layout settles
+        places.add(
+            tuple(
+                (_at(b, window).x(), _at(b, window).y())
+                for b in (editor.apply_node, table.remove, table.undo, table.redo)
+            )
+        )
+        assert editor.description.toolTip() == editor.description.text()  # the whole text, when cut
+    assert len(places) == 1, places
+
+
+def test_a_combo_box_takes_the_wheel_only_once_focused(window, qtbot, wait_idle, model_file):
+    from PySide6.QtCore import QPoint, QPointF
+    from PySide6.QtGui import QWheelEvent
+    from PySide6.QtWidgets import QApplication
+
+    _open(window, qtbot, wait_idle, model_file)
+    combo = window.inspector.methods.combo
+    before = combo.currentIndex()
+
+    def wheel():
+        centre = QPointF(combo.rect().center())
+        event = QWheelEvent(
+            centre,
+            QPointF(combo.mapToGlobal(centre.toPoint())),
+            QPoint(0, 0),
+            QPoint(0, -120),
+            Qt.MouseButton.NoButton,
+            Qt.KeyboardModifier.NoModifier,
+            Qt.ScrollPhase.NoScrollPhase,
+            False,
+        )
+        QApplication.sendEvent(combo, event)
+
+    window.graph_view.setFocus()
+    wheel()
+    assert combo.currentIndex() == before and not combo.hasFocus()  # scrolled past: nothing chosen
+    combo.setFocus()
+    qtbot.waitUntil(combo.hasFocus)
+    wheel()
+    assert combo.currentIndex() != before  # a focused combo turns as ever
