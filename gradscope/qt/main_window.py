@@ -42,6 +42,7 @@ from gradscope.qt.inspector import InspectorWidget
 from gradscope.qt.map.view import OverlayView
 from gradscope.qt.menus import build_menus
 from gradscope.qt.reflow import VerticalScroll
+from gradscope.qt.tokens_dialog import TypeTokensDialog
 from gradscope.qt.training_panel import TrainingPanel
 from gradscope.qt.wheel_guard import WheelOnlyWhenFocused
 from gradscope.qt.worker import QtExecutor
@@ -377,14 +378,15 @@ class MainWindow(QMainWindow):
             self._remember_dir(path)
             self.open_image(path)
 
-    def type_tokens_dialog(self) -> None:
-        from PySide6.QtWidgets import QInputDialog
-
+    def type_tokens_dialog(self) -> TypeTokensDialog:
+        """Opens the dialog (window-modal, not blocking) and returns it; OK sets the typed input."""
         fed = self.session.fed
         how = "words or token ids" if fed.vocab is not None else "token ids such as 12 7 99 (words need a vocabulary)"
-        text, ok = QInputDialog.getText(self, "Type tokens", f"The input, as {how}:", text=fed.typed or "")
-        if ok:
-            fed.set_typed(text)
+        dialog = TypeTokensDialog(how, fed.typed or "", self)
+        dialog.setAttribute(Qt.WidgetAttribute.WA_DeleteOnClose)
+        dialog.accepted.connect(lambda: fed.set_typed(dialog.text()))
+        dialog.open()
+        return dialog
 
     def open_vocabulary_dialog(self) -> None:
         path, _ = QFileDialog.getOpenFileName(self, "Open vocabulary", self._last_dir(), VOCABULARY_FILTER)

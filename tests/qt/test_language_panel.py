@@ -7,6 +7,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from PySide6.QtCore import Qt
 
 pytest.importorskip("keras_hub")
 
@@ -60,7 +61,12 @@ def test_a_hugging_face_folder_opens_in_the_window_with_its_tokenizer(window, qt
     window.open_path(str(folder))
     qtbot.waitUntil(lambda: s.graph is not None and s.graph.is_language_model, timeout=120_000)
     qtbot.waitUntil(lambda: s.fed.vocab is not None and not s.fed.loading_vocab, timeout=60_000)
-    s.fed.set_typed("the cat sat")
+    dialog = window.type_tokens_dialog()  # Ctrl+T: wide enough for a sentence (it was 219 x 94 px)
+    qtbot.waitExposed(dialog)
+    assert dialog.width() >= 560 and dialog.edit.height() >= 4 * dialog.edit.fontMetrics().lineSpacing()
+    qtbot.keyClicks(dialog.edit, "the cat sat")
+    qtbot.keyClick(dialog.edit, Qt.Key.Key_Return)  # Enter takes it
+    assert not dialog.isVisible()
     wait_idle(window)
     qtbot.waitUntil(lambda: s.fed.fed is not None and s.fed.fed.kind == "tokens", timeout=30_000)
     assert s.fed.fed.tokens[0] == "<|begin_of_text|>" and "cat" in "".join(s.fed.fed.tokens)
