@@ -138,6 +138,12 @@ def display_groups(graph: LayerGraph) -> DisplayGroups:
     return DisplayGroups(of, tuple(paths), nested)
 
 
+def groups_holding(graph: LayerGraph, node_id: str) -> list[str]:
+    """The display groups a node sits in, outermost first (what must be expanded to show it)."""
+    path = display_groups(graph).of.get(node_id)
+    return _outer_first(path) if path else []
+
+
 def default_collapsed(graph: LayerGraph) -> set[str]:
     """What a large graph opens with: every group collapsed, so expanding a stage shows its blocks, and
     expanding a block its layers (a small graph opens flat)."""

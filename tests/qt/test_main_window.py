@@ -358,6 +358,19 @@ def test_a_large_model_opens_as_its_blocks_and_expands_on_double_click(window, q
     assert "s2_block1_1_dense" not in view.items_by_id  # one level at a time
     window.graph_pane.group_buttons[1].click()  # Expand all
     qtbot.waitUntil(lambda: "s2_block1_1_dense" in view.items_by_id, timeout=30_000)
+    # Find a node inside a collapsed block (issue 51: it lit the group only): the blocks holding it open, the
+    # node is selected and shown, and the inspector names it; Esc closes the Find box
+    window.graph_pane.group_buttons[0].click()  # Collapse all
+    qtbot.waitUntil(lambda: "s3_block4_2_dense" not in view.items_by_id, timeout=30_000)
+    view.focus_search()
+    qtbot.keyClicks(view.search, "s3_block4_2_de")
+    qtbot.waitUntil(lambda: "s3_block4_2_dense" in view.items_by_id, timeout=30_000)
+    qtbot.waitUntil(lambda: window.session.selected == "s3_block4_2_dense", timeout=10_000)
+    assert view.viewport().rect().contains(view.mapFromScene(view.items_by_id["s3_block4_2_dense"].scenePos()))
+    assert "s3_block4_2_dense" in window.inspector.info.toPlainText()
+    assert "group:s1" in view.items_by_id  # only what hid it opened
+    qtbot.keyClick(view.search, Qt.Key.Key_Escape)
+    assert not view.search.isVisible() and view.search.text() == ""
 
 
 def _wait_for_tensorflow(window) -> None:

@@ -177,6 +177,20 @@ class ModelDocument:
         if changed and self.graph is not None:
             self._relayout()
 
+    def reveal(self, node_id: str) -> bool:
+        """Expand every collapsed group holding ``node_id`` (Find on a node inside a block), in one layout.
+        False when none hides it."""
+        from gradscope.render.graph_layout import groups_holding
+
+        if self.graph is None or node_id not in self.graph:
+            return False
+        hiding = [g for g in groups_holding(self.graph, node_id) if g in self.collapsed]
+        if not hiding:
+            return False
+        self.collapsed.difference_update(hiding)
+        self._relayout()
+        return True
+
     def set_layout_direction(self, direction: str) -> None:
         """Lay the graph out top to bottom ("TB") or left to right ("LR")."""
         if direction not in ("TB", "LR"):

@@ -66,6 +66,7 @@ class GraphPane(QWidget):
 
         self.view.node_clicked.connect(session.selection.select)
         self.view.group_toggled.connect(session.document.set_collapsed)
+        self.view.reveal_requested.connect(session.document.reveal)
         session.document.loading.connect(self._on_model_loading)
         session.document.previewed.connect(self._on_preview)
         session.document.loaded.connect(self._on_model_loaded)

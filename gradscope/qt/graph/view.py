@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import math
 
-from PySide6.QtCore import QPointF, QRectF, Qt, Signal
+from PySide6.QtCore import QEvent, QPointF, QRectF, Qt, Signal
 from PySide6.QtGui import (
     QAction,
     QBrush,
@@ -206,6 +206,7 @@ class GraphView(QGraphicsView):
 
     node_clicked = Signal(object)  # node id (str) or None
     group_toggled = Signal(str, bool)  # group id, collapse?
+    reveal_requested = Signal(str)  # a node inside a collapsed box that Find jumps to: expand what hides it
 
     def __init__(self, parent: QWidget | None = None) -> None:
         super().__init__(parent)
@@ -228,6 +229,7 @@ class GraphView(QGraphicsView):
         self._member_of: dict[str, str] = {}
         self._matches: list[str] = []
         self._match_index = -1
+        self._pending_reveal: str | None = None  # Find's node, selected once the layout that shows it comes
         self._updating_selection = False
         self.legend = GraphLegend(self)
         self.legend.move(10, 10)
@@ -239,6 +241,7 @@ class GraphView(QGraphicsView):
         self.search.textChanged.connect(self._on_search_text)
         self.search.returnPressed.connect(self.next_match)
         self.search.hide()  # shown by Find / Ctrl+F: on a narrow pane it covered the graph's top right
+        self.search.installEventFilter(self)  # Esc closes it (the window's Esc = Cancel took it first)
         self.user_zoomed = False  # until the user zooms, a resize fits the graph again
         self.scene().selectionChanged.connect(self._on_scene_selection)
         self._add_shortcuts()
@@ -292,7 +295,11 @@ class GraphView(QGraphicsView):
             self.initial_view()
         if selected:
             self.select_node(selected, center=False)
-        self._on_search_text(self.search.text())
+        pending, self._pending_reveal = self._pending_reveal, None
+        self._on_search_text(self.search.text(), jump=pending is None)
+        if pending in self.items_by_id:  # Find's node, now shown
+            self._match_index = self._matches.index(pending) if pending in self._matches else -1
+            self._go_to(pending)
 
     def initial_view(self) -> None:
         self.fit_all()  # as Fit shows it, with the overview when the graph does not fit
@@ -463,7 +470,9 @@ class GraphView(QGraphicsView):
         self.search.setFocus()
         self.search.selectAll()
 
-    def _on_search_text(self, text: str) -> None:
+    def _on_search_text(self, text: str, jump: bool = True) -> None:
+        """Match boxes by id, title or type, and the nodes inside collapsed boxes by id (their box lights up;
+        jumping to one expands what hides it)."""
         text = text.strip().lower()
         self._matches = []
         for box_id, item in self.items_by_id.items():
@@ -471,11 +480,16 @@ class GraphView(QGraphicsView):
                 text in box_id.lower() or text in item.box.title.lower() or text in item.box.subtitle.lower()
             )
             item.matched = hit
-            item.update()
             if hit:
                 self._matches.append(box_id)
+        for member, box_id in self._member_of.items() if text else ():
+            if member not in self.items_by_id and text in member.lower():
+                self._matches.append(member)
+                self.items_by_id[box_id].matched = True
+        for item in self.items_by_id.values():
+            item.update()
         self._match_index = -1
-        if self._matches:
+        if self._matches and jump:
             self.next_match()
 
     def next_match(self) -> None:
@@ -483,9 +497,30 @@ class GraphView(QGraphicsView):
             return
         self._match_index = (self._match_index + 1) % len(self._matches)
         node = self._matches[self._match_index]
+        if node in self.items_by_id:
+            self._go_to(node)
+        else:  # inside a collapsed box: expand it, select the node when the new layout is drawn
+            self._pending_reveal = node
+            self.select_node(self._member_of[node])
+            self.reveal_requested.emit(node)
+
+    def _go_to(self, node: str) -> None:
         self.select_node(node)
         self.centerOn(self.items_by_id[node])
         self.node_clicked.emit(node)
+
+    def eventFilter(self, obj, event) -> bool:  # noqa: N802 - Qt's name
+        """Esc in the Find box closes it: claimed before the window's Esc shortcut (Cancel) sees it."""
+        if obj is self.search and event.type() in (QEvent.Type.ShortcutOverride, QEvent.Type.KeyPress):
+            if event.key() == Qt.Key.Key_Escape:
+                if event.type() == QEvent.Type.ShortcutOverride:
+                    event.accept()
+                else:
+                    self.search.clear()
+                    self.search.hide()
+                    self.setFocus()
+                return True
+        return super().eventFilter(obj, event)
 
     def _add_shortcuts(self) -> None:
         for keys, slot, tip in (
@@ -508,14 +543,6 @@ class GraphView(QGraphicsView):
             if chosen:  # ...and the selected box (or a diagnosis' cut) stays in sight
                 self.ensureVisible(chosen[0], 60, 60)
         self.minimap.refresh()
-
-    def keyPressEvent(self, event) -> None:  # noqa: N802
-        if event.key() == Qt.Key.Key_Escape and self.search.hasFocus():
-            self.search.clear()
-            self.search.hide()
-            self.setFocus()
-            return
-        super().keyPressEvent(event)
 
 
 def _edge_item(points: tuple[tuple[float, float], ...]) -> QGraphicsPathItem:
