@@ -511,15 +511,15 @@ class GraphView(QGraphicsView):
 
     def eventFilter(self, obj, event) -> bool:  # noqa: N802 - Qt's name
         """Esc in the Find box closes it: claimed before the window's Esc shortcut (Cancel) sees it."""
-        if obj is self.search and event.type() in (QEvent.Type.ShortcutOverride, QEvent.Type.KeyPress):
-            if event.key() == Qt.Key.Key_Escape:
-                if event.type() == QEvent.Type.ShortcutOverride:
-                    event.accept()
-                else:
-                    self.search.clear()
-                    self.search.hide()
-                    self.setFocus()
-                return True
+        keys = (QEvent.Type.ShortcutOverride, QEvent.Type.KeyPress)
+        if obj is self.search and event.type() in keys and event.key() == Qt.Key.Key_Escape:
+            if event.type() == QEvent.Type.ShortcutOverride:
+                event.accept()
+            else:
+                self.search.clear()
+                self.search.hide()
+                self.setFocus()
+            return True
         return super().eventFilter(obj, event)
 
     def _add_shortcuts(self) -> None:
