@@ -314,6 +314,15 @@ def _set_editor(kind: str, editor: QWidget, value: Any) -> None:
         editor.setText("" if value is None else repr(value) if kind == "float" else str(value))
 
 
+def type_selector(node: NodeSpec) -> tuple[str, str]:
+    """(selector, label) of "every node like this one": its type, or for an activation its function, split off a
+    layer's ``activation=`` or standalone (a ``Conv2D(activation="relu")``'s output is an Activation node: "all
+    Activation" caught every sigmoid and tanh too)."""
+    if node.op_type == "Activation" and node.activation:
+        return f"activation:{node.activation}", f"{node.activation} activations"
+    return f"type:{node.op_type}", node.op_type
+
+
 class RuleEditor(QGroupBox):
     """Choose a rule and its parameters for the selected node, or for every node of its type."""
 
@@ -433,7 +442,7 @@ class RuleEditor(QGroupBox):
         node = s.graph.node(node_id) if enabled else None
         self._fill_combo(node)
         if node is not None:
-            self.apply_type.setText(f"Apply to all {node.op_type}")
+            self.apply_type.setText(f"Apply to all {type_selector(node)[1]}")
             entry = s.editor.rule_entry_for(node.id)
             if entry is not None and self._select_index(entry.rule):
                 self._on_rule_chosen(dict(entry.params))
@@ -468,7 +477,7 @@ class RuleEditor(QGroupBox):
             return
         rule = self.rule_combo.currentText()
         node = self.session.graph.node(self.node_id)
-        select = f"type:{node.op_type}" if by_type else self.node_id
+        select = type_selector(node)[0] if by_type else self.node_id
         self.session.editor.add_rule(select, rule, self.params.values())
 
     def _reset(self) -> None:

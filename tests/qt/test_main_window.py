@@ -70,6 +70,16 @@ def test_apply_to_type_and_params_form(window, qtbot, wait_idle, model_file, ima
     with qtbot.waitSignal(window.error_shown, timeout=5_000) as sig:
         qtbot.mouseClick(editor.apply_node, Qt.MouseButton.LeftButton)
     assert "factor" in sig.args[1]
+    # c1 is Conv2D(activation="relu")'s output, an Activation node: "all of type" means all relu activations
+    # (issue 51: "all Activation" caught the softmax split off the classifier too)
+    s.selection.select("c1")
+    assert editor.apply_type.text() == "Apply to all relu activations"
+    editor.select_rule("zero")
+    qtbot.mouseClick(editor.apply_type, Qt.MouseButton.LeftButton)
+    qtbot.waitUntil(lambda: s.jobs.busy is None and s.plan.entries[-1].rule == "zero", timeout=60_000)
+    assert s.plan.entries[-1].select == "activation:relu"
+    zeroed = [n.id for n in s.graph.nodes if s.plan.entries[-1].matches(n)]
+    assert zeroed == ["c1"] and s.graph.node("out").op_type == "Activation"  # not the softmax
 
 
 def test_flow_plot_click_selects_and_exports(window, qtbot, wait_idle, model_file, image_file, tmp_path):
