@@ -101,13 +101,29 @@ def feature_bars(
     return np.asarray(img, np.uint8)
 
 
+MATRIX_CELL = 28  # px: a token_matrix cell
+
+
+def matrix_row_top(height: int, rows: int, row: int) -> int:
+    """The y of row ``row`` of a ``token_matrix`` image ``height`` px tall with ``rows`` rows."""
+    return height - PAD - (rows - row) * MATRIX_CELL
+
+
+def matrix_row_at(height: int, rows: int, y: float) -> int | None:
+    """The row of a ``token_matrix`` image (``height`` px tall, ``rows`` rows) at ``y`` px from its top, or None
+    above (the column labels) or below the rows: what a click on the drawn matrix picks."""
+    top = matrix_row_top(height, rows, 0)
+    row = int((y - top) // MATRIX_CELL) if y >= top else -1
+    return row if 0 <= row < rows else None
+
+
 def token_matrix(
     context: Sequence[str],
     generated: Sequence[str],
     matrix: np.ndarray,
     *,
     colormap: str = "bwr",
-    cell: int = 28,
+    cell: int = MATRIX_CELL,
 ) -> np.ndarray:
     """uint8 (H, W, 3): a generation's attribution (Inseq's matrix): one row per generated token (its word and
     probability label the row), one column per context token (prompt, then the generated ones), each cell coloured

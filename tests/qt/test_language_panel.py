@@ -7,7 +7,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from PySide6.QtCore import Qt
+from PySide6.QtCore import QPoint, Qt
 
 pytest.importorskip("keras_hub")
 
@@ -28,23 +28,43 @@ def test_the_window_explains_next_tokens_and_generations(window, qtbot, wait_idl
     assert f"p = {top[0][1]:.3f}" in panel.summary.text() and "after position 7" in panel.summary.text()
     assert abs(sum(p for _, p in top) - sum(p for _, p in top)) == 0 and top[0][1] >= top[1][1]
 
+    # the explained token is not offered as its own contrast (choosing it failed in the backward: issue 51)
+    offered = [panel.contrast.itemData(i) for i in range(panel.contrast.count())]
+    assert top[0][0] not in offered and offered[1:] == [t for t, _ in top[1:]]
     panel.next_token.setCurrentIndex(2)  # the second most likely token, rather than the first, at position 4
-    panel.contrast.setCurrentIndex(1)
+    panel._on_target_chosen()
+    qtbot.waitUntil(lambda: s.target.index == top[1][0], timeout=10_000)
+    wait_idle(window)
+    qtbot.waitUntil(lambda: panel.contrast.findData(top[0][0]) > 0, timeout=10_000)  # now it is a contrast
+    assert panel.contrast.findData(top[1][0]) < 0
+    panel.contrast.setCurrentIndex(panel.contrast.findData(top[0][0]))
     panel.position.setValue(4)
     panel._on_target_chosen()
     qtbot.waitUntil(lambda: s.target.kind == "token" and s.target.position == 4, timeout=10_000)
     wait_idle(window)
     assert s.target.index == top[1][0] and s.target.contrast == top[0][0]
+    assert f"rather than {top[0][0]}" in panel.summary.text()  # the pair is named, as the CLI names it
+    assert window.overlay.target.currentText().endswith(f"rather than {top[0][0]}")
     scores = s.overlay().saliency
     assert np.all(scores[5:] == 0) and np.abs(scores[:5]).max() > 0  # causal: the positions after 4 play no part
 
     panel.steps.setValue(3)
     panel.generate_button.click()
     qtbot.waitUntil(lambda: s.results.generation is not None and s.jobs.busy is None, timeout=120_000)
-    qtbot.waitUntil(lambda: panel.rows.count() == 3 and panel.matrix.isVisible(), timeout=10_000)
+    qtbot.waitUntil(lambda: panel.matrix.rows == 3 and panel.matrix.isVisible(), timeout=10_000)
     g = s.results.generation
     assert g.matrix.shape == (3, 10) and panel.matrix.pixmap().width() > 100
-    panel.rows.setCurrentRow(2)  # the third generated token: its map, the two before it in the input
+    # a click on the matrix's third row (issue 51: only a list under it reacted): its map, the two generated
+    # before it in the input; the map pane keeps its token layout while that map is computed
+    from gradscope.render.positions import MATRIX_CELL, matrix_row_top
+
+    y = matrix_row_top(panel.matrix.pixmap().height(), 3, 2) + MATRIX_CELL // 2
+    assert panel.matrix.row_at(y) == 2 and panel.matrix.row_at(5) is None  # the column labels choose nothing
+    qtbot.mouseClick(panel.matrix, Qt.MouseButton.LeftButton, pos=QPoint(40, y))
+    assert panel.matrix.current == 2
+    for _ in range(20):  # while it computes, never the image layout
+        assert window.overlay.positions_panel.isVisible() and not window.overlay.panels_box.isVisible()
+        qtbot.wait(25)
     wait_idle(window)
     qtbot.waitUntil(lambda: s.fed.fed is not None and len(s.fed.fed.ids) == 10, timeout=30_000)
     wait_idle(window)

@@ -1,15 +1,16 @@
 """A language model's controls beside its token strip: which next token is explained (the top five with their
 probabilities; a contrast token; the position), a Generate button, and the generation's matrix, one row per
-generated token (click a row: that token's map in the main view)."""
+generated token (click a row, or Up/Down on the focused matrix: that token's map in the main view)."""
 
 from __future__ import annotations
 
 import numpy as np
+from PySide6.QtCore import Qt, Signal
+from PySide6.QtGui import QColor, QPainter, QPen, QPixmap
 from PySide6.QtWidgets import (
     QComboBox,
     QHBoxLayout,
     QLabel,
-    QListWidget,
     QPushButton,
     QSpinBox,
     QVBoxLayout,
@@ -19,8 +20,61 @@ from PySide6.QtWidgets import (
 from gradscope.app.session import Session
 from gradscope.qt.images import to_pixmap
 from gradscope.qt.reflow import ReflowGrid
+from gradscope.render.positions import MATRIX_CELL, matrix_row_at, matrix_row_top
 
 TOP = 5
+
+
+class GenerationMatrix(QLabel):
+    """The drawn matrix, whose rows are the choices: a click on a row (its label or its cells), or Up/Down once
+    focused, emits ``row_chosen``; the chosen row is framed."""
+
+    row_chosen = Signal(int)
+
+    def __init__(self, parent: QWidget | None = None) -> None:
+        super().__init__(parent)
+        self.setObjectName("generation_matrix")
+        self.setAlignment(Qt.AlignmentFlag.AlignTop | Qt.AlignmentFlag.AlignLeft)
+        self.setFocusPolicy(Qt.FocusPolicy.StrongFocus)
+        self.setCursor(Qt.CursorShape.PointingHandCursor)
+        self.setToolTip("Click a generated token's row (or Up/Down): its map, with the tokens before it as input")
+        self._base: QPixmap | None = None
+        self.rows = 0
+        self.current = -1
+
+    def set_matrix(self, image: np.ndarray, rows: int) -> None:
+        self._base, self.rows, self.current = to_pixmap(image), rows, -1
+        self.setPixmap(self._base)
+
+    def row_at(self, y: float) -> int | None:
+        return None if self._base is None else matrix_row_at(self._base.height(), self.rows, y)
+
+    def choose(self, row: int) -> None:
+        if not 0 <= row < self.rows or self._base is None:
+            return
+        self.current = row
+        framed = QPixmap(self._base)
+        painter = QPainter(framed)
+        painter.setPen(QPen(QColor("#263238"), 2))
+        top = matrix_row_top(self._base.height(), self.rows, row)
+        painter.drawRect(1, top, framed.width() - 3, MATRIX_CELL - 1)
+        painter.end()
+        self.setPixmap(framed)
+        self.row_chosen.emit(row)
+
+    def mousePressEvent(self, event) -> None:  # noqa: N802 - Qt's name
+        row = self.row_at(event.position().y())
+        if row is not None:
+            self.setFocus()
+            self.choose(row)
+        super().mousePressEvent(event)
+
+    def keyPressEvent(self, event) -> None:  # noqa: N802 - Qt's name
+        step = {Qt.Key.Key_Up: -1, Qt.Key.Key_Down: 1}.get(event.key())
+        if step is None or not self.rows:
+            super().keyPressEvent(event)
+            return
+        self.choose(min(max(self.current + step, 0), self.rows - 1))
 
 
 class LanguagePanel(QWidget):
@@ -48,11 +102,7 @@ class LanguagePanel(QWidget):
         self.summary = QLabel()
         self.summary.setStyleSheet("color:#37474f")
         self.summary.setWordWrap(True)
-        self.matrix = QLabel()
-        self.rows = QListWidget()
-        self.rows.setObjectName("generation_rows")
-        self.rows.setToolTip("Click a generated token: its map, with the tokens before it as the input")
-        self.rows.setMaximumHeight(140)
+        self.matrix = GenerationMatrix()
 
         lay = QVBoxLayout(self)
         lay.setContentsMargins(2, 2, 2, 2)
@@ -74,15 +124,13 @@ class LanguagePanel(QWidget):
         lay.addWidget(ReflowGrid(groups, max_columns=4, even=True))
         lay.addWidget(self.summary)
         lay.addWidget(self.matrix)
-        lay.addWidget(self.rows)
         self.matrix.hide()
-        self.rows.hide()
 
         self.next_token.activated.connect(lambda _: self._on_target_chosen())
         self.contrast.activated.connect(lambda _: self._on_target_chosen())
         self.position.editingFinished.connect(self._on_target_chosen)
         self.generate_button.clicked.connect(lambda: session.generate(self.steps.value()))
-        self.rows.currentRowChanged.connect(self._on_row)
+        self.matrix.row_chosen.connect(self._on_row)
         session.results.changed.connect(lambda *_: self.refresh())
         session.results.generation_changed.connect(lambda *_: self._on_generation())
         session.document.loaded.connect(lambda *_: self._on_generation())
@@ -96,12 +144,18 @@ class LanguagePanel(QWidget):
         s = self.session
         top = s.results.top_k(TOP)
         target = s.target
+        res = s.result
+        explained = target.index
+        if explained is None and res is not None and res.target_indices.size:
+            explained = int(res.target_indices[0])
         for combo, none in ((self.next_token, "most likely"), (self.contrast, "(none)")):
             chosen = target.index if combo is self.next_token else target.contrast
             combo.blockSignals(True)
             combo.clear()
             combo.addItem(none, None)
             for token, p in top:
+                if combo is self.contrast and token == explained:
+                    continue  # a token rather than itself is no contrast (choosing it failed in the backward)
                 combo.addItem(f"{self._label(token)}   p={p:.3f}", token)
             if chosen is not None:
                 if combo.findData(chosen) < 0:
@@ -111,7 +165,6 @@ class LanguagePanel(QWidget):
         self.position.blockSignals(True)
         self.position.setValue(-1 if target.position is None else target.position)
         self.position.blockSignals(False)
-        res = s.result
         if res is None or "token_position" not in res.meta or not res.target_indices.size:
             self.summary.setText("")
             return
@@ -119,7 +172,8 @@ class LanguagePanel(QWidget):
         p = dict(top).get(token)
         where = res.meta["token_position"]
         likely = f" (p = {p:.3f})" if p is not None else ""
-        self.summary.setText(f"Explaining next token {self._label(token)}{likely} after position {where}.")
+        rather = f" rather than {self._label(target.contrast)}" if target.contrast is not None else ""
+        self.summary.setText(f"Explaining next token {self._label(token)}{likely}{rather} after position {where}.")
 
     def _on_target_chosen(self) -> None:
         position = self.position.value()
@@ -135,15 +189,10 @@ class LanguagePanel(QWidget):
         g, labels = self.session.results.generation, self.session.results.generation_labels
         shown = g is not None
         self.matrix.setVisible(shown)
-        self.rows.setVisible(shown)
-        self.rows.blockSignals(True)
-        self.rows.clear()
         if shown:
             start = g.prompt.size
             rows = [f"{labels[start + i]} (p = {p:.2f})" for i, p in enumerate(g.probabilities)]
-            self.matrix.setPixmap(to_pixmap(token_matrix(labels[: g.matrix.shape[1]], rows, g.matrix)))
-            self.rows.addItems(rows)
-        self.rows.blockSignals(False)
+            self.matrix.set_matrix(token_matrix(labels[: g.matrix.shape[1]], rows, g.matrix), len(rows))
 
     def _on_row(self, row: int) -> None:
         """Generated token ``row``: the tokens before it become the input, and it the next token explained."""

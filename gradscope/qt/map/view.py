@@ -279,6 +279,9 @@ class OverlayView(QWidget):
                 self.target.addItem(f"{kind} {s.document.class_label(s.target.index)}", s.target.index)
                 i = self.target.count() - 1
             self.target.setCurrentIndex(i)
+        if kind == "token" and s.target.contrast is not None:  # the pair explained, as the CLI says it
+            i = self.target.currentIndex()
+            self.target.setItemText(i, f"{self.target.itemText(i)} rather than {s.target.contrast}")
         self.target.blockSignals(False)
         self.other_class.blockSignals(True)
         self.other_class.setValue(-1 if s.target.index is None else int(s.target.index))
@@ -389,6 +392,13 @@ class OverlayView(QWidget):
         self._draw("input", s.fed.image, "No image: File ▸ Open input" if s.graph else "")
         which = "current" if self.which.currentIndex() == 0 else "baseline"
         res = s.result if which == "current" else s.baseline
+        language = s.graph is not None and s.graph.is_language_model
+        if language and s.jobs.busy and (res is None or not self._labels_fit(res)):
+            # a new input's map is on the way (a generated row clicked, words typed): the strip and the
+            # next-token panel stay, as they will be; the image layout flashed for seconds
+            self._show_positions(True)
+            self.positions_panel.caption.setText("Computing the map for the new input…")
+            return
         if res is None:
             self._show_positions(False)
             self._draw("map", None, "…" if s.jobs.busy else "")
@@ -429,6 +439,13 @@ class OverlayView(QWidget):
         if s.fed.note:
             parts.append(s.fed.note)
         self._set_note("  ".join(parts))
+
+    def _labels_fit(self, res: Any) -> bool:
+        """Whether ``res`` was computed on the input now fed (one score per token of it)."""
+        fed = self.session.fed.fed
+        if fed is None or fed.kind != "tokens" or not res.inputs:
+            return False
+        return int(np.asarray(res.inputs[0]).shape[-1]) == len(fed.ids)
 
     def resizeEvent(self, event) -> None:  # noqa: N802
         super().resizeEvent(event)
