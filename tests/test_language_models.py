@@ -95,6 +95,21 @@ def test_the_cli_explains_a_chosen_continuation_and_says_which_token_and_how_lik
     side = gs.read_sidecar(out)
     assert side["explained_token"]["id"] == 5 and side["explained_token"]["contrast"]["id"] == 7
     assert side["target"]["kind"] == "token" and len(side["positions"]) == len(PROMPT)
+    # the PNG is headed by the pair it explains (issue 51: it did not say "rather than 7")
+    from PIL import Image
+
+    from gradscope.core.targets import describe_next_token
+    from gradscope.render.positions import with_heading
+
+    strip = gs.explain(
+        str(DATA / "llama.keras"), PROMPT, method="attnlrp", target=gs.Target(kind="token", index=5, contrast=7)
+    ).images()
+    headed = with_heading(strip.picture, describe_next_token(side["explained_token"]).capitalize())
+    png = np.asarray(Image.open(out).convert("RGB"))
+    assert png.shape == headed.shape and png.shape[0] > strip.picture.shape[0]
+    np.testing.assert_array_equal(
+        png[: headed.shape[0] - strip.picture.shape[0]], headed[: png.shape[0] - strip.picture.shape[0]]
+    )
     assert main(["explain", "--next", "3", "--out", str(tmp_path / "cnn.png")]) == 2  # the demo CNN is no LM
     assert "for language models" in capsys.readouterr().err
     assert (

@@ -23,7 +23,7 @@ from gradscope.cli.common import (
 from gradscope.core.errors import EXIT_USER_ERROR, GradscopeError, ImageLoadError
 from gradscope.core.files import inside, safe_file_name, shorten
 from gradscope.core.numbers import is_whole
-from gradscope.core.targets import Target, whole_number
+from gradscope.core.targets import Target, describe_next_token, whole_number
 
 
 def add_parser(sub: Any) -> None:
@@ -166,16 +166,7 @@ def explained(e: Any) -> str:
     token = e.sidecar.get("explained_token")
     if token is None:
         return f"{e.target.describe()} (class {e.predicted_class})"
-
-    def name(t: dict) -> str:
-        return (
-            f"{t['id']}"
-            + (f" {shorten(t['label'], 30)!r}" if t.get("label") else "")
-            + f" (p = {t['probability']:.3g})"
-        )
-
-    vs = f" rather than {name(token['contrast'])}" if token.get("contrast") else ""
-    return f"next token {name(token)}{vs} after position {token['position']}"
+    return describe_next_token(token)
 
 
 def next_token_target(args: argparse.Namespace, engine: Any) -> Target | None:

@@ -182,3 +182,16 @@ def next_token_summary(
     if contrast is not None:
         out["contrast"] = entry(contrast)
     return out
+
+
+def describe_next_token(summary: dict[str, Any]) -> str:
+    """A ``next_token_summary`` in words, as the CLI prints it and a PNG of the map is headed: "next token 16
+    ' mat' (p = 0.31) rather than 46 ' hat' (p = 0.12) after position 5"."""
+    from gradscope.core.files import shorten
+
+    def name(t: dict[str, Any]) -> str:
+        label = f" {shorten(t['label'], 30)!r}" if t.get("label") else ""
+        return f"{t['id']}{label} (p = {t['probability']:.3g})"
+
+    vs = f" rather than {name(summary['contrast'])}" if summary.get("contrast") else ""
+    return f"next token {name(summary)}{vs} after position {summary['position']}"

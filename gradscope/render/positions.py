@@ -154,3 +154,25 @@ def token_matrix(
             fill = tuple(int(c) for c in colours[j]) if colours is not None and seen[j] else (236, 239, 241)
             draw.rectangle((x, y, x + cell - 2, y + cell - 2), fill=fill)
     return np.asarray(img, np.uint8)
+
+
+def with_heading(picture: np.ndarray, text: str, size: int = 14) -> np.ndarray:
+    """``picture`` under a white band with ``text`` (what was explained: a token map's PNG names its next token
+    and contrast, as the window's panel does), wrapped to the picture's width at word boundaries."""
+    from PIL import Image
+
+    width = int(picture.shape[1])
+    lines, line = [], ""
+    for word in text.split(" "):
+        trial = f"{line} {word}".strip()
+        if line and text_width(trial, size) > width - 2 * PAD:
+            lines.append(line)
+            line = word
+        else:
+            line = trial
+    lines.append(line)
+    step = size + 6
+    band = Image.new("RGB", (width, PAD + step * len(lines)), (255, 255, 255))
+    for i, part in enumerate(lines):
+        draw_text(band, (PAD, PAD + i * step), part, size, (38, 50, 56))
+    return np.concatenate([np.asarray(band, np.uint8), np.asarray(picture, np.uint8)[..., :3]], axis=0)

@@ -172,6 +172,12 @@ def write_overlay(
     refuse_overwriting([path, render.sidecar_path(path)], inputs)
     view = ViewSettings.from_dict(sidecar.get("view") or {})
     picture = export_picture(images, view, long_side=long_side, colorbar=colorbar, map_only=map_only)
+    token = sidecar.get("explained_token")
+    if token and images.labels:  # a language model's map says which next token (and contrast) it explains
+        from gradscope.core.targets import describe_next_token
+        from gradscope.render.positions import with_heading
+
+        picture = with_heading(picture, describe_next_token(token).capitalize())
     size = [int(picture.shape[1]), int(picture.shape[0])]
     export = {"size": size, "colorbar": colorbar, "map_only": map_only}
     positions = sidecar.get("positions") or []
