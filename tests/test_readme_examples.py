@@ -23,7 +23,7 @@ def _bundled_block() -> list[list[str]]:
 
 
 def test_the_bundled_files_cli_block_runs_as_written(tmp_path, monkeypatch):
-    monkeypatch.chdir(ROOT)
+    monkeypatch.chdir(tmp_path)  # from any folder: `demo:` names the bundled files (resources/demo/... did not)
     commands = _bundled_block()
     assert [c[1] for c in commands] == ["explain", "explain", "evaluate", "gui"]
     for argv in commands[:3]:
@@ -34,6 +34,10 @@ def test_the_bundled_files_cli_block_runs_as_written(tmp_path, monkeypatch):
     assert len(sides) == 6 and json.loads(sides[0].read_text())["plan"]["name"] == "relu_backward_sigmoid"
     results = json.loads((tmp_path / "eval" / "results.json").read_text())
     assert results["complete"] and results["images"] == 24
+    from gradscope.cli import bundled
+    from gradscope.io.demo import demo_dir
+
+    assert bundled("--plan=demo:plan.json") == f"--plan={demo_dir() / 'plan.json'}" and bundled("x:demo:") == "x:demo:"
 
 
 def test_plan_model_fits_a_compiled_model_as_the_readme_shows():

@@ -83,15 +83,31 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+DEMO_PREFIX = "demo:"
+
+
+def bundled(word: str) -> str:
+    """``demo:NAME`` (or ``--flag=demo:NAME``) as the path of the bundled demo file or folder NAME, wherever
+    gradscope is installed: ``gradscope explain demo:shapes_cnn.keras demo:images/circle_0.png`` runs from any
+    folder (``resources/demo/...`` works only in a checkout); ``demo:`` alone is the demo folder."""
+    flag, eq, value = word.partition("=") if word.startswith("--") else ("", "", word)
+    if not value.startswith(DEMO_PREFIX):
+        return word
+    from gradscope.io.demo import demo_dir
+
+    name = value[len(DEMO_PREFIX) :]
+    return f"{flag}{eq}{demo_dir() / name if name else demo_dir()}"
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
-    words = list(sys.argv[1:] if argv is None else argv)
+    words = [bundled(w) for w in (sys.argv[1:] if argv is None else argv)]
     command = next((w for w in words if not w.startswith("-")), None)
     if command == "gui":  # the window parses its own options (--screenshot, --size, --select, ...): qt.app
         from gradscope.qt.app import main as gui_main
 
         return gui_main(words[words.index("gui") + 1 :])
-    args = parser.parse_args(argv)
+    args = parser.parse_args(words)
     if argv is None and args.command != "gui":  # a real command line (the GUI handles its own shutdown)
         exit_on_interrupt_in_native_code()
     try:
