@@ -45,6 +45,12 @@ def test_pin_change_the_plan_compare_and_swap(session, tmp_path):
     assert s.ab.node_cosine["c1"] == pytest.approx(1.0, abs=1e-6) and events  # computed on the worker
     path = s.exports.comparison(tmp_path / "ab")
     side = json.loads(path.with_suffix(".json").read_text())
+    # the 12 x 12 maps are smoothed up to 512 px as the overlay export smooths them (issue 51: blocky)
+    from PIL import Image
+
+    row = np.asarray(Image.open(path).convert("RGB"))[300, 8 : 8 + 512].astype(int)
+    steps = np.abs(np.diff(row, axis=0)).sum(axis=1)
+    assert (steps > 0).sum() > 100  # nearest-neighbour changes colour at the 11 cell borders only
     assert side["compare"]["b_method"] == "gradient" and side["plan"]["entries"]
     assert s.swap_compare()  # B's plan (no rules) is current again; the scaled plan is pinned
     assert not s.plan.entries and s.ab.pinned.plan.entries

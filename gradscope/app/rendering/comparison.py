@@ -109,9 +109,12 @@ def comparison_picture(comparison: Comparison, long_side: int = 512) -> np.ndarr
     scale = long_side / max(h, w)
     size = (max(1, round(w * scale)), max(1, round(h * scale)))
     canvas = Image.new("RGB", (3 * size[0] + 4 * 8, size[1] + 30), "white")
+    # smoothed as the overlay export and the window draw a spatial map (nearest-neighbour was blocky); a token
+    # or feature strip keeps its crisp cells
+    resample = Image.Resampling.BILINEAR if comparison.a.spatial else Image.Resampling.NEAREST
     for i, (panel, title) in enumerate(zip(panels, titles)):
         x = 8 + i * (size[0] + 8)
-        picture = Image.fromarray(np.ascontiguousarray(panel[..., :3])).resize(size, Image.Resampling.NEAREST)
+        picture = Image.fromarray(np.ascontiguousarray(panel[..., :3])).resize(size, resample)
         canvas.paste(picture, (x, 24))
         draw_text(canvas, (x, 4), title[: max(8, size[0] // 7)], 13, (0, 0, 0))
     return np.asarray(canvas)
