@@ -32,7 +32,8 @@ def test_evaluation_view_scores_the_current_plan_and_shows_what_is_exported(wind
     panel.run_button.click()
     qtbot.waitUntil(lambda: window.session.evaluations.report is not None, timeout=180_000)
     report = window.session.evaluations.report
-    assert report.methods == ["gradient", "center", "current plan"] and report.images == 6
+    plan = "plan: guided_backprop on type:ReLU"  # named by the plan (issue 51: "current plan" for every plan)
+    assert report.methods == ["gradient", "center", plan] and report.images == 6
     assert report.settings["plan"]["entries"] == window.session.editor.plan.to_dict()["entries"]
     out = tmp_path / "shapes-evaluation"
     assert window.session.evaluations.out == out
@@ -61,6 +62,9 @@ def test_evaluation_view_scores_the_current_plan_and_shows_what_is_exported(wind
     assert again.settings["plan"]["entries"] == window.session.editor.plan.to_dict()["entries"]
     assert (out / "results.csv").read_bytes() == first  # the first one is kept as it was
     assert "shapes-evaluation-2" in panel.summary.text()
+    assert again.methods[-1] == "plan: deconvnet on type:ReLU"
+    with (tmp_path / "shapes-evaluation-2" / "results.csv").open() as fh:
+        assert {r["method"] for r in csv.DictReader(fh)} >= {"plan: deconvnet on type:ReLU", "gradient"}
 
 
 def test_the_shortcuts_list_is_read_from_the_menus(window, monkeypatch):

@@ -18,7 +18,17 @@ from gradscope.app.models.jobs import Jobs
 from gradscope.core.errors import GradscopeError
 from gradscope.core.events import Signal
 
-PLAN_METHOD = "current plan"  # the name the plan being edited is evaluated under
+
+def plan_label(method_name: str | None, plan: Any) -> str:
+    """The name the plan being edited is evaluated under: its preset's name, else its first rule and where it
+    sits ("plan: zero on c1 +2"). Two evaluations of two plans were both "current plan" in the scores table and
+    results.csv."""
+    if method_name and method_name not in ("custom plan", "gradient"):
+        return f"plan: {method_name}"
+    if not plan.entries:
+        return "plan: gradient"
+    first, more = plan.entries[0], len(plan.entries) - 1
+    return f"plan: {first.rule} on {first.select}" + (f" +{more}" if more else "")
 
 
 class Evaluations:
@@ -31,6 +41,7 @@ class Evaluations:
         self.inspected = Signal("inspected")  # (ImageInspection)
         self.inspection: Any = None  # the image looked at last (``inspect``)
         self._scored: tuple | None = None  # (engine, source, settings) of the report shown, to look at its images
+        self.plan_method: str | None = None  # what the plan being edited was evaluated as (``plan_label``)
 
     def start(
         self,
@@ -54,7 +65,7 @@ class Evaluations:
         if with_plan:
             import dataclasses
 
-            plan = dataclasses.replace(self._editor.plan, name=PLAN_METHOD)
+            plan = dataclasses.replace(self._editor.plan, name=plan_label(self._editor.method_name, self._editor.plan))
         settings = evaluation_settings(methods, metrics, plan, **options)
         names = self._document.class_names
         source = source_of(engine, data, settings, preprocessing=self._inputs.preprocessing, class_names=names)
@@ -87,6 +98,7 @@ class Evaluations:
         def done(result: Any) -> None:
             folder, report = result
             self.report, self.out = report, folder
+            self.plan_method = plan.name if plan is not None else None
             self._scored = (engine, source, settings)
             self.finished.emit(report)
             stopped = "" if report.complete else " (stopped: start it again to resume)"

@@ -26,7 +26,6 @@ from PySide6.QtWidgets import (
 )
 
 from gradscope.app.evaluation.scoring import BASELINES
-from gradscope.app.models.evaluations import PLAN_METHOD
 from gradscope.qt.map.panels import ImagePanel
 
 COLOURS = ("#1565c0", "#e65100", "#2e7d32", "#6a1b9a", "#c62828", "#00838f", "#5d4037", "#455a64")
@@ -209,7 +208,7 @@ class ImageBrowser(QWidget):
             return
         s = self.session
         if s.fed.open(str(seen.path)):
-            if method != PLAN_METHOD:  # (the plan being edited is already the main view's)
+            if method != s.evaluations.plan_method:  # (the plan being edited is already the main view's)
                 s.editor.apply_method(method.partition("@")[0])
             s.targeting.set_class(seen.cls)
 
