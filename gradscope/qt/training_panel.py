@@ -132,6 +132,7 @@ class TrainingPanel(QWidget):
         self.alert_marks = pg.ScatterPlotItem(symbol="s", size=13, pen=pg.mkPen("#d50000", width=2), brush=None)
         self.cursor = pg.ScatterPlotItem(symbol="s", size=15, pen=pg.mkPen("#ffffff", width=2), brush=None)
         for item in (self.nan_marks, self.alert_marks, self.cursor):
+            item.sigClicked.connect(self._mark_clicked)  # a click on a red x is its cell's (the x took it: lost)
             self.heat_plot.addItem(item)
         self.spike_lines: list[pg.InfiniteLine] = []  # loss spikes: a dashed line at the step, between records
 
@@ -151,6 +152,11 @@ class TrainingPanel(QWidget):
         self.hist_plot.setObjectName("training_histogram")
         self.hist_plot.setLabel("bottom", "signal value")
         self.hist_plot.setLabel("left", "count")
+        self.hist_note = QLabel(self.hist_plot)  # over an empty plot: why it is empty (its 0-1 axes said nothing)
+        self.hist_note.setWordWrap(True)
+        self.hist_note.setAlignment(Qt.AlignmentFlag.AlignCenter)
+        self.hist_note.setStyleSheet("color:#546e7a; background: rgba(255, 255, 255, 200)")
+        self.hist_note.hide()
         self.cell_label = QLabel("Click a cell: that step's per-layer flow and the node's histogram.")
         self.cell_label.setWordWrap(True)
         self.checkpoint_button = QPushButton("Open checkpoint")
@@ -273,6 +279,11 @@ class TrainingPanel(QWidget):
             return
         self.watch.select(log.records[column].step, log.nodes[row].id)
 
+    def _mark_clicked(self, _item: Any, points: Any, _event: Any = None) -> None:
+        if len(points):
+            at = points[0].pos()
+            self._cell_clicked(int(math.floor(at.x())), int(math.floor(at.y())))
+
     def _alert_clicked(self, item: QListWidgetItem) -> None:
         data = item.data(Qt.ItemDataRole.UserRole)
         log = self.watch.log
@@ -313,15 +324,22 @@ class TrainingPanel(QWidget):
             )
         self.hist_plot.clear()
         hist = watch.histogram
+        why = ""
         if hist is not None and len(hist) and hist[:, 2].sum() > 0:
             self.hist_plot.addItem(
                 pg.BarGraphItem(x0=hist[:, 0], x1=hist[:, 1], height=hist[:, 2], y0=0, brush="#5c6bc0")
             )
         elif hist is not None and len(hist):
-            text += f" The histogram of {node} is empty: its signal has NaN/Inf at this step."
+            why = f"The histogram of {node} is empty: its signal has NaN/Inf at this step."
         elif node:
-            text += f" No histogram of {node} at step {step}: histograms are written every few records"
-            text += " (GradientMonitor's histograms=N)."
+            why = (
+                f"No histogram of {node} at step {step}: histograms are written every few records "
+                "(GradientMonitor's histograms=N)."
+            )
+        else:
+            why = "Click a cell of the heatmap: that node's histogram at that step."
+        text += f" {why}" if why and node else ""
+        self._show_hist_note(why)
         checkpoint = watch.checkpoint_for(step)
         self.checkpoint_button.setEnabled(checkpoint is not None)
         self.checkpoint_button.setText(
@@ -329,6 +347,13 @@ class TrainingPanel(QWidget):
         )
         self._checkpoint = checkpoint
         self.cell_label.setText(text)
+
+    def _show_hist_note(self, text: str) -> None:
+        self.hist_note.setText(text)
+        self.hist_note.setVisible(bool(text))
+        if text:
+            self.hist_note.setGeometry(self.hist_plot.rect().adjusted(40, 10, -10, -40))
+            self.hist_note.raise_()
 
     def _open_checkpoint(self) -> None:
         checkpoint = getattr(self, "_checkpoint", None)

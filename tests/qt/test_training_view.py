@@ -68,3 +68,28 @@ def test_training_view_shows_the_log_and_follows_it(window, qtbot, blowup_log, t
     image = panel.heat.image
     assert np.isfinite(image[np.isfinite(statistic)]).all()
     assert np.isnan(image[~np.isfinite(statistic)]).all()  # NaN/Inf: no colour of the scale (grey under its x)
+
+
+def test_a_click_on_a_nan_cell_selects_it_and_an_empty_histogram_says_why(window, qtbot, blowup_log):
+    """Issue 51: the red x drawn on a NaN/Inf cell took the click (nothing happened); the step shown at open drew
+    an empty 0-1 histogram without a word."""
+    from PySide6.QtCore import QPointF, Qt
+
+    watch, panel = window.session.training, window.training
+    window.open_training_log(str(blowup_log))
+    qtbot.waitUntil(lambda: watch.log is not None and len(panel.nan_marks.data) > 0, timeout=60_000)
+    qtbot.waitUntil(lambda: watch.step is not None, timeout=20_000)
+    if not panel.hist_plot.getPlotItem().items or watch.node is None:
+        assert panel.hist_note.isVisible() and panel.hist_note.text()  # a word instead of an empty plot
+    x, y = panel.nan_marks.data[0]["x"], panel.nan_marks.data[0]["y"]
+    log = watch.log
+    step, node = log.steps[int(x)], log.nodes[int(y)].id
+    window.training_dock.resize(1200, 700)
+    qtbot.wait(50)
+    plot = panel.heat_plot
+    plot.getPlotItem().vb.setRange(xRange=(x - 3, x + 3), yRange=(y - 3, y + 3), padding=0)
+    qtbot.wait(50)
+    at = plot.mapFromScene(plot.getPlotItem().vb.mapViewToScene(QPointF(x, y)))
+    qtbot.mouseClick(plot.viewport(), Qt.MouseButton.LeftButton, pos=at)
+    qtbot.waitUntil(lambda: (watch.step, watch.node) == (step, node), timeout=20_000)
+    assert f"Step {step}" in panel.cell_label.text() and node in panel.cell_label.text()
