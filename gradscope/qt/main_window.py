@@ -60,6 +60,14 @@ IMAGE_SUFFIXES = (".png", ".jpg", ".jpeg", ".bmp", ".webp", ".tif", ".tiff")
 _MAX_RECENT = 8
 
 
+#: px the central panes need to stay readable when a bottom dock opens: the graph's two tool rows and ~200 px of
+#: graph, the flow plot's 120 px and the splitter.
+CENTRAL_MIN = 400
+#: px each dock's contents need (the evaluation: its table, curves and a row of maps), and its share of the height.
+DOCK_MIN = {"diagnostics_dock": 180, "training_dock": 300, "evaluation_dock": 380}
+DOCK_SHARE = {"diagnostics_dock": 0.3, "training_dock": 0.45, "evaluation_dock": 0.6}
+
+
 class MainWindow(QMainWindow):
     #: (title, message): every error the user is shown (tests listen here instead of clicking dialogs).
     error_shown = Signal(str, str)
@@ -99,14 +107,40 @@ class MainWindow(QMainWindow):
 
     # ------------------------------------------------------------------------------------------- layout
     def _bottom_dock(self, title: str, name: str, widget: Any) -> QDockWidget:
-        """A hidden dock at the bottom (movable to the right) holding ``widget``; its View menu entry shows it."""
+        """A hidden dock at the bottom (movable to the right) holding ``widget``; its View menu entry shows it,
+        placed by ``place_dock`` however it is opened."""
         dock = QDockWidget(title, self)
         dock.setObjectName(name)  # saveState() finds it by name
         dock.setWidget(widget)
         dock.setAllowedAreas(Qt.DockWidgetArea.BottomDockWidgetArea | Qt.DockWidgetArea.RightDockWidgetArea)
         self.addDockWidget(Qt.DockWidgetArea.BottomDockWidgetArea, dock)
         dock.hide()
+        dock.visibilityChanged.connect(lambda shown: shown and QTimer.singleShot(0, lambda: self.place_dock(dock)))
         return dock
+
+    def place_dock(self, dock: QDockWidget) -> None:
+        """A bottom dock just opened takes its share of the height, but never the room the graph, the flow plot
+        and the map need (``CENTRAL_MIN``: the Diagnostics dock left the graph ~110 px at 1024x640, the
+        Evaluation dock only its legend); where the window is too short for both, it opens as a window of its
+        own over the map and inspector, the graph left in sight (a cut path it draws red stays visible)."""
+        if dock.isFloating() or not dock.isVisible() or not self.centralWidget().isVisible():
+            return  # the user's own placement, or a training log alone (it has the window)
+        if self.dockWidgetArea(dock) != Qt.DockWidgetArea.BottomDockWidgetArea:
+            return
+        name = dock.objectName()
+        avail = self.height() - self.menuBar().height() - self.statusBar().height()
+        room = avail - CENTRAL_MIN
+        least = DOCK_MIN.get(name, 180)
+        if room >= least:
+            height = min(max(int(avail * DOCK_SHARE.get(name, 0.3)), least), room)
+            self.resizeDocks([dock], [height], Qt.Orientation.Vertical)
+            QTimer.singleShot(0, self._favour_graph)
+            return
+        dock.setFloating(True)
+        graph_right = self.main_split.widget(0).mapTo(self, self.main_split.widget(0).rect().topRight()).x()
+        width = max(self.width() - graph_right, min(self.width(), 700))
+        top_left = self.mapToGlobal(self.rect().topLeft())
+        dock.setGeometry(top_left.x() + self.width() - width, top_left.y() + 40, width, max(least, int(avail * 0.8)))
 
     def _build_widgets(self) -> None:
         s = self.session
@@ -126,7 +160,6 @@ class MainWindow(QMainWindow):
         self.evaluation_dock = self._bottom_dock(
             "Evaluation: methods scored over a folder of images", "evaluation_dock", self.evaluation
         )
-        self.evaluation_dock.visibilityChanged.connect(self._size_evaluation_dock)
 
         self.graph_pane = GraphPane(s, self.diagnose)
         self.graph_view = self.graph_pane.view
@@ -143,8 +176,8 @@ class MainWindow(QMainWindow):
         left.addWidget(self.graph_pane)
         left.addWidget(self.flow)
         left.setSizes([600, 300])
-        left.setStretchFactor(0, 1)
-        left.setStretchFactor(1, 0)
+        left.setStretchFactor(0, 2)  # a dock that shortens the column takes from both (from the graph alone, it
+        left.setStretchFactor(1, 1)  # left the graph 76 px at 1024x640)
         self.left_split = left
         self._split_placed = False
         scroll = QScrollArea()
@@ -189,6 +222,13 @@ class MainWindow(QMainWindow):
         height = sum(self.left_split.sizes())
         self.left_split.setSizes([height - height // 3, height // 3])
 
+    def _favour_graph(self) -> None:
+        """A short left column gives the flow plot its least height (120 px) and the graph the rest."""
+        height = sum(self.left_split.sizes())
+        if height < 560 and not self._columns_moved:
+            least = self.flow.minimumHeight()
+            self.left_split.setSizes([height - least, least])
+
     def _build_status_bar(self) -> None:
         sb = self.statusBar()
         self.status_label = QLabel("Ready")
@@ -228,12 +268,6 @@ class MainWindow(QMainWindow):
             sig.on_error = self._on_subscriber_error
 
     # ------------------------------------------------------------------------------------------- session events
-    def _size_evaluation_dock(self, shown: bool) -> None:
-        """Opened: the results (a table, curves, the images with their maps) get 60 % of the height."""
-        if shown:
-            dock = self.evaluation_dock
-            QTimer.singleShot(0, lambda: self.resizeDocks([dock], [int(self.height() * 0.6)], Qt.Orientation.Vertical))
-
     def _on_training_log(self, log: Any) -> None:
         """A log of another model (or with none open) takes the whole window: graph, map and inspector would
         describe a model the log is not about. Opening a model, or closing the view, brings them back."""
@@ -288,13 +322,8 @@ class MainWindow(QMainWindow):
         self.diagnostics.run()
 
     def _show_diagnostics_dock(self) -> None:
-        """Open the panel at about a third of the window's height: opened at its own size hint it crushed the
-        graph to ~110 px at 1280x720."""
-        if self.diagnostics_dock.isVisible():
-            return
-        self.diagnostics_dock.show()
-        height = min(max(int(self.height() * 0.3), 150), 320)
-        self.resizeDocks([self.diagnostics_dock], [height], Qt.Orientation.Vertical)
+        if not self.diagnostics_dock.isVisible():
+            self.diagnostics_dock.show()  # placed by place_dock
 
     def _on_busy(self, label: str | None) -> None:
         self.progress.setVisible(label is not None)

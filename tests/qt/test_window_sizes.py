@@ -289,3 +289,28 @@ def test_a_language_model_fits_too(window, qtbot, wait_idle, size):
         assert legend_bottom <= highest + 1, (legend_bottom, highest)
     else:  # hidden only on a plot too short for it (its colours are in the tooltip)
         assert flow.plot.getPlotItem().getViewBox().height() < 160
+
+
+@pytest.mark.parametrize("size", SIZES, ids=lambda s: f"{s[0]}x{s[1]}")
+def test_a_dock_never_crushes_the_graph(window, qtbot, wait_idle, model_file, image_file, size):
+    """Issue 51: with Diagnostics open the graph was ~110 px tall at 1024x640; Evaluation left it its legend. A
+    dock takes its share where there is room, else opens as a window beside the graph; both stay readable."""
+    from gradscope.qt.main_window import DOCK_MIN
+
+    assert window.open_image(str(image_file))
+    window.open_model(str(model_file))
+    wait_idle(window)
+    window.resize(*size)
+    qtbot.wait(50)
+    for dock in (window.diagnostics_dock, window.evaluation_dock, window.training_dock):
+        dock.show()
+        qtbot.wait(100)
+        view = window.graph_view.viewport()
+        shown = view.mapTo(window, view.rect().topLeft())
+        if dock.isFloating():  # beside the graph, not over it
+            left = dock.mapToGlobal(dock.rect().topLeft()).x() - window.mapToGlobal(window.rect().topLeft()).x()
+            assert left >= shown.x() + view.width() - 1, (dock.objectName(), left)
+        assert view.height() >= 190, (dock.objectName(), view.height(), size)
+        assert window.flow.height() >= 120 and dock.height() >= DOCK_MIN[dock.objectName()], dock.objectName()
+        dock.hide()
+        dock.setFloating(False)
