@@ -117,6 +117,7 @@ class FlowPlot(QWidget):
         self.plot.clear()
         self.legend.clear()
         self.legend.setVisible(True)  # _fit_y hides it on a very short plot
+        self.plot.getAxis("left").setTicks(None)  # (the ratio's own ticks, when it was shown)
         self._y_range = None
         key = METRICS[self.metric.currentText()]
         self.plot.setLabel("left", self.metric.currentText())
@@ -193,18 +194,27 @@ class FlowPlot(QWidget):
         x = np.arange(len(self.node_ids), dtype=float)
         ok = np.isfinite(logs)
         bars = pg.BarGraphItem(x=x[ok], y0=0.0, height=logs[ok], width=0.8, brush=_PLAN_BRUSH, pen=pg.mkPen(None))
-        self.plot.addItem(bars)
-        self.legend.addItem(bars, f"|g| A ({s.results.method or s.editor.method_name}) / B ({s.ab.pinned.method})")
+        self.plot.addItem(bars)  # no legend over the bars: the caption says what A and B are
+        self.plot.setLabel("left", "|g| A / B")  # ("A/B norm ratio" was cut to "A/B norm rat")
         self.plot.addItem(pg.InfiniteLine(pos=0.0, angle=0, pen=pg.mkPen("#546e7a", width=1)))
-        span = float(np.nanmax(np.abs(logs))) if ok.any() else 0.0
-        self.plot.setYRange(-max(span, 1.0) - 0.1, max(span, 1.0) + 0.1, padding=0)  # at least 1e-1 .. 1e1
+        span = math.ceil(float(np.nanmax(np.abs(logs)))) if ok.any() else 1
+        span = max(span, 1)
+        self.plot.setYRange(-span - 0.1, span + 0.1, padding=0)  # at least 0.1 .. 10
+        step = max(1, span // 3)  # a tick a power of ten (one tick, 1e0, was all a short plot showed)
+        self.plot.getAxis("left").setTicks([[(k, f"{10.0**k:g}") for k in range(-span, span + 1, step)], []])
         self.plot.setXRange(-0.8, len(self.node_ids) - 0.2, padding=0)
+        self._name_ticks()
         self.as_lines = False
         finite = {n: c for n, c in s.ab.node_cosine.items() if c == c}
         worst = min(finite, key=finite.get) if finite else None
+        a, b = s.results.method or s.editor.method_name, s.ab.pinned.method
+        if worst:
+            aligned = f"; least aligned: {worst} (cosine {finite[worst]:.3f})"
+        else:
+            aligned = "; node cosines: computing…" if not s.ab.node_cosine else ""
         self.caption.setText(
-            f"{int((np.abs(logs[ok]) > 0.01).sum())} of {int(ok.sum())} nodes differ in norm"
-            + (f"; least aligned: {worst} (cosine {finite[worst]:.3f})" if worst else "")
+            f"|g| of A ({a}) over B ({b}): {int((np.abs(logs[ok]) > 0.01).sum())} of {int(ok.sum())} nodes differ"
+            + aligned
         )
         self._on_selection()
 
@@ -249,12 +259,18 @@ class FlowPlot(QWidget):
             return
         node, key = self.node_ids[i], METRICS[self.metric.currentText()]
         parts = [f"<b>{node}</b>"]
+        sources = [
+            ("plan", self.session.results.stats("current")),
+            ("baseline", self.session.results.stats("baseline")),
+        ]
+        pinned = self.session.ab.pinned
         if key == "ratio":
             cosine = self.session.ab.node_cosine.get(node)
             parts.append("cosine A·B: " + ("not computed yet" if cosine is None else f"{cosine:.4f}"))
             key = "norm"
-        for label, which in (("plan", "current"), ("baseline", "baseline")):
-            st = self.session.results.stats(which).get(node)
+            sources = [("A |g|", sources[0][1]), ("B |g|", pinned.result.stats if pinned is not None else {})]
+        for label, stats in sources:
+            st = stats.get(node)
             value = "none" if st is None else (f"{getattr(st, key):.3g}" if st.status == "ok" else st.status)
             parts.append(f"{label}: {value}")
         self.plot.setToolTip("<br>".join(parts))

@@ -496,6 +496,7 @@ def test_the_flow_plot_draws_lines_when_bars_would_alias_and_names_the_node_unde
 def test_compare_two_plans_side_by_side_swap_and_export(
     window, qtbot, wait_idle, model_file, image_file, tmp_path, monkeypatch
 ):
+    from PySide6.QtCore import QPointF
     from PySide6.QtWidgets import QFileDialog
 
     _open(window, qtbot, wait_idle, model_file, image_file)
@@ -509,7 +510,15 @@ def test_compare_two_plans_side_by_side_swap_and_export(
     assert overlay.blend_panel.caption.text().startswith("A − B")
     assert "map cosine 1.000" in overlay.compare_label.text()
     flow.metric.setCurrentText("A/B norm ratio")
-    qtbot.waitUntil(lambda: "nodes differ in norm" in flow.caption.text(), timeout=30_000)
+    # the caption says what A and B are and names the least aligned node; ticks are powers of ten; the hover
+    # reads A and B, not "plan" and "baseline" (issue 51)
+    qtbot.waitUntil(lambda: "least aligned: " in flow.caption.text(), timeout=30_000)
+    assert flow.caption.text().startswith("|g| of A (custom plan) over B (gradient)")
+    assert not flow.legend.items and flow.plot.getAxis("left").labelText == "|g| A / B"
+    assert [t for _, t in flow.plot.getAxis("left")._tickLevels[0]] == ["0.1", "1", "10"]
+    vb = flow.plot.getPlotItem().getViewBox()
+    flow._on_hover(vb.mapViewToScene(QPointF(flow.node_ids.index("c1"), 0.0)))
+    assert "A |g|: " in flow.plot.toolTip() and "B |g|: " in flow.plot.toolTip() and "plan:" not in flow.plot.toolTip()
     target = tmp_path / "ab.png"
     monkeypatch.setattr(QFileDialog, "getSaveFileName", lambda *a, **k: (str(target), "PNG (*.png)"))
     overlay.export_compare_button.click()
