@@ -77,8 +77,8 @@ def add_parser(sub: Any) -> None:
     p.add_argument("--alpha", type=float, default=0.5, help="overlay opacity 0..1 for --style alpha (default 0.5)")
     p.add_argument(
         "--normalization",
-        choices=["minmax", "percentile", "abs", "signed"],
-        help="how the map is scaled (default: minmax, signed for signed methods)",
+        choices=["minmax", "percentile", "abs", "signed", "signed_percentile"],
+        help="how the map is scaled (default: minmax; signed_percentile for signed methods)",
     )
     p.add_argument(
         "--reduction",

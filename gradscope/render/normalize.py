@@ -12,7 +12,16 @@ import math
 import numpy as np
 from PIL import Image
 
-NORMALIZATIONS: tuple[str, ...] = ("minmax", "percentile", "signed", "abs", "abs_max")
+NORMALIZATIONS: tuple[str, ...] = ("minmax", "percentile", "signed", "signed_percentile", "abs", "abs_max")
+#: Fewer values than this (a token strip, a feature bar) are never clipped: a percentile of a few is their top.
+PERCENTILE_MIN_VALUES = 100
+
+
+def is_signed(mode: str) -> bool:
+    """Whether a normalisation keeps the sign (a diverging colour map centred on zero)."""
+    return mode in ("signed", "signed_percentile")
+
+
 RESIZE_METHODS: tuple[str, ...] = ("bilinear", "bicubic", "nearest")
 
 _RESAMPLE = {
@@ -29,6 +38,9 @@ def normalize(m: np.ndarray, mode: str = "minmax", percentile: float = 99.0) -> 
     - ``percentile``: ``|m|`` clipped at its ``percentile``-th percentile, divided by it -> [0, 1]; one hot
       pixel then does not wash out the rest. If that percentile is 0 (a sparse map) ``max|m|`` is used.
     - ``signed``: ``m / max|m|`` -> [-1, 1], zero stays zero (for diverging colormaps).
+    - ``signed_percentile``: ``m`` over the ``percentile``-th percentile of ``|m|``, clipped to [-1, 1]: a signed
+      map whose mass sits in a few pixels (LRP's) still shows the rest, as peers draw it (Captum clips the top 2 %);
+      a map of fewer than ``PERCENTILE_MIN_VALUES`` values (tokens, features) is ``signed``.
     - ``abs`` (alias ``abs_max``): ``|m| / max|m|`` -> [0, 1].
 
     A constant map carries no spatial information and becomes zeros; NaN/Inf entries become 0 and are left
@@ -60,6 +72,12 @@ def normalize(m: np.ndarray, mode: str = "minmax", percentile: float = 99.0) -> 
         if top <= 0:
             top = float(mag.max())
         out[finite] = np.clip(mag / top, 0.0, 1.0)
+    elif mode == "signed_percentile":
+        mag = np.abs(v)
+        top = float(np.percentile(mag, percentile)) if v.size >= PERCENTILE_MIN_VALUES else 0.0
+        if top <= 0:
+            top = float(mag.max())
+        out[finite] = np.clip(v / top, -1.0, 1.0)
     else:  # signed / abs
         top = float(np.max(np.abs(v)))
         out[finite] = v / top if mode == "signed" else np.abs(v) / top

@@ -7,7 +7,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from gradscope.render.colormap import apply_colormap
-from gradscope.render.normalize import gaussian_smooth, normalize, resize_map, smoothing_sigma
+from gradscope.render.normalize import gaussian_smooth, is_signed, normalize, resize_map, smoothing_sigma
 from gradscope.render.reduce import reduce_channels
 
 BLEND_STYLES: tuple[str, ...] = ("alpha", "caffe")
@@ -110,7 +110,7 @@ def render_overlay(
         raise ValueError(f"Expected a (h, w, C) signal or an (h, w) map, got shape {s.shape}.")
     img = as_rgb_float(image)
     h, w = img.shape[:2]
-    signed = normalization == "signed"
+    signed = is_signed(normalization)
     m = normalize(s, normalization, percentile)
     m = np.clip(resize_map(m, (w, h), resize), -1.0 if signed else 0.0, 1.0)  # bicubic overshoots
     if smooth > 0:

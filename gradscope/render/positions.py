@@ -13,14 +13,14 @@ import numpy as np
 
 from gradscope.render.colormap import apply_colormap
 from gradscope.render.fonts import draw_text, text_width
-from gradscope.render.normalize import normalize
+from gradscope.render.normalize import is_signed, normalize
 
 FONT_SIZE = 16
 PAD = 6
 
 
 def _colours(scores: np.ndarray, colormap: str, normalization: str) -> np.ndarray:
-    signed = normalization == "signed"
+    signed = is_signed(normalization)
     m = normalize(np.asarray(scores, np.float32), normalization)
     return apply_colormap(np.clip(m, -1.0 if signed else 0.0, 1.0), colormap, signed=signed)
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from gradscope.render import gaussian_smooth, normalize, resize_map, smoothing_sigma
+from gradscope.render import gaussian_smooth, is_signed, normalize, resize_map, smoothing_sigma
 
 
 @pytest.fixture
@@ -126,3 +126,30 @@ def test_gaussian_smooth_matches_direct_convolution() -> None:
 
 def test_smoothing_sigma_torchray() -> None:
     assert smoothing_sigma((224, 300)) == pytest.approx(6.0)
+
+
+def test_signed_percentile_clips_both_signs_at_a_percentile_of_the_magnitude() -> None:
+    """LRP's mass in a few pixels (issue 51): m / P99(|m|), clipped to [-1, 1]; few values (tokens) as signed."""
+    rng = np.random.default_rng(3)
+    m = rng.normal(size=(32, 32))
+    m[5, 5], m[9, 9] = 400.0, -300.0
+    top = np.percentile(np.abs(m), 99)
+    want = np.clip(m / top, -1, 1)
+    got = normalize(m, "signed_percentile")
+    np.testing.assert_allclose(got, want, rtol=1e-6, atol=1e-7)
+    assert got[5, 5] == 1.0 and got[9, 9] == -1.0 and np.abs(got).mean() > 5 * np.abs(normalize(m, "signed")).mean()
+    tokens = rng.normal(size=9)
+    np.testing.assert_allclose(normalize(tokens, "signed_percentile"), normalize(tokens, "signed"), rtol=1e-6)
+    assert is_signed("signed_percentile") and is_signed("signed") and not is_signed("percentile")
+
+
+def test_a_map_whose_mass_sits_in_a_few_pixels_is_named() -> None:
+    from gradscope.app.rendering.view import concentration_note
+
+    m = np.full((64, 64), 1e-3)
+    m[:3, :3] = 50.0  # 9 of 4096 pixels hold nearly everything: 5 of them half of it
+    assert "5 of its 4096 values" in concentration_note(m, "signed") and "signed_percentile" in concentration_note(
+        m, "signed"
+    )
+    assert "clipped at the 99th percentile" in concentration_note(m, "signed_percentile")
+    assert concentration_note(np.random.default_rng(0).normal(size=(64, 64)), "signed") == ""

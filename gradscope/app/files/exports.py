@@ -22,6 +22,7 @@ from gradscope.app.rendering.view import OverlayImages, ViewSettings
 from gradscope.core.errors import GradscopeError
 from gradscope.core.files import write_atomic, write_files_atomic, write_text_atomic
 from gradscope.core.formats import SIDECAR_SCHEMA, SidecarFile, encode, read_file
+from gradscope.render.normalize import PERCENTILE_MIN_VALUES
 
 FLOW_COLUMNS = ("norm", "mean_abs", "max_abs", "zero_fraction", "nan_count", "inf_count")
 
@@ -135,18 +136,30 @@ def export_picture(
     return picture
 
 
+def clip_value(values: np.ndarray, normalization: str, percentile: float = 99.0) -> float | None:
+    """Where a percentile normalisation clips ``values`` (None: it does not clip them)."""
+    if normalization != "signed_percentile" or values.size < PERCENTILE_MIN_VALUES:
+        return None
+    top = float(np.percentile(np.abs(values), percentile))
+    return top if top > 0 else None
+
+
 def _with_colorbar(picture: np.ndarray, view: ViewSettings, saliency: np.ndarray) -> np.ndarray:
     """The colormap as a strip under the picture, labelled with the map's range before normalisation."""
     h, w = picture.shape[:2]
     bar_h, pad = max(10, h // 32), max(4, h // 100)
-    ramp = np.linspace(-1.0 if view.normalization == "signed" else 0.0, 1.0, w)[None, :].repeat(bar_h, axis=0)
-    bar = render.apply_colormap(ramp, view.colormap, signed=view.normalization == "signed")
+    signed = render.is_signed(view.normalization)
+    ramp = np.linspace(-1.0 if signed else 0.0, 1.0, w)[None, :].repeat(bar_h, axis=0)
+    bar = render.apply_colormap(ramp, view.colormap, signed=signed)
     canvas = Image.new("RGB", (w, h + pad + bar_h + 14), "white")
     canvas.paste(Image.fromarray(np.ascontiguousarray(picture[..., :3])), (0, 0))
     canvas.paste(Image.fromarray(np.ascontiguousarray(bar)), (0, h + pad))
     finite = np.asarray(saliency, np.float64)[np.isfinite(saliency)]
     draw = ImageDraw.Draw(canvas)
-    if finite.size:
+    clip = clip_value(finite, view.normalization)
+    if clip is not None:  # the ends' colours stand for +-the clip value and everything past it
+        low, label = f"<= {-clip:.3g}", f">= {clip:.3g}"
+    elif finite.size:
         low, label = f"{finite.min():.3g}", f"{finite.max():.3g}"
     else:  # no value to label the ends with: say so rather than "0 ... 0"
         low, label = "no finite value in the map (NaN/Inf)", ""

@@ -10,7 +10,7 @@ import dataclasses
 from typing import Any
 
 from gradscope.app.models.document import ModelDocument
-from gradscope.app.rendering.view import INPUT_KEY, ViewError, ViewSettings
+from gradscope.app.rendering.view import INPUT_KEY, SIGNED_DEFAULT, ViewError, ViewSettings
 from gradscope.core.events import Signal
 
 
@@ -58,7 +58,7 @@ class Viewing:
             "grad_cam": grad_cam,
         }
         if signed:
-            changes.update(colormap="bwr", normalization="signed")
+            changes.update(colormap="bwr", normalization=SIGNED_DEFAULT)
         elif self.settings.signed:
             changes.update(colormap="jet", normalization="minmax")
         self.set_quiet(**changes)
@@ -68,7 +68,7 @@ class Viewing:
         changes = dict(readout)
         if changes.get("signed") != self.settings.signed:
             if changes.get("signed"):
-                changes.update(colormap="bwr", normalization="signed")
+                changes.update(colormap="bwr", normalization=SIGNED_DEFAULT)
             else:
                 changes.update(colormap="jet", normalization="minmax")
         self.set(**changes)

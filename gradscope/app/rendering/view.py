@@ -20,6 +20,9 @@ from gradscope.render import token_grid
 
 INPUT_KEY = "<input>"  # flow-table / stats key of the model input (it is not an engine node)
 NORMALIZATIONS = tuple(n for n in render.NORMALIZATIONS if n != "abs_max")  # abs_max: an alias of abs
+#: A signed method's map: diverging, clipped at the 99th percentile of |m| (LRP-ε's mass sat in a few pixels and
+#: its overlay was the image with one red fleck, like the gradient's; issue 51).
+SIGNED_DEFAULT = "signed_percentile"
 REDUCTIONS = render.REDUCTIONS
 PREPROCESSINGS = ("unit", "raw", "caffe", "minus_one_one")
 
@@ -79,7 +82,7 @@ class ViewSettings:
             readout_node=method.readout_node or INPUT_KEY,
         )
         if method.signed:
-            view = dataclasses.replace(view, colormap="bwr", normalization="signed")
+            view = dataclasses.replace(view, colormap="bwr", normalization=SIGNED_DEFAULT)
         return dataclasses.replace(view, **{k: v for k, v in overrides.items() if v is not None})
 
 
@@ -122,7 +125,7 @@ def overlay_images(
     view.check()
     grid = token_grid(signal) if image is not None and blend else None  # a ViT's tokens: a map per patch
     saliency, spatial = to_map(signal if grid is None else grid, view.reduction)
-    signed = view.normalization == "signed"
+    signed = render.is_signed(view.normalization)
     m = render.normalize(saliency, view.normalization)
     note = ""
     overlay = None
@@ -154,6 +157,23 @@ def degenerate_note(saliency: np.ndarray, method: str = "") -> str:
     elif why.startswith("non-finite"):
         cause = " Likely: NaN/Inf in the model's weights or outputs, or a rule that divides by zero."
     return f"The map is {why}: it shows nothing.{cause}"
+
+
+def concentration_note(saliency: np.ndarray, normalization: str) -> str:
+    """A sentence when half of a spatial map's mass (sum of |m|) sits in under 1 % of its pixels: drawn scaled to
+    its largest value it is one fleck on the image (LRP-ε on the demo), so say so, and what shows the rest."""
+    a = np.abs(np.asarray(saliency, np.float64))
+    a = a[np.isfinite(a)]
+    if a.ndim != 1 or a.size < 400 or a.sum() <= 0:
+        return ""
+    ordered = np.sort(a)[::-1]
+    holding = int(np.searchsorted(np.cumsum(ordered), 0.5 * ordered.sum())) + 1  # pixels holding half the mass
+    if holding >= 0.01 * a.size:
+        return ""
+    share = f"Half of the map's mass sits in {holding} of its {a.size} values ({100 * holding / a.size:.2g} %)"
+    if normalization in ("percentile", "signed_percentile"):
+        return f"{share}: the colours are clipped at the 99th percentile so the rest shows."
+    return f"{share}: drawn to its largest value the rest is faint; Norm 'signed_percentile' or 'percentile' shows it."
 
 
 def as_rgb_uint8(image: np.ndarray) -> np.ndarray:

@@ -143,6 +143,10 @@ class ImagePanel(QWidget):
         self.caption.setAlignment(Qt.AlignmentFlag.AlignCenter)
         self.caption.setWordWrap(True)  # a long caption (scores per token at a node) wraps, never widens the pane
         self.caption.setStyleSheet("color:#455a64; font-weight:600")
+        # two lines for every panel's caption, so side-by-side pictures start level when one title wraps
+        # ("B: gradient (pinned)" pushed B 8 px below A at 1024x640); the full text in the tooltip
+        self.caption.setFixedHeight(self.caption.fontMetrics().lineSpacing() * 2 + 2)
+        self.caption.setAlignment(Qt.AlignmentFlag.AlignHCenter | Qt.AlignmentFlag.AlignBottom)
         self.view = ZoomPicture()
         self.placeholder = QLabel()
         self.placeholder.setAlignment(Qt.AlignmentFlag.AlignCenter)

@@ -26,6 +26,7 @@ from gradscope.app.rendering.view import (
     PREPROCESSINGS,
     REDUCTIONS,
     colormaps,
+    concentration_note,
     degenerate_note,
 )
 from gradscope.app.session import Session
@@ -315,7 +316,15 @@ class OverlayView(QWidget):
         self.compare_label.setStyleSheet("color:#607d8b")
         self.compare_label.setWordWrap(True)  # a long A/B caption wraps instead of being cut
         buttons = (self.pin_button, self.swap_button, self.unpin_button, self.export_compare_button)
-        return ReflowGrid([*buttons, (self.compare_label, 4)], max_columns=8, min_columns=2, even=True)
+        # the caption on a row of its own, as tall as its wrapped lines (in the buttons' grid its second line
+        # was cut at 1024x640)
+        bar = QWidget()
+        column = QVBoxLayout(bar)
+        column.setContentsMargins(0, 0, 0, 0)
+        column.setSpacing(2)
+        column.addWidget(ReflowGrid(buttons, max_columns=4, min_columns=2, even=True))
+        column.addWidget(self.compare_label)
+        return bar
 
     def _export_comparison(self) -> None:
         from PySide6.QtWidgets import QFileDialog, QMessageBox
@@ -376,6 +385,7 @@ class OverlayView(QWidget):
     def _caption(self, name: str, text: str) -> None:
         for row in self._rows():
             row.panels[name].caption.setText(text)
+            row.panels[name].caption.setToolTip(text)  # (two lines shown: a longer one is cut)
 
     def _set_note(self, text: str) -> None:
         self.note.setText(text)
@@ -436,6 +446,8 @@ class OverlayView(QWidget):
         empty = degenerate_note(images.saliency, s.results.method or s.editor.method_name)
         if empty:
             parts.append(empty)
+        elif images.spatial and concentration_note(images.saliency, s.view.normalization):
+            parts.append(concentration_note(images.saliency, s.view.normalization))
         if s.fed.note:
             parts.append(s.fed.note)
         self._set_note("  ".join(parts))

@@ -207,7 +207,7 @@ def test_viewing_checks_every_change_and_follows_the_sign(opened):
     assert viewing.set(readout_node="c2") and changed[-1][0].readout_node == "c2"
     viewing.take_readout("sum", True, True, None)  # a signed preset: diverging colours, read at the input
     s = viewing.settings
-    assert (s.colormap, s.normalization, s.readout_node, s.reduction) == ("bwr", "signed", INPUT_KEY, "sum")
+    assert (s.colormap, s.normalization, s.readout_node, s.reduction) == ("bwr", "signed_percentile", INPUT_KEY, "sum")
     assert len(changed) == 1  # quiet: the editor emits once after the whole preset
     viewing.restore_readout({"signed": False, "reduction": "max_abs", "readout_node": INPUT_KEY})
     assert (viewing.settings.colormap, viewing.settings.normalization) == ("jet", "minmax") and len(changed) == 2
