@@ -83,11 +83,26 @@ def faces() -> tuple[Face, ...]:
     return tuple(sorted(found, key=rank))
 
 
+#: Code points drawn as emoji by default (pictographs, emoticons, transport, flags' regional letters): a colour face
+#: first for them, where text faces hold some as outlines (DejaVu's 😀 came out monochrome beside a colour 🎬).
+EMOJI_RANGES = ((0x1F1E6, 0x1F1FF), (0x1F300, 0x1FAFF))
+
+
+def is_emoji(char: str) -> bool:
+    c = ord(char)
+    return any(lo <= c <= hi for lo, hi in EMOJI_RANGES)
+
+
 @functools.cache
-def face_for(char: str) -> Face | None:
-    """The first face (in :func:`faces` order) that holds ``char``; ``None`` when none does."""
+def face_for(char: str, emoji: bool = False) -> Face | None:
+    """The first face (in :func:`faces` order) that holds ``char``; a colour face first for an emoji (``emoji``:
+    one asked for by a variation selector, ``❤️``); ``None`` when none does."""
     if not char.isprintable() and char not in "\u200d\ufe0f":
         return None
+    if emoji or is_emoji(char):
+        colour = next((f for f in faces() if f.colour and f.holds(char)), None)
+        if colour is not None:
+            return colour
     return next((f for f in faces() if f.holds(char)), None)
 
 
@@ -111,9 +126,9 @@ def runs(text: str) -> list[tuple[str, Face | None]]:
     """``text`` cut into runs that one face draws. Combining marks, joiners and variation selectors stay with the
     character before them, so an emoji sequence or an accented letter is not split."""
     out: list[tuple[str, Face | None]] = []
-    for ch in text:
+    for i, ch in enumerate(text):
         joins = out and (ch in "\u200d\ufe0f\ufe0e" or (0x300 <= ord(ch) <= 0x36F) or out[-1][0].endswith("\u200d"))
-        face = out[-1][1] if joins else face_for(ch)
+        face = out[-1][1] if joins else face_for(ch, emoji=text[i + 1 : i + 2] == "\ufe0f")
         if out and out[-1][1] == face:
             out[-1] = (out[-1][0] + ch, face)
         else:

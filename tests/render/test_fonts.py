@@ -112,3 +112,17 @@ def test_token_strip_tells_characters_apart(pair):
     second = ink[:, PAD + w0 + 2 : PAD + w0 + 2 + w1]
     assert first.any() and second.any()
     assert first.shape != second.shape or not np.array_equal(first, second)
+
+
+def test_emoji_are_drawn_in_colour_where_a_colour_face_holds_them():
+    """Issue 51: 😀 came out as DejaVu's monochrome outline beside a colour 🎬 and 👍 (text faces are tried first,
+    so digits never come out as emoji)."""
+    colour = [f for f in fonts.faces() if f.colour]
+    if not any(f.holds("\U0001f600") for f in colour):
+        pytest.skip(f"no colour emoji font here; install {PACKAGE}")
+    for ch in "\U0001f600\U0001f3ac\U0001f44d":
+        assert fonts.face_for(ch).colour, (ch, fonts.face_for(ch).family)
+    assert [face.colour for _, face in fonts.runs("ok \U0001f600 1")] == [False, True, False]
+    heart = fonts.runs("\u2764\ufe0f")  # asked for as emoji by its variation selector
+    assert len(heart) == 1 and (heart[0][1].colour or not any(f.holds("\u2764") for f in colour))
+    assert not fonts.face_for("1").colour and not fonts.face_for("\u00a9").colour
