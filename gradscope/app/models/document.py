@@ -25,6 +25,9 @@ from gradscope.core.errors import GraphError
 from gradscope.core.events import Signal
 from gradscope.core.graph import LayerGraph
 
+#: Graphs laid out on the owner's thread when a group is expanded or collapsed (larger ones on the worker).
+INLINE_LAYOUT_NODES = 300
+
 
 class ModelDocument:
     def __init__(self, jobs: Jobs, on_ready: Callable[[], None]) -> None:
@@ -212,9 +215,17 @@ class ModelDocument:
             self._relayout()
 
     def _relayout(self) -> None:
+        """A new layout: at once for a graph of up to ``INLINE_LAYOUT_NODES`` nodes (pure Python: ResNet50's 178
+        nodes in 3-6 ms with its blocks collapsed, 80 ms all expanded; DenseNet121's 430 all expanded 0.28 s, so
+        on the worker), else on the worker. Queued there behind the background compile, the first expand of a
+        ResNet50 block took ~7 s ("Laying out the graph…")."""
         from gradscope.render.graph_layout import compute_layout
 
         graph, collapsed, direction = self.graph, frozenset(self.collapsed), self.layout_direction
+        if len(graph) <= INLINE_LAYOUT_NODES:
+            self._jobs.cancel_kind("layout")  # an older layout still queued is stale
+            self._on_layout(compute_layout(graph, collapsed, direction=direction))
+            return
 
         def job(token: Any) -> Any:
             return compute_layout(graph, collapsed, should_stop=lambda: token.cancelled, direction=direction)

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import math
 
-from PySide6.QtCore import QEvent, QPointF, QRectF, Qt, Signal
+from PySide6.QtCore import QEvent, QPointF, QRectF, Qt, QTimer, Signal
 from PySide6.QtGui import (
     QAction,
     QBrush,
@@ -160,7 +160,7 @@ class NodeItem(QGraphicsItem):
 
     def mouseDoubleClickEvent(self, event) -> None:  # noqa: N802  (Qt naming)
         if self.box.collapsed_group is not None:
-            self._view.group_toggled.emit(self.box.collapsed_group, False)
+            self._view.toggle_group_later(self.box.collapsed_group, False)
         else:
             super().mouseDoubleClickEvent(event)
 
@@ -198,7 +198,7 @@ class GroupFrameItem(QGraphicsItem):
 
     def mouseDoubleClickEvent(self, event) -> None:  # noqa: N802
         if event.pos().y() < self.frame.y0 + 22:
-            self._view.group_toggled.emit(self.frame.id, True)
+            self._view.toggle_group_later(self.frame.id, True)
 
 
 class GraphView(QGraphicsView):
@@ -248,6 +248,11 @@ class GraphView(QGraphicsView):
         self.minimap = Minimap(self)
         self._placeholder = self.scene().addText(EMPTY_MESSAGE)
         self._placeholder.setDefaultTextColor(QColor("#78909c"))
+
+    def toggle_group_later(self, group: str, collapse: bool) -> None:
+        """Emit ``group_toggled`` once the double-click's handler has returned: the new layout, drawn at once for
+        a small graph, clears the scene that holds the clicked item."""
+        QTimer.singleShot(0, lambda: self.group_toggled.emit(group, collapse))
 
     def show_message(self, text: str) -> None:
         """Replace the graph with a line of text (while a model loads: the user sees what is happening)."""
