@@ -242,5 +242,6 @@ def test_typed_text_through_a_bpe_tokenizer_explains_the_next_word(tmp_path, cap
         == 0
     )
     side = json.loads(out.with_suffix(".json").read_text())
-    assert [p["label"] for p in side["positions"]] == ["<|endoftext|>", "the", "Ġcat"]
-    assert side["explained_token"]["label"] == "Ġcat" and side["explained_token"]["id"] == 11
+    # byte-level pieces read as the text they stand for ("Ġcat" is " cat")
+    assert [p["label"] for p in side["positions"]] == ["<|endoftext|>", "the", " cat"]
+    assert side["explained_token"]["label"] == " cat" and side["explained_token"]["id"] == 11

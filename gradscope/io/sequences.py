@@ -140,6 +140,14 @@ class HubVocabulary(Vocabulary):
 
     tokenizer: Any = None
     wrap: tuple[int | None, int | None] = (None, None)
+    shown: tuple[str, ...] = ()  # how each token reads (a byte-level BPE's "Ġcat" as " cat"); () as written
+
+    def decode(self, ids: Any) -> list[str]:
+        """Each id's token as it reads: a byte-level BPE piece as the text it stands for (``" cat"``, not
+        ``"Ġcat"``; a piece of a character as written), ``#id`` where the vocabulary has none."""
+        if not self.shown:
+            return super().decode(ids)
+        return [self.shown[i] if 0 <= i < len(self.shown) else f"#{i}" for i in np.asarray(ids).reshape(-1).tolist()]
 
     @classmethod
     def load_tokenizer(cls, path: str | Path) -> HubVocabulary:
@@ -168,7 +176,7 @@ class HubVocabulary(Vocabulary):
         wrap = (getattr(tokenizer, "cls_token_id", None), getattr(tokenizer, "sep_token_id", None))
         if None in wrap:  # a language model's tokenizer: its preprocessor starts the text with the start token
             wrap = (getattr(tokenizer, "start_token_id", None), None)
-        return cls(tokens, str(folder), tokenizer, wrap)
+        return cls(tokens, str(folder), tokenizer, wrap, readable_tokens(tokenizer, tokens))
 
     @classmethod
     def _from_transformers_folder(cls, folder: Path) -> HubVocabulary:
@@ -185,7 +193,8 @@ class HubVocabulary(Vocabulary):
             raise InputError(
                 f"keras_hub cannot convert the tokenizer in {folder} ({type(exc).__name__}: {exc}); give token ids."
             ) from exc
-        return cls(tokens, str(folder), tokenizer, (getattr(tokenizer, "start_token_id", None), None))
+        wrap = (getattr(tokenizer, "start_token_id", None), None)
+        return cls(tokens, str(folder), tokenizer, wrap, readable_tokens(tokenizer, tokens))
 
     def token_id(self, text: str) -> int:
         """A continuation as the tokenizer splits it (``" cat"`` is one token of a BPE vocabulary): an id, a token
@@ -204,6 +213,28 @@ class HubVocabulary(Vocabulary):
             raise InputError("The text has no words.")
         start, end = self.wrap
         return np.array(([start] if start is not None else []) + ids + ([end] if end is not None else []), np.int64)
+
+
+def readable_tokens(tokenizer: Any, tokens: tuple[str, ...]) -> tuple[str, ...]:
+    """A byte-level BPE vocabulary (GPT-2, Llama 3, Qwen: each byte written as a printable character, a space as
+    ``Ġ``) as the text each token stands for; () for other tokenizers (their tokens read as they are)."""
+    try:
+        from keras_hub.src.tokenizers.byte_pair_tokenizer import BytePairTokenizer, bytes_to_unicode
+    except ImportError:
+        return ()
+    if not isinstance(tokenizer, BytePairTokenizer):
+        return ()
+    byte_of = {c: b for b, c in zip(*bytes_to_unicode())}
+    shown = []
+    for token in tokens:
+        if any(ch not in byte_of for ch in token):  # a special token added as it is
+            shown.append(token)
+            continue
+        try:
+            shown.append(b"".join(byte_of[ch] for ch in token).decode("utf-8"))
+        except UnicodeDecodeError:  # part of a multi-byte character: as the vocabulary writes it
+            shown.append(token)
+    return tuple(shown)
 
 
 def parse_token_ids(text: str) -> np.ndarray:

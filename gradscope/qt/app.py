@@ -34,6 +34,12 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     return p.parse_args(argv)
 
 
+def _folder_tokenizer(model: str) -> bool:
+    from gradscope.io.checkpoints import has_tokenizer
+
+    return Path(model).is_dir() and has_tokenizer(Path(model))
+
+
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(sys.argv[1:] if argv is None else argv)
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
@@ -74,6 +80,8 @@ def main(argv: list[str] | None = None) -> int:
         s.fed.set_preprocessing(args.preprocessing)
     if args.vocab:
         s.fed.set_vocabulary(args.vocab)
+    elif args.tokens and model and _folder_tokenizer(model):  # a checkpoint folder's tokenizer reads the words
+        s.fed.set_vocabulary(model)
     if args.tokens:
         s.fed.set_typed(args.tokens)
     elif image:
