@@ -295,6 +295,7 @@ def test_a_language_model_fits_too(window, qtbot, wait_idle, size):
 def test_a_dock_never_crushes_the_graph(window, qtbot, wait_idle, model_file, image_file, size):
     """Issue 51: with Diagnostics open the graph was ~110 px tall at 1024x640; Evaluation left it its legend. A
     dock takes its share where there is room, else opens as a window beside the graph; both stay readable."""
+    from gradscope.qt.graph.view import SHORT_VIEW_PX
     from gradscope.qt.main_window import DOCK_MIN
 
     assert window.open_image(str(image_file))
@@ -311,6 +312,8 @@ def test_a_dock_never_crushes_the_graph(window, qtbot, wait_idle, model_file, im
             left = dock.mapToGlobal(dock.rect().topLeft()).x() - window.mapToGlobal(window.rect().topLeft()).x()
             assert left >= shown.x() + view.width() - 1, (dock.objectName(), left)
         assert view.height() >= 190, (dock.objectName(), view.height(), size)
+        faded = window.graph_view._legend_fade.opacity() < 1  # a short view's key lets the top boxes show through
+        assert faded == (view.height() < SHORT_VIEW_PX), (view.height(), faded)
         assert window.flow.height() >= 120 and dock.height() >= DOCK_MIN[dock.objectName()], dock.objectName()
         dock.hide()
         dock.setFloating(False)

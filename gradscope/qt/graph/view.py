@@ -23,6 +23,7 @@ from PySide6.QtGui import (
 )
 from PySide6.QtWidgets import (
     QGraphicsItem,
+    QGraphicsOpacityEffect,
     QGraphicsPathItem,
     QGraphicsScene,
     QGraphicsView,
@@ -58,6 +59,10 @@ LABEL_ZOOM = 0.25  # below this boxes are drawn without text
 
 
 EMPTY_MESSAGE = "Open a model (File ▸ Open model, or drop a .keras file here)"
+
+
+SHORT_VIEW_PX = 320  # a graph view shorter than this draws its key see-through
+LEGEND_FADED = 0.45
 
 
 class NodeItem(QGraphicsItem):
@@ -233,6 +238,9 @@ class GraphView(QGraphicsView):
         self._updating_selection = False
         self.legend = GraphLegend(self)
         self.legend.move(10, 10)
+        self._legend_fade = QGraphicsOpacityEffect(self.legend)
+        self._legend_fade.setOpacity(1.0)
+        self.legend.setGraphicsEffect(self._legend_fade)
         self.search = QLineEdit(self)
         self.search.setPlaceholderText("Find node (Ctrl+F)…")
         self.search.setClearButtonEnabled(True)
@@ -542,6 +550,9 @@ class GraphView(QGraphicsView):
     def resizeEvent(self, event) -> None:  # noqa: N802
         super().resizeEvent(event)
         self.search.move(self.viewport().width() - self.search.width() - 10, 10)
+        # a short view (a dock open at 1024x640): the key lets the boxes under it show through (it hid the top
+        # ones); the boxes stay clickable through it either way
+        self._legend_fade.setOpacity(LEGEND_FADED if self.viewport().height() < SHORT_VIEW_PX else 1.0)
         if not self.user_zoomed and event.oldSize().isValid() and event.size() != event.oldSize():
             self.fit_all()  # (the window was resized or a dock opened: the graph follows until the user zooms)
             chosen = [i for i in self.scene().selectedItems() if isinstance(i, NodeItem)]
