@@ -24,9 +24,9 @@ from gradscope.core.errors import RuleError
 from gradscope.core.graph import NodeSpec
 from gradscope.rules.builtin.transformer import (
     EpsilonParams,
-    _check_rerun,
     epsilon_factor,
     normalize_with_constant_scale,
+    rerun_gradient,
     scaled_gradient,
     uniform_product,
 )
@@ -50,21 +50,13 @@ class _AttentionRule(Rule):
         return is_attention(node)
 
     def backward(self, ctx, grad_outputs):
-        xs = [tf.identity(x) for x in ctx.inputs]  # one gradient per use, also for mha(x, x)
-        floats = [x for x in xs if x.dtype.is_floating]
-        exact_mha = type(ctx.layer) is keras.layers.MultiHeadAttention
-        call = attention_call(ctx, xs) if exact_mha else None
-        with tf.GradientTape() as tape:
-            for x in floats:
-                tape.watch(x)
-            with keras.StatelessScope(state_mapping=list(zip(ctx.layer.variables, ctx.weight_list))):
-                if exact_mha:
-                    y = attention(ctx.layer, call, self.mode, getattr(self.params, "epsilon", 0.0))
-                else:
-                    y = hooked_attention(ctx, xs, self.mode)
-        _check_rerun(ctx, y)
-        got = iter(tape.gradient(y, floats, output_gradients=grad_outputs[0], unconnected_gradients="zero"))
-        return [next(got) if x.dtype.is_floating else None for x in xs]
+        def rerun(xs):
+            if type(ctx.layer) is keras.layers.MultiHeadAttention:
+                call = attention_call(ctx, xs)
+                return attention(ctx.layer, call, self.mode, getattr(self.params, "epsilon", 0.0))
+            return hooked_attention(ctx, xs, self.mode)
+
+        return rerun_gradient(ctx, grad_outputs, rerun)
 
 
 @register_rule("attention_lrp")

@@ -19,7 +19,7 @@ from gradscope.backend import keras, tf
 from gradscope.core.errors import RuleError
 from gradscope.core.graph import NodeSpec
 from gradscope.rules.builtin.linear_ops import sign0
-from gradscope.rules.builtin.transformer import _check_rerun, half_gradient
+from gradscope.rules.builtin.transformer import half_gradient, rerun_gradient
 from gradscope.rules.registry import Rule, register_rule
 
 #: The sublayers' names in keras_hub's blocks (with or without a leading underscore).
@@ -107,17 +107,8 @@ class _ExpertMixtureRule(Rule):
         return is_expert_mixture(node)
 
     def backward(self, ctx, grad_outputs):
-        xs = [tf.identity(x) for x in ctx.inputs]
-        floats = [x for x in xs if x.dtype.is_floating]
-        with tf.GradientTape() as tape:
-            for x in floats:
-                tape.watch(x)
-            with keras.StatelessScope(state_mapping=list(zip(ctx.layer.variables, ctx.weight_list))):
-                y = constant_router_mixture(ctx, xs, self.mode)
-        _check_rerun(ctx, y)
-        # The router logits (the block's second output) are constant under this rule: their gradient stops here.
-        got = iter(tape.gradient(y, floats, output_gradients=grad_outputs[0], unconnected_gradients="zero"))
-        return [next(got) if x.dtype.is_floating else None for x in xs]
+        # the router logits (the block's second output) are constant under this rule: no gradient through them
+        return rerun_gradient(ctx, grad_outputs, lambda xs: constant_router_mixture(ctx, xs, self.mode))
 
 
 @register_rule("experts_lrp")

@@ -257,6 +257,23 @@ class ProductGateConstant(Rule):
         return grads
 
 
+def rerun_gradient(ctx, grad_outputs, rerun) -> list:
+    """The gradient of a layer re-run whole with a rule's changes: ``rerun(xs)`` (on fresh copies of the inputs,
+    one gradient per use, also for ``mha(x, x)``; the layer's own weights) must give the layer's output
+    (``_check_rerun``); ``grad_outputs[0]`` flows back through it (a second output, e.g. a router's logits, is
+    constant under the rule), None for integer inputs."""
+    xs = [tf.identity(x) for x in ctx.inputs]
+    floats = [x for x in xs if x.dtype.is_floating]
+    with tf.GradientTape() as tape:
+        for x in floats:
+            tape.watch(x)
+        with keras.StatelessScope(state_mapping=list(zip(ctx.layer.variables, ctx.weight_list))):
+            y = rerun(xs)
+    _check_rerun(ctx, y)
+    got = iter(tape.gradient(y, floats, output_gradients=grad_outputs[0], unconnected_gradients="zero"))
+    return [next(got) if x.dtype.is_floating else None for x in xs]
+
+
 def _check_rerun(ctx, y) -> None:
     """The re-run must be the layer's own output; a call it does not reproduce is an error naming the layer's
     class, never a wrong map (one line when run eagerly; inside a compiled kernel TensorFlow's assert)."""
