@@ -125,6 +125,8 @@ class MainWindow(QMainWindow):
         own over the map and inspector, the graph left in sight (a cut path it draws red stays visible)."""
         if dock.isFloating() or not dock.isVisible() or not self.centralWidget().isVisible():
             return  # the user's own placement, or a training log alone (it has the window)
+        if dock is self.training_dock and self.session.training.log is None:
+            return  # its log still loading: whether it has the window alone is not known yet (it was floated)
         if self.dockWidgetArea(dock) != Qt.DockWidgetArea.BottomDockWidgetArea:
             return
         name = dock.objectName()
@@ -274,6 +276,7 @@ class MainWindow(QMainWindow):
         self.training_dock.show()
         graph = self.session.graph
         self._show_model_panes(graph is not None and graph.model_name == log.model_name)
+        QTimer.singleShot(0, lambda: self.place_dock(self.training_dock))  # now that the panes' fate is known
 
     def _show_model_panes(self, shown: bool) -> None:
         central = self.centralWidget()

@@ -76,9 +76,14 @@ def test_a_click_on_a_nan_cell_selects_it_and_an_empty_histogram_says_why(window
     from PySide6.QtCore import QPointF, Qt
 
     watch, panel = window.session.training, window.training
+    window.resize(1024, 640)  # a short window: the log alone still takes it (a dock placed while the log loaded
+    qtbot.wait(50)  # was floated off the window, which then showed nothing)
     window.open_training_log(str(blowup_log))
     qtbot.waitUntil(lambda: watch.log is not None and len(panel.nan_marks.data) > 0, timeout=60_000)
     qtbot.waitUntil(lambda: watch.step is not None, timeout=20_000)
+    qtbot.wait(100)
+    assert not window.training_dock.isFloating() and window.training_dock.height() > 0.7 * window.height()
+    window.resize(1400, 900)
     if not panel.hist_plot.getPlotItem().items or watch.node is None:
         assert panel.hist_note.isVisible() and panel.hist_note.text()  # a word instead of an empty plot
     x, y = panel.nan_marks.data[0]["x"], panel.nan_marks.data[0]["y"]
