@@ -51,7 +51,7 @@ class EvaluationPanel(QWidget):
         self.out.setToolTip("Empty: <images>-evaluation beside the images; for the bundled demo images ~/gradscope/")
         self.methods = QLineEdit("gradient,random")
         self.methods.setToolTip("Presets, PRESET@NODE, center, random (comma-separated)")
-        self.with_plan = QCheckBox("and the plan being edited (as “current plan”)")
+        self.with_plan = QCheckBox('and the plan being edited (named "plan: ..." by its preset or first rule)')
         self.with_plan.setChecked(True)
         self.metrics = {m: QCheckBox(label) for m, label in METRIC_LABELS.items()}
         self.metrics["pointing"].setChecked(True)
