@@ -125,7 +125,7 @@ class MainWindow(QMainWindow):
         own over the map and inspector, the graph left in sight (a cut path it draws red stays visible)."""
         if dock.isFloating() or not dock.isVisible() or not self.centralWidget().isVisible():
             return  # the user's own placement, or a training log alone (it has the window)
-        if dock is self.training_dock and self.session.training.log is None:
+        if dock is self.training_dock and self._log_opening:
             return  # its log still loading: whether it has the window alone is not known yet (it was floated)
         if self.dockWidgetArea(dock) != Qt.DockWidgetArea.BottomDockWidgetArea:
             return
@@ -157,7 +157,8 @@ class MainWindow(QMainWindow):
         self.training.open_log = self.open_training_log_dialog
         self.training_dock = self._bottom_dock("Training: gradient flow over steps", "training_dock", self.training)
         s.training.changed.connect(self._on_training_log)
-        self.training_dock.visibilityChanged.connect(lambda shown: shown or self._show_model_panes(True))
+        self._log_opening = False  # a log being read: its dock is placed when it is (see place_dock)
+        self.training_dock.visibilityChanged.connect(self._on_training_dock_shown)
         self.evaluation = EvaluationPanel(s)
         self.evaluation_dock = self._bottom_dock(
             "Evaluation: methods scored over a folder of images", "evaluation_dock", self.evaluation
@@ -273,10 +274,16 @@ class MainWindow(QMainWindow):
     def _on_training_log(self, log: Any) -> None:
         """A log of another model (or with none open) takes the whole window: graph, map and inspector would
         describe a model the log is not about. Opening a model, or closing the view, brings them back."""
+        self._log_opening = False
         self.training_dock.show()
         graph = self.session.graph
         self._show_model_panes(graph is not None and graph.model_name == log.model_name)
         QTimer.singleShot(0, lambda: self.place_dock(self.training_dock))  # now that the panes' fate is known
+
+    def _on_training_dock_shown(self, shown: bool) -> None:
+        if not shown:  # closed: the model's panes come back, and a log that failed to open no longer waits
+            self._show_model_panes(True)
+            self._log_opening = False
 
     def _show_model_panes(self, shown: bool) -> None:
         central = self.centralWidget()
@@ -433,6 +440,7 @@ class MainWindow(QMainWindow):
             self.open_training_log(path)
 
     def open_training_log(self, folder: str) -> None:
+        self._log_opening = True  # placed once the log is read (``_on_training_log``): it may take the window
         self.training_dock.show()
         self.session.training.open(folder)
 
