@@ -446,11 +446,11 @@ class OverlayView(QWidget):
         empty = degenerate_note(images.saliency, s.results.method or s.editor.method_name)
         if empty:
             parts.append(empty)
-        elif images.spatial and concentration_note(images.saliency, s.view.normalization):
+        elif images.spatial:
             parts.append(concentration_note(images.saliency, s.view.normalization))
         if s.fed.note:
             parts.append(s.fed.note)
-        self._set_note("  ".join(parts))
+        self._set_note("  ".join(p for p in parts if p))
 
     def _labels_fit(self, res: Any) -> bool:
         """Whether ``res`` was computed on the input now fed (one score per token of it)."""
