@@ -71,22 +71,28 @@ def pan_ms(app, view, zoom: float, frames: int = 60) -> float:
     return statistics.median(times) * 1000
 
 
+def open_idle_seconds(model: str) -> float:
+    """A fresh ``gradscope gui MODEL --screenshot`` process, from its launch to the screenshot (seconds)."""
+    with tempfile.TemporaryDirectory() as tmp:
+        shot = Path(tmp) / "shot.png"
+        command = [sys.executable, "-m", "gradscope", "gui", model, "--screenshot", str(shot)]
+        env = {**os.environ, "QT_QPA_PLATFORM": os.environ.get("QT_QPA_PLATFORM", "offscreen")}
+        t0 = time.perf_counter()
+        child = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True, env=env)
+        seconds = None
+        for line in child.stdout:
+            if line.startswith("screenshot:"):
+                seconds = time.perf_counter() - t0
+        child.wait()
+        if child.returncode or seconds is None or not shot.is_file():
+            raise SystemExit(f"gradscope gui {model} failed (exit {child.returncode})")
+    return seconds
+
+
 def open_idle(models: list[str], rounds: int) -> None:
     rows = []
     for model in models:
-        seconds = []
-        for _ in range(rounds):
-            with tempfile.TemporaryDirectory() as tmp:
-                shot = Path(tmp) / "shot.png"
-                command = [sys.executable, "-m", "gradscope", "gui", model, "--screenshot", str(shot)]
-                t0 = time.perf_counter()
-                child = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
-                for line in child.stdout:
-                    if line.startswith("screenshot:"):
-                        seconds.append(time.perf_counter() - t0)
-                child.wait()
-                if child.returncode or not shot.is_file():
-                    raise SystemExit(f"gradscope gui {model} failed (exit {child.returncode})")
+        seconds = [open_idle_seconds(model) for _ in range(rounds)]
         row = {"model": Path(model).stem, "rounds": rounds, "median_s": statistics.median(seconds)}
         row |= {"min_s": min(seconds), "max_s": max(seconds)}
         print(f"{row['model']}: open -> idle {row['median_s']:.2f} s (median; {row['min_s']:.2f}-{row['max_s']:.2f})")

@@ -6,6 +6,9 @@
     .venv/bin/python benchmarks/bench_language_model.py --save DIR            # save the models as .keras, then
     .venv/bin/python benchmarks/bench_language_model.py --open DIR/llama3_16x1024.keras   # open + first map + RSS
                                                                               # in this fresh process (as the app)
+    .venv/bin/python benchmarks/bench_language_model.py --folder F/llama3_1b F/gemma3_1b   # checkpoint folders
+                                   # (benchmarks/make_lm_folders.py): open, AttnLRP, RSS, window against Keras' load
+    .venv/bin/python benchmarks/bench_language_model.py --long 2048          # AttnLRP on 2,048 tokens: time, memory
 
 Random weights (nothing downloaded), prompt of 64 tokens, batch 1, this machine's CPU. The Llama-3 shape: 16
 blocks of width 1024, 16 query / 4 key-value heads, MLP 4096, vocabulary 32,000 (309 M parameters, untied head);
@@ -21,14 +24,17 @@ Writes benchmarks/results/language_model.{json,csv} (other settings: language_mo
 
 from __future__ import annotations
 
-import argparse
-import csv
-import json
-import os
-import platform
-import sys
 import time
-from pathlib import Path
+
+STARTED = time.perf_counter()  # this process's start, before TensorFlow is imported
+
+import argparse  # noqa: E402
+import csv  # noqa: E402
+import json  # noqa: E402
+import os  # noqa: E402
+import platform  # noqa: E402
+import sys  # noqa: E402
+from pathlib import Path  # noqa: E402
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
@@ -207,9 +213,25 @@ def bench(name: str, model: keras.Model, repeats: int, edits: int, steps: int) -
     return rows
 
 
-def open_saved(path: Path) -> None:
-    """Open a saved model as the app does (``open_engine``: safe mode, the graph, the weights read in place), the
-    first map of the most likely next token, and the process's RSS against the weights' size."""
+def _peak_mb() -> float:
+    for line in Path("/proc/self/status").read_text().splitlines():
+        if line.startswith("VmHWM:"):
+            return int(line.split()[1]) / 1024
+    return float("nan")
+
+
+def _weights_mb(model: keras.Model) -> float:
+    return sum(int(np.prod(v.shape)) * np.dtype(v.dtype).itemsize for v in model.weights) / 2**20
+
+
+def _report(row: dict) -> None:
+    print("RESULT " + json.dumps(row), flush=True)
+
+
+def open_saved(path: Path, presets: tuple[str, ...] = ()) -> None:
+    """Open a saved model or checkpoint folder as the app does (``open_engine``: safe mode, the graph, the weights
+    read in place; a folder through keras_hub's converters in its stored dtype), the first map of the most likely
+    next token, then each of ``presets`` never seen, and the process's RSS (now and its peak) against the weights."""
     from gradscope.api import open_engine
 
     t0 = time.perf_counter()
@@ -221,11 +243,169 @@ def open_saved(path: Path) -> None:
     t0 = time.perf_counter()
     engine.backward(x, Target(kind="token"), Plan(), capture="all")
     first = time.perf_counter() - t0
-    weights_mb = sum(int(np.prod(v.shape)) * np.dtype(v.dtype).itemsize for v in engine.model.weights) / 2**20
+    row = {"open_s": opened, "first_map_s": first, "dtype": engine.model.dtype_policy.name}
+    for preset in presets:
+        plan = build_method(preset, engine.graph).plan
+        t0 = time.perf_counter()
+        engine.backward(x, Target(kind="token"), plan, capture="all")
+        row[f"{preset}_s"] = time.perf_counter() - t0
+    weights_mb = _weights_mb(engine.model)
+    row |= {"rss_mb": rss_mb(), "peak_mb": _peak_mb(), "weights_mb": weights_mb}
     print(
-        f"{path.name}: open {opened:.2f} s, first map {first:.2f} s, RSS {rss_mb():.0f} MB for {weights_mb:.0f} MB of "
-        f"weights ({rss_mb() / weights_mb:.1f}x)"
+        f"{path.name}: open {opened:.2f} s, first map {first:.2f} s, RSS {rss_mb():.0f} MB (peak {_peak_mb():.0f}) for "
+        f"{weights_mb:.0f} MB of weights ({rss_mb() / weights_mb:.1f}x)"
     )
+    _report(row)
+
+
+def keras_load(folder: Path, dtype: str) -> None:
+    """The floor of opening a checkpoint folder: keras_hub's own load of it (what a user's script does) in the
+    dtype gradscope opens it in, then the compiled plain gradient of the next token's logit, its first call (trace
+    included) and again."""
+    import keras_hub
+
+    t0 = time.perf_counter()
+    model = keras_hub.models.CausalLM.from_preset(str(folder.resolve()), preprocessor=None, dtype=dtype)
+    loaded = time.perf_counter() - t0
+    started, load_peak = time.perf_counter() - STARTED, _peak_mb()
+    ids = np.random.default_rng(0).integers(2, 1000, (1, PROMPT))
+    feed = {"token_ids": tf.constant(ids), "padding_mask": tf.ones_like(ids, tf.int32)}
+    logits = model(feed)
+    grad = plain_next_token_gradient(model, PROMPT - 1, int(np.argmax(logits[0, -1])))
+    t0 = time.perf_counter()
+    grad(feed).numpy()
+    first = time.perf_counter() - t0
+    again = median_time(lambda: grad(feed).numpy(), 3)
+    _report(
+        {
+            "load_s": loaded,
+            "started_to_loaded_s": started,
+            "load_peak_mb": load_peak,
+            "gradient_first_s": first,
+            "gradient_s": again,
+            "rss_mb": rss_mb(),
+            "peak_mb": _peak_mb(),
+            "weights_mb": _weights_mb(model),
+        }
+    )
+
+
+def _child(*args: str) -> tuple[dict, float]:
+    """Run this script with ``args`` in a fresh process: its RESULT row and its wall time from launch."""
+    import subprocess
+
+    t0 = time.perf_counter()
+    out = subprocess.run([sys.executable, __file__, *args], capture_output=True, text=True, check=False)
+    wall = time.perf_counter() - t0
+    rows = [json.loads(line[7:]) for line in out.stdout.splitlines() if line.startswith("RESULT ")]
+    print(f"  {' '.join(args)}: {rows[0] if rows else out.stdout[-500:]} ({wall:.1f} s from launch)", flush=True)
+    if out.returncode or not rows:
+        raise SystemExit(f"{' '.join(args)} failed:\n{out.stderr[-3000:]}")
+    return rows[0], wall
+
+
+def bench_folders(folders: list[Path], dtype: str) -> list[dict]:
+    """Issue 50 item 4, each step in a fresh process: Keras' own load of the folder + the compiled plain gradient
+    against gradscope's open -> first map, AttnLRP's first map against that gradient, RSS against the weights,
+    and the window's open -> idle (``bench_gui.py --open-idle``) against Keras' load from its process start."""
+    from bench_gui import open_idle_seconds
+
+    rows = []
+    for folder in folders:
+        base, base_wall = _child("--keras-load", str(folder), "--dtype", dtype)
+        ours, _ = _child("--open", str(folder), "--presets", "attnlrp")
+        gui = open_idle_seconds(str(folder))
+        floor = base["load_s"] + base["gradient_first_s"]
+
+        def record(case: str, seconds: float, reference: float, goal: str, name: str = folder.name) -> None:
+            rows.append({"model": name, "case": case, "seconds": seconds, "ratio": seconds / reference, "note": goal})
+            print(f"{name:<12} {case:<58} {seconds:8.2f} s  {seconds / reference:6.2f}x  {goal}", flush=True)
+
+        record("Keras: from_preset(folder)", base["load_s"], base["load_s"], f"{base['weights_mb']:.0f} MB weights")
+        record("Keras: compiled plain gradient, first call (traced)", base["gradient_first_s"], floor, "")
+        record("Keras: compiled plain gradient, again", base["gradient_s"], base["gradient_s"], "= 1 x")
+        record(
+            "gradscope: open folder -> first map",
+            ours["open_s"] + ours["first_map_s"],
+            floor,
+            f"goal <= 1.2x (load + first gradient = {floor:.1f} s); {ours['dtype']}",
+        )
+        record("gradscope: never-seen attnlrp map", ours["attnlrp_s"], base["gradient_s"], "goal <= 2x the gradient")
+        record(
+            "gradscope: peak RSS (MB)",
+            ours["peak_mb"],
+            ours["weights_mb"],
+            f"x the weights; goal <= 2x (Keras' load + gradient: {base['peak_mb'] / base['weights_mb']:.1f}x)",
+        )
+        record(
+            "window: open -> idle (fresh process)",
+            gui,
+            base_wall,
+            f"goal <= 1.2x Keras' process (start + load + gradient: {base_wall:.1f} s)",
+        )
+    return rows
+
+
+def long_prompt(tokens: int, phase: str, layers: int) -> None:
+    """One phase of the long-prompt benchmark in this fresh process (its peak RSS is the phase's own): ``plain``,
+    the compiled plain gradient (first call, traced, and again); ``attnlrp``, gradscope's never-seen AttnLRP map
+    with every node's statistics and signal (as the window asks), then a one-node edit."""
+    keras.utils.set_random_seed(0)
+    model = llama3(layers)
+    ids = np.random.default_rng(0).integers(2, 1000, (1, tokens))
+    feed = {"token_ids": tf.constant(ids), "padding_mask": tf.ones_like(ids, tf.int32)}
+    token = 5
+    row: dict = {"tokens": tokens, "phase": phase, "weights_mb": _weights_mb(model)}
+    if phase == "plain":
+        grad = plain_next_token_gradient(model, tokens - 1, token)
+        t0 = time.perf_counter()
+        grad(feed).numpy()
+        row["first_s"] = time.perf_counter() - t0
+        t0 = time.perf_counter()
+        grad(feed).numpy()
+        row["again_s"] = time.perf_counter() - t0
+    else:
+        engine = Engine(model)
+        x = [ids if i == "token_ids" else np.ones_like(ids) for i in engine.graph.input_ids]
+        target = Target(kind="token", index=token)
+        plan = build_method("attnlrp", engine.graph).plan
+        t0 = time.perf_counter()
+        r = engine.backward(x, target, plan, capture="all")
+        row["first_s"] = time.perf_counter() - t0
+        row["mode"] = r.meta["mode"]
+        del r
+        downs = [n.id for n in engine.graph.nodes if n.id.endswith("feedforward_output_dense")]
+        t0 = time.perf_counter()
+        engine.backward(x, target, plan.with_entry(downs[len(downs) // 2], "scale", {"factor": 2.0}), capture="all")
+        row["edit_s"] = time.perf_counter() - t0
+    row |= {"rss_mb": rss_mb(), "peak_mb": _peak_mb()}
+    _report(row)
+
+
+def bench_long(tokens: int, layers: int) -> list[dict]:
+    """Issue 50 item 5: AttnLRP on a long prompt against the compiled plain gradient, time and peak memory, each
+    in a fresh process."""
+    plain, _ = _child("--long", str(tokens), "--phase", "plain", "--layers", str(layers))
+    ours, _ = _child("--long", str(tokens), "--phase", "attnlrp", "--layers", str(layers))
+    name = f"llama3_{layers}x1024"
+    rows = []
+
+    def record(case: str, value: float, reference: float, goal: str) -> None:
+        rows.append(
+            {"model": name, "tokens": tokens, "case": case, "value": value, "ratio": value / reference, "note": goal}
+        )
+        print(f"{name} {tokens:>5} tokens  {case:<44} {value:9.1f}  {value / reference:6.2f}x  {goal}", flush=True)
+
+    record("plain gradient, first call (traced) s", plain["first_s"], plain["again_s"], "")
+    record("plain gradient, again s", plain["again_s"], plain["again_s"], "= 1 x")
+    record("plain gradient, peak RSS MB", plain["peak_mb"], plain["peak_mb"], "= 1 x")
+    record(
+        "attnlrp, never seen (every node's signal) s", ours["first_s"], plain["again_s"], f"goal <= 2x; {ours['mode']}"
+    )
+    record("attnlrp, never seen, against the traced gradient s", ours["first_s"], plain["first_s"], "")
+    record("attnlrp, one-node edit s", ours["edit_s"], plain["again_s"], "")
+    record("attnlrp, peak RSS MB", ours["peak_mb"], plain["peak_mb"], "goal <= 1.3x the plain gradient's")
+    return rows
 
 
 def main() -> None:
@@ -237,9 +417,23 @@ def main() -> None:
     parser.add_argument("--generate", type=int, default=16, metavar="N", help="tokens to generate (0: skip)")
     parser.add_argument("--save", metavar="DIR", help="only build and save the models as .keras into DIR")
     parser.add_argument("--open", metavar="FILE", help="only open FILE as the app does, first map, RSS (fresh process)")
+    parser.add_argument("--presets", default="", help="with --open: presets to time after the first map (a,b)")
+    parser.add_argument("--folder", nargs="+", type=Path, metavar="DIR", help="checkpoint folders (make_lm_folders.py)")
+    parser.add_argument("--dtype", default="bfloat16", help="with --folder: the dtype Keras' own load is given")
+    parser.add_argument("--keras-load", type=Path, metavar="DIR", help=argparse.SUPPRESS)
+    parser.add_argument("--long", type=int, metavar="TOKENS", help="AttnLRP on a prompt of TOKENS (fresh processes)")
+    parser.add_argument("--phase", choices=("plain", "attnlrp"), help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.open:
-        return open_saved(Path(args.open))
+        return open_saved(Path(args.open), tuple(p for p in args.presets.split(",") if p))
+    if args.keras_load:
+        return keras_load(args.keras_load, args.dtype)
+    if args.long and args.phase:
+        return long_prompt(args.long, args.phase, args.layers or 16)
+    if args.long:
+        return _write(f"language_model_long{args.long}", bench_long(args.long, args.layers or 16), {})
+    if args.folder:
+        return _write("language_model_folders", bench_folders(args.folder, args.dtype), {})
     keras.utils.set_random_seed(0)
     rows: list[dict] = []
     for name, build, default in (("llama3", llama3, 16), ("gemma3", gemma3, 18)):
@@ -252,10 +446,14 @@ def main() -> None:
             rows += bench(name, model, args.repeats, args.memory, args.generate)
     if args.save:
         return
-    RESULTS.mkdir(exist_ok=True)
-    meta = {"machine": platform.platform(), "cpus": os.cpu_count(), "layers": args.layers, "tf": tf.__version__}
     stem = "language_model" + (f"_{args.layers}blocks" if args.layers else "") + (f"_{args.only}" if args.only else "")
     stem += f"_memory{args.memory}" if args.memory else ""
+    _write(stem, rows, {"layers": args.layers})
+
+
+def _write(stem: str, rows: list[dict], settings: dict) -> None:
+    RESULTS.mkdir(exist_ok=True)
+    meta = {"machine": platform.platform(), "cpus": os.cpu_count(), "tf": tf.__version__, **settings}
     (RESULTS / f"{stem}.json").write_text(json.dumps({"meta": meta, "rows": rows}, indent=2) + "\n")
     with (RESULTS / f"{stem}.csv").open("w", newline="") as f:
         writer = csv.DictWriter(f, fieldnames=list(rows[0]))

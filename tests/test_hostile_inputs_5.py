@@ -17,13 +17,14 @@ from PIL import Image
 import gradscope.api as gs
 from gradscope.cli import main
 from gradscope.core.errors import EXIT_USER_ERROR, ArgumentError, ImageLoadError, InputError, TargetError
+from gradscope.core.graph import LONG_INPUT_TOKENS
 from gradscope.core.numbers import int_or_none
 from gradscope.core.targets import Target, whole_number
 from gradscope.io import memory
 from gradscope.io.datasets import DataProblem, ImageFolder
 from gradscope.io.demo import demo_image_paths, demo_model_path
 from gradscope.io.images import list_images, load_image
-from gradscope.io.model_inputs import ATTENTION_COPIES
+from gradscope.io.model_inputs import _most_tokens, sequence_bytes
 from gradscope.io.sequences import Vocabulary, parse_token_ids
 from tests.engine.backward.language_models import tiny_causal_lm
 
@@ -69,16 +70,22 @@ def test_generation_feeds_the_prompt_and_all_but_the_last_token(gpt2):
 def test_a_sequence_whose_attention_cannot_fit_in_memory_is_refused_before_it_runs(llama, monkeypatch):
     heads = sum(llama.graph.attention_heads())
     assert heads == 8  # two layers of four query heads
-    with pytest.raises(InputError, match=r"100,000 tokens need about 2,384\.2 GiB for the attention alone"):
+    with pytest.raises(
+        InputError, match=r"100,000 tokens need about 1,192\.\d GiB \(1,192\.1 GiB for one attention layer"
+    ):
         gs.model_input(llama, np.ones(100_000, np.int64))
-    free = 1 << 30  # 1 GiB: at most sqrt(2**30 / (8 heads x 4 bytes x copies)) tokens
-    monkeypatch.setattr(memory, "available_bytes", lambda: free)
-    most = int((free / (heads * 4 * ATTENTION_COPIES)) ** 0.5)
-    with pytest.raises(InputError, match=f"Give at most about {most:,} tokens"):
-        gs.model_input(llama, np.ones(most + 1, np.int64))
-    assert gs.model_input(llama, np.ones(most, np.int64)).ids.size == most
-    with pytest.raises(InputError, match="Give at most about"):
-        gs.explain_generation(llama, np.ones(most - 2, np.int64), steps=4, method="gradient")
+    # a long prompt (LONG_INPUT_TOKENS on) holds one layer's scores at a time and every node's outputs and signals
+    for free in (1 << 30, 8 << 20):  # 1 GiB: a long prompt fits; 8 MiB: only a short one, every layer's scores kept
+        monkeypatch.setattr(memory, "available_bytes", lambda free=free: free)
+        most = _most_tokens(llama.graph, free)
+        attention, nodes = sequence_bytes(llama.graph, most)
+        assert attention + nodes <= free < sum(sequence_bytes(llama.graph, most + 1))
+        assert (most >= LONG_INPUT_TOKENS) == (free == 1 << 30) and (nodes > 0) == (most >= LONG_INPUT_TOKENS)
+        with pytest.raises(InputError, match=f"Give at most about {most:,} tokens"):
+            gs.model_input(llama, np.ones(most + 1, np.int64))
+        assert gs.model_input(llama, np.ones(most, np.int64)).ids.size == most
+        with pytest.raises(InputError, match="Give at most about"):
+            gs.explain_generation(llama, np.ones(most - 2, np.int64), steps=4, method="gradient")
 
 
 def test_sanity_on_a_keras_hub_language_model_reads_the_map_at_the_embedding(gpt2):

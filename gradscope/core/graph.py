@@ -78,6 +78,9 @@ def companion_kind(input_name: str) -> str | None:
 KEPT_WHOLE = "kept whole"
 #: Config key of an attention layer's head count (set by the engine's graph builder, whatever the layer calls it).
 ATTENTION_HEADS = "attention heads"
+#: From this many tokens on a prompt is long: the engine keeps no per-node tapes and answers every plan live, so
+#: attention's (heads, L, L) tensors are alive one layer at a time (``Engine.is_long_input``).
+LONG_INPUT_TOKENS = 512
 
 
 @dataclass(frozen=True)
@@ -168,6 +171,21 @@ class LayerGraph:
     def attention_heads(self) -> list[int]:
         """The head count of each attention layer: each holds (heads, L, L) scores for a sequence of L tokens."""
         return [n.config[ATTENTION_HEADS] for n in self.nodes if isinstance(n.config.get(ATTENTION_HEADS), int)]
+
+    def bytes_per_token(self) -> int:
+        """Bytes of every node's floating output for one more token of a sequence (batch 1): what a pass that keeps
+        each node's output, or its signal, holds per token (a Llama-3-shaped 309 M model: 0.13 MB)."""
+        total = 0
+        for n in self.nodes:
+            if n.is_input or not n.dtype.startswith(("float", "bfloat")):
+                continue
+            for shape in n.output_shapes:
+                if len(shape) >= 3 and all(isinstance(d, int) for d in shape[2:]):
+                    width = 1
+                    for d in shape[2:]:
+                        width *= d
+                    total += width * (2 if n.dtype in ("bfloat16", "float16") else 8 if n.dtype == "float64" else 4)
+        return total
 
     def embedding_of(self, input_id: str) -> NodeSpec | None:
         """Where an integer input becomes real numbers (its ``Embedding``): the first node fed by it whose

@@ -41,3 +41,23 @@ def _cgroup_room() -> int | None:
         return max(int(limit) - int((folder / "memory.current").read_text()), 0)
     except (OSError, ValueError, IndexError):
         return None
+
+
+def return_freed_memory() -> None:
+    """Hand the memory freed inside the process back to the system (glibc's ``malloc_trim``; elsewhere nothing).
+    TensorFlow frees a pass's tensors into glibc's arenas, which keep them: measured on a Gemma-3-1B-shaped model in
+    bfloat16, the process held 5.8 GB after its first map where 2.6 GB were alive (2.3 GB back after a trim, which
+    took 0-35 ms). Called after work that takes seconds (a long backward pass, a model load)."""
+    global _trim
+    if _trim is None:
+        try:
+            import ctypes
+
+            _trim = ctypes.CDLL("libc.so.6").malloc_trim
+        except (OSError, AttributeError):
+            _trim = False
+    if _trim:
+        _trim(0)
+
+
+_trim = None  # glibc's malloc_trim once looked up (False: not glibc)

@@ -15,7 +15,7 @@ from typing import Any
 import numpy as np
 
 from gradscope.core.errors import InputError
-from gradscope.core.graph import LayerGraph
+from gradscope.core.graph import LONG_INPUT_TOKENS, LayerGraph
 from gradscope.io.sequences import TableRow, Vocabulary, parse_token_ids, read_csv_row, read_token_file
 
 PAD_TOKENS = ("", "[PAD]", "<pad>", "<PAD>", "[pad]")
@@ -106,12 +106,44 @@ def token_input(graph: LayerGraph, ids: Any, *, vocab: Vocabulary | None = None,
 #: probabilities kept from the forward pass, their signals and the softmax's temporaries. Measured (peak RSS over
 #: the loaded model, gradient method): the tests' tiny Llama 6.6 at 2,048 tokens and 8 at 1,024, Gemma 5.7 at 2,048.
 ATTENTION_COPIES = 8
+#: On a long prompt (``LONG_INPUT_TOKENS``) nothing keeps an attention layer's scores: one layer's are alive at a
+#: time, while its rule runs (scores, probabilities, their signals, the rule's products), and every node's output,
+#: signal and contributions (``LayerGraph.bytes_per_token``) are kept for the next edit. Measured on a 309 M Llama at
+#: 2,048 tokens (2.07 MB a token; AttnLRP with every node's signal captured, then an edit): 10.9 GB over the loaded
+#: model = one layer's scores x 8 + 2.0 copies of every node's output; one more copy for the window's baseline.
+#: (``benchmarks/bench_language_model.py --long 2048``.)
+LONG_ATTENTION_COPIES = 8
+LONG_NODE_COPIES = 3
+
+
+def sequence_bytes(graph: LayerGraph, length: int) -> tuple[int, int]:
+    """(bytes of attention scores, bytes of every node's outputs and signals) that explaining ``length`` tokens
+    holds at its peak beyond the loaded model: below ``LONG_INPUT_TOKENS`` every layer's scores are kept for the
+    backward pass; from there on one layer's at a time (``Engine.is_long_input``)."""
+    heads = graph.attention_heads()
+    if not heads:
+        return 0, 0
+    if length < LONG_INPUT_TOKENS:
+        return sum(heads) * length**2 * 4 * ATTENTION_COPIES, 0
+    return max(heads) * length**2 * 4 * LONG_ATTENTION_COPIES, LONG_NODE_COPIES * length * graph.bytes_per_token()
+
+
+def _most_tokens(graph: LayerGraph, free: int) -> int:
+    """The longest sequence ``sequence_bytes`` fits in ``free`` bytes."""
+    heads = graph.attention_heads()
+    a = max(heads) * 4 * LONG_ATTENTION_COPIES
+    b = LONG_NODE_COPIES * graph.bytes_per_token()
+    longest = int((-b + (b * b + 4 * a * free) ** 0.5) / (2 * a))
+    if longest >= LONG_INPUT_TOKENS:
+        return longest
+    return min(int((free / (sum(heads) * 4 * ATTENTION_COPIES)) ** 0.5), LONG_INPUT_TOKENS - 1)
 
 
 def check_sequence_fits(graph: LayerGraph, length: int, input_id: str = "") -> None:
     """Refuse, before anything runs, a sequence longer than the model's positions (a learned position
-    embedding's table; past it Keras fails inside the layer) or one whose attention scores alone would not fit
-    in the memory available now (each layer holds (heads, L, L) scores through the backward pass)."""
+    embedding's table; past it Keras fails inside the layer) or one whose explanation would not fit in the memory
+    available now (``sequence_bytes``: attention's (heads, L, L) scores, and on a long prompt every node's outputs
+    and signals)."""
     from gradscope.io.memory import available_bytes
 
     name = f"Input {input_id!r}" if input_id else "The model"
@@ -121,15 +153,20 @@ def check_sequence_fits(graph: LayerGraph, length: int, input_id: str = "") -> N
             f"{name} reads at most {limit[0]:,} tokens (its position embedding {limit[1]} has {limit[0]:,} "
             f"positions); got {length:,}."
         )
-    heads = sum(graph.attention_heads())
-    free = available_bytes() if heads else None
-    need = heads * length**2 * 4 * ATTENTION_COPIES
-    if free is not None and need > free:
-        most = int((free / (heads * 4 * ATTENTION_COPIES)) ** 0.5)
+    attention, nodes = sequence_bytes(graph, length)
+    free = available_bytes() if attention else None
+    if free is not None and attention + nodes > free:
+        heads = graph.attention_heads()
+        what = (
+            f"{attention / 2**30:,.1f} GiB for the attention ({sum(heads)} heads in all, each {length:,} x {length:,} "
+            "scores kept for the backward pass)"
+            if length < LONG_INPUT_TOKENS
+            else f"{attention / 2**30:,.1f} GiB for one attention layer's {max(heads)} heads of {length:,} x "
+            f"{length:,} scores at a time, {nodes / 2**30:,.1f} GiB for every layer's outputs and signals"
+        )
         raise InputError(
-            f"{length:,} tokens need about {need / 2**30:,.1f} GiB for the attention alone ({heads} heads in all, "
-            f"each {length:,} x {length:,} scores kept for the backward pass); {free / 2**30:.1f} GiB of memory "
-            f"is available. Give at most about {most:,} tokens."
+            f"{length:,} tokens need about {(attention + nodes) / 2**30:,.1f} GiB ({what}); {free / 2**30:.1f} GiB "
+            f"of memory is available. Give at most about {_most_tokens(graph, free):,} tokens."
         )
 
 

@@ -170,7 +170,7 @@ class MainWindow(QMainWindow):
 
         # three columns: the graph over the gradient flow (both per node), the map (what the user came for: the
         # tallest pane), the inspector and rule editor
-        overlay_scroll = VerticalScroll(self.overlay)  # a short window scrolls the controls, never cuts them
+        overlay_scroll = self.overlay_scroll = VerticalScroll(self.overlay)  # a short window scrolls the controls
         overlay_scroll.setObjectName("overlay_scroll")
         overlay_scroll.setMinimumWidth(300)
         left = QSplitter(Qt.Orientation.Vertical)

@@ -31,22 +31,9 @@ def _ink(rgb: np.ndarray) -> tuple[int, int, int]:
     return (0, 0, 0) if luma > 140 else (255, 255, 255)
 
 
-def token_strip(
-    tokens: Sequence[str],
-    scores: np.ndarray,
-    *,
-    colormap: str = "bwr",
-    normalization: str = "signed",
-    width: int = 1024,
-) -> np.ndarray:
-    """uint8 (H, ``width``, 3): the tokens in reading order, wrapped into lines, each on a box of its score's
-    colour."""
-    from PIL import Image, ImageDraw
-
-    scores = np.asarray(scores, np.float32).reshape(-1)
-    if len(tokens) != len(scores):
-        raise ValueError(f"{len(tokens)} tokens for {len(scores)} scores.")
-    colours = _colours(scores, colormap, normalization)
+def token_boxes(tokens: Sequence[str], width: int = 1024) -> tuple[list[tuple[int, int, int, str]], int]:
+    """Where ``token_strip`` draws each token: ``(x, y, box width, text shown)`` in reading order, wrapped into
+    lines of ``width`` pixels, and the picture's height (a window finds and frames a token by it)."""
     line_h = FONT_SIZE + 2 * PAD
     boxes, x, y = [], PAD, PAD
     for token in tokens:
@@ -56,7 +43,28 @@ def token_strip(
             x, y = PAD, y + line_h + PAD
         boxes.append((x, y, w, text))
         x += w + 2
-    img = Image.new("RGB", (width, y + line_h + PAD), (255, 255, 255))
+    return boxes, y + line_h + PAD
+
+
+def token_strip(
+    tokens: Sequence[str],
+    scores: np.ndarray,
+    *,
+    colormap: str = "bwr",
+    normalization: str = "signed",
+    width: int = 1024,
+) -> np.ndarray:
+    """uint8 (H, ``width``, 3): the tokens in reading order, wrapped into lines (``token_boxes``), each on a box of
+    its score's colour."""
+    from PIL import Image, ImageDraw
+
+    scores = np.asarray(scores, np.float32).reshape(-1)
+    if len(tokens) != len(scores):
+        raise ValueError(f"{len(tokens)} tokens for {len(scores)} scores.")
+    colours = _colours(scores, colormap, normalization)
+    line_h = FONT_SIZE + 2 * PAD
+    boxes, height = token_boxes(tokens, width)
+    img = Image.new("RGB", (width, height), (255, 255, 255))
     draw = ImageDraw.Draw(img)
     for (x, y, w, text), rgb in zip(boxes, colours):
         draw.rectangle((x, y, x + w - 1, y + line_h - 1), fill=tuple(int(c) for c in rgb), outline=(207, 216, 220))

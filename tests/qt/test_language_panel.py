@@ -91,3 +91,56 @@ def test_a_hugging_face_folder_opens_in_the_window_with_its_tokenizer(window, qt
     qtbot.waitUntil(lambda: s.fed.fed is not None and s.fed.fed.kind == "tokens", timeout=30_000)
     assert s.fed.fed.tokens[0] == "<|begin_of_text|>" and "cat" in "".join(s.fed.fed.tokens)
     assert s.document.path == str(folder) and "llama3_causal_lm" in window.graph_pane.title.text()
+
+
+def test_a_long_prompt_strip_finds_tokens_and_steps_through_the_top_ones(window, qtbot, wait_idle):
+    """Issue 50 item 5: a strip of a thousand tokens wraps into many lines; the finder frames a token found by its
+    text (Enter: next, Shift+Enter: previous) or by its score (Top), scrolls it into view, and Esc clears it. An
+    export is the strip without the frame."""
+    s = window.session
+    window.open_model(str(LLAMA))
+    qtbot.waitUntil(lambda: s.graph is not None and s.graph.is_language_model, timeout=120_000)
+    ids = [(7 * k) % 90 + 2 for k in range(1000)]  # a long prompt: the engine keeps no tapes (LONG_INPUT_TOKENS)
+    s.fed.set_typed(" ".join(map(str, ids)))
+    wait_idle(window)
+    panel = window.overlay.positions_panel
+    finder = panel.finder
+    qtbot.waitUntil(lambda: finder.isVisible() and len(finder._labels) == 1000, timeout=60_000)
+    scores = s.overlay().saliency
+    assert "1,000 tokens" in finder.status.text() and s.result.meta["mode"] == "live"
+    area = window.overlay_scroll
+    bar = area.verticalScrollBar()
+    qtbot.waitUntil(lambda: bar.maximum() > 0, timeout=5_000)  # the strip is taller than the pane
+    order = np.argsort(-np.abs(scores), kind="stable")
+    for rank in range(3):
+        assert finder.next_top() == order[rank] and panel.framed == order[rank]
+        assert f"#{rank + 1} by size" in finder.status.text()
+        _assert_in_view(panel, area, order[rank])
+    exported = panel.pixmap().toImage()
+    assert exported != panel.picture.pixmap().toImage()  # the frame is on screen, not in what is exported
+
+    finder.field.setText("61")
+    qtbot.keyClick(finder.field, Qt.Key.Key_Return)
+    first = panel.framed
+    assert "61" in finder._labels[first]
+    _assert_in_view(panel, area, first)
+    qtbot.keyClick(finder.field, Qt.Key.Key_Return)
+    second = panel.framed
+    assert second != first and "61" in finder._labels[second]
+    qtbot.keyClick(finder.field, Qt.Key.Key_Return, Qt.KeyboardModifier.ShiftModifier)
+    assert panel.framed == first
+    finder.field.setText("nowhere")
+    qtbot.keyClick(finder.field, Qt.Key.Key_Return)
+    assert "No token holds 'nowhere'" in finder.status.text() and panel.framed == first
+    qtbot.keyClick(finder.field, Qt.Key.Key_Escape)
+    assert panel.framed is None and finder.field.text() == ""
+    assert panel.picture.pixmap().toImage() == panel.pixmap().toImage()
+
+
+def _assert_in_view(panel, area, index: int) -> None:
+    from gradscope.render.positions import token_boxes
+
+    _, y, _, _ = token_boxes(panel._labels, panel.pixmap().width())[0][index]
+    top = panel.picture.mapTo(area.widget(), QPoint(0, y)).y()
+    seen = area.verticalScrollBar().value()
+    assert seen <= top <= seen + area.viewport().height() - 10, (index, top, seen)

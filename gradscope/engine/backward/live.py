@@ -165,10 +165,11 @@ class _LoweredVJP:
         return self.call.lowered.vjp(self.call.xs, self.outs, self.call.weights(), dys)  # type: ignore[union-attr]
 
 
-def _forward_call(call: NodeCall) -> tuple[list[Any], _Recorded | _LoweredVJP | None]:
-    """Run ``call`` as the model would: as raw ops where it is lowered, else through Keras on a tape."""
+def _forward_call(call: NodeCall, record: bool = True) -> tuple[list[Any], _Recorded | _LoweredVJP | None]:
+    """Run ``call`` as the model would: as raw ops where it is lowered, else through Keras on a tape (``record``;
+    without it the node's true VJP runs its call again under a tape of its own: a long prompt's memory)."""
     if call.lowered is None:
-        return _recorded_call(call)
+        return _recorded_call(call) if record else (plain_call(call.step, *call.structure), None)
     outs = call.lowered.forward(call.xs, call.weights())
     return outs, _LoweredVJP(call, outs)
 
@@ -244,6 +245,7 @@ class LiveBackward:
         self._memo = None
         self._forward = None  # the old values and tapes go before the new ones are made
         self._segment_keys = {}
+        record = not self.engine.is_long_input(xs)
         values: dict[Any, Any] = dict(zip(self.engine.exec.input_keys, xs))
         calls: dict[str, NodeCall] = {}
         tapes: dict[str, _Recorded | _LoweredVJP | None] = {}
@@ -255,7 +257,7 @@ class LiveBackward:
             args, kwargs = call_arguments(step, values)
             call = calls[step.node_id] = NodeCall.of(step, args, kwargs)
             with kernels_named(self.engine.graph, step.node_id):
-                outs, tapes[step.node_id] = _forward_call(call)
+                outs, tapes[step.node_id] = _forward_call(call, record)
             for k, y in zip(step.out_keys, outs):
                 values[k] = y
         self._forward = _Forward(key, values, calls, tapes)

@@ -5,14 +5,15 @@ from __future__ import annotations
 from typing import Any
 
 import numpy as np
-from PySide6.QtCore import QSize, Qt, QTimer
-from PySide6.QtGui import QPixmap
+from PySide6.QtCore import QPoint, QSize, Qt, QTimer
+from PySide6.QtGui import QColor, QPainter, QPen, QPixmap
 from PySide6.QtWidgets import (
     QCheckBox,
     QComboBox,
     QHBoxLayout,
     QLabel,
     QPushButton,
+    QScrollArea,
     QSlider,
     QSpinBox,
     QToolButton,
@@ -34,7 +35,9 @@ from gradscope.core.errors import GradscopeError
 from gradscope.qt.images import to_pixmap
 from gradscope.qt.map.language import LanguagePanel
 from gradscope.qt.map.panels import MapWindow, PanelRow
+from gradscope.qt.map.token_finder import TokenFinder
 from gradscope.qt.reflow import ReflowGrid
+from gradscope.render.positions import FONT_SIZE, PAD, token_boxes
 
 
 class _Picture(QLabel):
@@ -47,7 +50,8 @@ class _Picture(QLabel):
 
 class PositionsPanel(QWidget):
     """A captioned per-token / per-feature picture at its own size (1:1, so words stay readable): a long text
-    makes it taller, and the overlay pane scrolls."""
+    makes it taller, and the overlay pane scrolls. Over a token strip, a ``TokenFinder`` frames a token found by
+    its text or by its score and scrolls it into view."""
 
     def __init__(self, parent: QWidget | None = None) -> None:
         super().__init__(parent)
@@ -57,20 +61,60 @@ class PositionsPanel(QWidget):
         self.caption = QLabel()
         self.caption.setWordWrap(True)
         self.caption.setStyleSheet("color:#455a64; font-weight:600")
+        self.finder = TokenFinder(self._frame)
+        self.finder.hide()
         self.picture = _Picture()
         self.picture.setAlignment(Qt.AlignmentFlag.AlignLeft | Qt.AlignmentFlag.AlignTop)
         lay.addWidget(self.caption)
+        lay.addWidget(self.finder)
         lay.addWidget(self.picture)
         lay.addStretch(1)
         self._pixmap: QPixmap | None = None
+        self._labels: tuple[str, ...] = ()
+        self.framed: int | None = None  # the token framed on the strip
 
-    def set_array(self, array: np.ndarray) -> None:
+    def set_array(self, array: np.ndarray, tokens: tuple[str, ...] = (), scores: np.ndarray | None = None) -> None:
+        """The picture; with ``tokens`` and their ``scores`` it is a token strip the finder navigates."""
         self._pixmap = to_pixmap(array)
-        self.picture.setPixmap(self._pixmap)
+        self._labels = tuple(tokens)
+        self.finder.setVisible(bool(tokens))
         self.picture.setMinimumHeight(self._pixmap.height())
+        if tokens and scores is not None:
+            self.finder.set_tokens(tokens, scores)  # re-frames the framed token on the new picture
+        if not tokens or self.framed is None or self.framed >= len(tokens):
+            self.framed = None
+            self.picture.setPixmap(self._pixmap)
 
     def pixmap(self) -> QPixmap | None:
-        return self._pixmap
+        return self._pixmap  # without the frame: what an export writes
+
+    def _frame(self, index: int | None) -> None:
+        """Frame token ``index`` (None: no frame) and scroll the pane to it."""
+        self.framed = index
+        if self._pixmap is None or index is None or index >= len(self._labels):
+            if self._pixmap is not None:
+                self.picture.setPixmap(self._pixmap)
+            return
+        boxes, _ = token_boxes(self._labels, self._pixmap.width())
+        x, y, w, _text = boxes[index]
+        h = FONT_SIZE + 2 * PAD
+        framed = QPixmap(self._pixmap)
+        painter = QPainter(framed)
+        painter.setPen(QPen(QColor("#ff6f00"), 3))
+        painter.drawRect(x - 2, y - 2, w + 3, h + 3)
+        painter.end()
+        self.picture.setPixmap(framed)
+        area = _scroll_area_of(self)
+        if area is not None and area.widget() is not None:
+            at = self.picture.mapTo(area.widget(), QPoint(x, y))
+            area.ensureVisible(at.x(), at.y(), 60, 3 * h)
+
+
+def _scroll_area_of(widget: QWidget) -> QScrollArea | None:
+    parent = widget.parentWidget()
+    while parent is not None and not isinstance(parent, QScrollArea):
+        parent = parent.parentWidget()
+    return parent
 
 
 class OverlayView(QWidget):
@@ -428,7 +472,8 @@ class OverlayView(QWidget):
         if per_position:
             what = "token" if s.fed.fed.kind == "tokens" else "feature"
             self.positions_panel.caption.setText(f"Score per {what} at {where} (red: for the target, blue: against)")
-            self.positions_panel.set_array(images.heat)
+            tokens = images.labels if what == "token" else ()
+            self.positions_panel.set_array(images.heat, tokens, images.saliency if tokens else None)
         self._caption("map", f"Map at {where}")
         values = images.saliency if images.saliency.ndim == 2 else None
         self._draw("map", images.heat, smooth=images.spatial, values=values)

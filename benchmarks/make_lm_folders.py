@@ -1,0 +1,87 @@
+"""Billion-parameter Hugging Face checkpoint folders with random weights, as users download them (issue 50 item 4).
+
+Runs in a torch venv (torch is never a dependency of gradscope; the same venv as ``scripts/hf_checkpoints.py``):
+
+    /tmp/torchvenv/bin/python benchmarks/make_lm_folders.py --out /tmp/lm_folders
+
+Writes ``llama3_1b/`` (Llama-3.2-1B's shape: 16 blocks of width 2048, 32 query / 8 key-value heads, MLP 8192,
+vocabulary 128,256, tied head, llama3 rope scaling: 1.24 B parameters) and ``gemma3_1b/`` (Gemma-3-1B's shape: 26
+blocks of width 1152, 4 query / 1 key-value head of 256, MLP 6912, vocabulary 262,144, tied, sliding windows of
+512: 1.0 B parameters), each ``save_pretrained`` in bfloat16 (``torch_dtype: bfloat16``, one safetensors file per
+5 GB) with weights drawn N(0, 0.02) as transformers initialises them. No tokenizer: the benchmark feeds token ids.
+``benchmarks/bench_language_model.py --folder DIR`` measures them.
+"""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+import torch
+from transformers import Gemma3ForCausalLM, Gemma3TextConfig, LlamaConfig, LlamaForCausalLM
+
+SHAPES = {
+    "llama3_1b": lambda: LlamaForCausalLM(
+        LlamaConfig(
+            vocab_size=128_256,
+            hidden_size=2048,
+            intermediate_size=8192,
+            num_hidden_layers=16,
+            num_attention_heads=32,
+            num_key_value_heads=8,
+            max_position_embeddings=131_072,
+            rms_norm_eps=1e-5,
+            rope_theta=500_000.0,
+            rope_scaling={
+                "factor": 32.0,
+                "low_freq_factor": 1.0,
+                "high_freq_factor": 4.0,
+                "original_max_position_embeddings": 8192,
+                "rope_type": "llama3",
+            },
+            tie_word_embeddings=True,
+            bos_token_id=128_000,
+            eos_token_id=128_001,
+            torch_dtype="bfloat16",
+        )
+    ),
+    "gemma3_1b": lambda: Gemma3ForCausalLM(
+        Gemma3TextConfig(
+            vocab_size=262_144,
+            hidden_size=1152,
+            intermediate_size=6912,
+            num_hidden_layers=26,
+            num_attention_heads=4,
+            num_key_value_heads=1,
+            head_dim=256,
+            sliding_window=512,
+            query_pre_attn_scalar=256,
+            rope_theta=1_000_000.0,
+            rope_local_base_freq=10_000.0,
+            max_position_embeddings=32_768,
+            tie_word_embeddings=True,
+            torch_dtype="bfloat16",
+        )
+    ),
+}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--out", type=Path, required=True)
+    parser.add_argument("--only", choices=sorted(SHAPES))
+    args = parser.parse_args()
+    torch.manual_seed(0)
+    torch.set_default_dtype(torch.bfloat16)  # built in bfloat16: a float32 copy is never made
+    for name, build in SHAPES.items():
+        if args.only in (None, name):
+            model = build()
+            folder = args.out / name
+            model.save_pretrained(folder, safe_serialization=True)
+            count = sum(p.numel() for p in model.parameters())
+            print(f"{folder}: {count / 1e9:.2f} B parameters, {model.dtype}")
+            del model
+
+
+if __name__ == "__main__":
+    main()
