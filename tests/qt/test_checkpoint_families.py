@@ -1,7 +1,7 @@
 """Every causal-LM family keras_hub 0.32 converts opens in the window from its Hugging Face folder and explains
-its next token by AttnLRP (issue 50): the folder's tokenizer reads the typed words, the method's rules land on the
-model, the token strip shows one finite score per token. Slow (eleven models): ``pytest -m slow``; the Llama folder
-runs in the default suite (``test_language_panel.py``)."""
+its next token by AttnLRP (issue 50): the folder's tokenizer reads the typed words where it has one, the method's
+rules land on the model, the token strip shows one finite score per token. Slow (eleven models, 75 s): ``pytest -m
+slow``; the Llama folder runs in the default suite (``test_language_panel.py``)."""
 
 from __future__ import annotations
 
@@ -9,6 +9,8 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+
+from gradscope.io.checkpoints import has_tokenizer
 
 pytest.importorskip("keras_hub")
 pytest.importorskip("safetensors")
@@ -22,16 +24,20 @@ def test_every_family_opens_in_the_window_and_explains_by_attnlrp(window, qtbot,
     assert len(FAMILIES) == 11, FAMILIES
     s = window.session
     for family in FAMILIES:
-        window.open_path(str(HF / family))
-        qtbot.waitUntil(lambda: s.document.path == str(HF / family) and s.graph is not None, timeout=120_000)
-        qtbot.waitUntil(lambda: s.fed.vocab is not None and not s.fed.loading_vocab, timeout=60_000)
-        s.fed.set_typed("the cat sat on the mat")
+        folder = str(HF / family)
+        window.open_path(folder)
+        qtbot.waitUntil(lambda f=folder: s.document.path == f and s.graph is not None, timeout=120_000)
+        words = has_tokenizer(HF / family)  # Llama 3, Qwen 2, GPT-2 carry one; the others are fed token ids
+        if words:
+            qtbot.waitUntil(lambda: s.fed.vocab is not None and not s.fed.loading_vocab, timeout=60_000)
+        s.fed.set_typed("the cat sat on the mat" if words else "5 17 3 9 12 1 7")
         wait_idle(window)
         assert s.editor.apply_method("attnlrp"), family
         wait_idle(window)
-        qtbot.waitUntil(lambda: s.result is not None and s.result.rules, timeout=60_000)
+        qtbot.waitUntil(lambda: s.result is not None and bool(s.result.rules), timeout=60_000)
         fed = s.fed.fed
-        assert fed is not None and fed.kind == "tokens" and "cat" in "".join(fed.tokens), family
+        assert fed is not None and fed.kind == "tokens" and len(fed.ids) >= 6, family
+        assert not words or "cat" in "".join(fed.tokens), family
         scores = s.overlay().saliency
         assert scores.shape == (len(fed.ids),) and np.isfinite(scores).all() and np.abs(scores).max() > 0, family
         assert "attention_lrp" in set(s.result.rules.values()), (family, set(s.result.rules.values()))
