@@ -118,6 +118,8 @@ def test_a_long_prompt_strip_finds_tokens_and_steps_through_the_top_ones(window,
         _assert_in_view(panel, area, order[rank])
     exported = panel.pixmap().toImage()
     assert exported != panel.picture.pixmap().toImage()  # the frame is on screen, not in what is exported
+    s.viewing.set(colormap="viridis")  # a new picture of the same tokens keeps the frame, where it was
+    assert panel.framed == order[2] and panel.pixmap().toImage() != panel.picture.pixmap().toImage()
 
     finder.field.setText("61")
     qtbot.keyClick(finder.field, Qt.Key.Key_Return)
@@ -135,6 +137,11 @@ def test_a_long_prompt_strip_finds_tokens_and_steps_through_the_top_ones(window,
     qtbot.keyClick(finder.field, Qt.Key.Key_Escape)
     assert panel.framed is None and finder.field.text() == ""
     assert panel.picture.pixmap().toImage() == panel.pixmap().toImage()
+    finder.next_top()
+    s.fed.set_typed(" ".join(map(str, ids[:600])))  # another input: no frame on its strip
+    wait_idle(window)
+    qtbot.waitUntil(lambda: len(finder._labels) == 600, timeout=60_000)
+    assert panel.framed is None and "600 tokens" in finder.status.text()
 
 
 def _assert_in_view(panel, area, index: int) -> None:

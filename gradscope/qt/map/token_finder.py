@@ -11,11 +11,12 @@ from PySide6.QtWidgets import QHBoxLayout, QLabel, QLineEdit, QToolButton, QWidg
 
 
 class TokenFinder(QWidget):
-    """A find field and a "Top" button over the strip; ``on_pick(index)`` frames and shows token ``index``.
+    """A find field and a "Top" button over the strip; ``on_pick(index, scroll)`` frames token ``index`` (None: no
+    frame) and, with ``scroll``, scrolls it into view.
     Enter finds the next token holding the text (Shift+Enter: the one before), Top the next largest |score|,
     Esc clears the field and the frame."""
 
-    def __init__(self, on_pick: Callable[[int | None], None], parent: QWidget | None = None) -> None:
+    def __init__(self, on_pick: Callable[[int | None, bool], None], parent: QWidget | None = None) -> None:
         super().__init__(parent)
         self._on_pick = on_pick
         self._labels: list[str] = []
@@ -52,7 +53,7 @@ class TokenFinder(QWidget):
             self._current, self._top_rank = None, -1
             self.status.setText(f"{len(self._labels):,} tokens")
         elif self._current is not None:
-            self._show(self._current)
+            self._show(self._current, scroll=False)  # a new picture of the same tokens (another method, colormap)
 
     def eventFilter(self, obj, event) -> bool:  # noqa: N802 - Qt's name
         """In the field: Shift+Enter finds backwards; Esc clears the field and the frame, claimed before the
@@ -74,7 +75,7 @@ class TokenFinder(QWidget):
         """No text, no frame."""
         self.field.clear()
         self._current, self._top_rank = None, -1
-        self._on_pick(None)
+        self._on_pick(None, False)
         self.status.setText(f"{len(self._labels):,} tokens")
 
     def find(self, forward: bool = True) -> int | None:
@@ -103,11 +104,11 @@ class TokenFinder(QWidget):
         self._show(i)
         return i
 
-    def _show(self, i: int) -> None:
+    def _show(self, i: int, scroll: bool = True) -> None:
         self._current = i
         rank = self._order.index(i) + 1
         self.status.setText(
             f"token {i + 1:,} of {len(self._labels):,}: {self._labels[i]!r}, score {self._scores[i]:.3g} "
             f"(#{rank:,} by size)"
         )
-        self._on_pick(i)
+        self._on_pick(i, scroll)

@@ -79,17 +79,16 @@ class PositionsPanel(QWidget):
         self._labels = tuple(tokens)
         self.finder.setVisible(bool(tokens))
         self.picture.setMinimumHeight(self._pixmap.height())
+        self.framed = None
+        self.picture.setPixmap(self._pixmap)
         if tokens and scores is not None:
-            self.finder.set_tokens(tokens, scores)  # re-frames the framed token on the new picture
-        if not tokens or self.framed is None or self.framed >= len(tokens):
-            self.framed = None
-            self.picture.setPixmap(self._pixmap)
+            self.finder.set_tokens(tokens, scores)  # frames again a token it framed, if the tokens are the same
 
     def pixmap(self) -> QPixmap | None:
         return self._pixmap  # without the frame: what an export writes
 
-    def _frame(self, index: int | None) -> None:
-        """Frame token ``index`` (None: no frame) and scroll the pane to it."""
+    def _frame(self, index: int | None, scroll: bool = True) -> None:
+        """Frame token ``index`` (None: no frame) and, with ``scroll``, scroll the pane to it."""
         self.framed = index
         if self._pixmap is None or index is None or index >= len(self._labels):
             if self._pixmap is not None:
@@ -104,7 +103,7 @@ class PositionsPanel(QWidget):
         painter.drawRect(x - 2, y - 2, w + 3, h + 3)
         painter.end()
         self.picture.setPixmap(framed)
-        area = _scroll_area_of(self)
+        area = _scroll_area_of(self) if scroll else None
         if area is not None and area.widget() is not None:
             at = self.picture.mapTo(area.widget(), QPoint(x, y))
             area.ensureVisible(at.x(), at.y(), 60, 3 * h)
