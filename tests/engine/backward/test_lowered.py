@@ -174,3 +174,42 @@ def test_a_lowered_vjp_holds_for_other_weights_at_the_forward_inputs(case):
             np.testing.assert_allclose(g.numpy(), e.numpy(), rtol=1e-5, atol=1e-6, err_msg=step.node_id)
         checked += 1
     assert checked >= 1
+
+
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16", "mixed_bfloat16"])
+@pytest.mark.parametrize("tied", [True, False])
+def test_a_language_models_head_runs_in_chunks_as_keras_computes_it(dtype, tied, monkeypatch):
+    """``ReversibleEmbedding(x, reverse=True)`` (a causal LM's head) is lowered in any float dtype: its logits and
+    its VJP in chunks of the vocabulary equal the Keras call and ``tape.gradient`` (in the dtype's precision); a
+    soft-capped head runs through Keras."""
+    from gradscope.engine.backward import lowered
+
+    monkeypatch.setattr(lowered, "HEAD_CHUNK_ROWS", 7)  # 50 rows: eight products, the last one short
+    keras.utils.set_random_seed(0)
+    layer = L.ReversibleEmbedding(50, 12, tie_weights=tied, dtype=dtype)
+    layer.build((None, None))
+    if not tied:
+        layer.reverse_embeddings.assign(np.random.default_rng(3).normal(0, 0.3, (12, 50)))
+    x = tf.cast(tf.constant(np.random.default_rng(4).normal(size=(2, 5, 12)), "float32"), layer.compute_dtype)
+    step = type("Step", (), {"operation": layer, "kind": "call", "linear_call": False})()
+    low = lowered.lower(step, (x,), {"reverse": True})
+    assert low is not None
+    ws = [v.value for v in layer.variables]
+    tolerance = {"float32": 1e-5, "bfloat16": 2e-2, "mixed_bfloat16": 2e-2}[dtype]
+    with tf.GradientTape() as tape:
+        tape.watch(x)
+        want = layer(x, reverse=True)
+    got = low.forward([x], ws)[0]
+    assert got.dtype == want.dtype and got.shape == want.shape
+    np.testing.assert_allclose(np.float32(got), np.float32(want), rtol=tolerance, atol=tolerance)
+    dy = tf.cast(tf.constant(np.random.default_rng(5).normal(size=want.shape)), want.dtype)
+    np.testing.assert_allclose(
+        np.float32(low.vjp([x], [want], ws, [dy])[0]),
+        np.float32(tape.gradient(want, x, output_gradients=dy)),
+        rtol=tolerance,
+        atol=tolerance * 10,
+    )
+    capped = L.ReversibleEmbedding(50, 12, logit_soft_cap=30.0)
+    capped.build((None, None))
+    step.operation = capped
+    assert lowered.lower(step, (tf.cast(x, "float32"),), {"reverse": True}) is None
