@@ -18,7 +18,7 @@ def _rss_mb() -> int:
     return int(line.split()[1]) // 1024
 
 
-@pytest.mark.skipif(platform.system() != "Linux" or not platform.libc_ver()[0] == "glibc", reason="glibc only")
+@pytest.mark.skipif(platform.system() != "Linux" or platform.libc_ver()[0] != "glibc", reason="glibc only")
 def test_memory_freed_on_the_heap_goes_back_to_the_system():
     blocks = [np.ones(12_000) for _ in range(3000)]  # 96 KB each, under malloc's mmap threshold: 288 MB of heap
     pin = np.ones(12_000)  # allocated last, it holds the heap's top: freeing the rest gives nothing back by itself

@@ -305,7 +305,10 @@ def test_a_dock_never_crushes_the_graph(window, qtbot, wait_idle, model_file, im
     qtbot.wait(50)
     for dock in (window.diagnostics_dock, window.evaluation_dock, window.training_dock):
         dock.show()
-        qtbot.wait(100)
+        # placed once the dock is laid out (a queued step): on a loaded machine that is later than 100 ms
+        minimum = DOCK_MIN[dock.objectName()]
+        qtbot.waitUntil(lambda d=dock, m=minimum: d.isFloating() or d.height() >= m, timeout=10_000)
+        qtbot.wait(50)
         view = window.graph_view.viewport()
         shown = view.mapTo(window, view.rect().topLeft())
         if dock.isFloating():  # beside the graph, not over it

@@ -28,6 +28,7 @@ from gradscope.engine.backward.kernels import as_missing_kernel, kernels_named
 from gradscope.engine.backward.live import LiveBackward, rule_key
 from gradscope.engine.backward.node_call import NodeCall, call_arguments, plain_call
 from gradscope.engine.backward.stats import stats_rows
+from gradscope.engine.backward.weight_checks import weight_problems
 from gradscope.io.memory import return_freed_memory
 from gradscope.rules.plan import Plan, Resolution
 
@@ -81,22 +82,10 @@ class Engine:
         return out_key
 
     def weight_problems(self) -> list[str]:
-        """One line per layer whose weights hold NaN or Inf (such a model gives blank maps and NaN logits
-        reported as a class). Checked once per engine (the engine never changes weights)."""
+        """One line per layer whose weights hold NaN or Inf (``weight_checks``), checked once per engine (the
+        engine never changes weights)."""
         if self._weight_problems is None:
-            problems = []
-            for node in self.graph.nodes:
-                step = self._step_of.get(node.id)
-                if step is None or step.kind == "activation":
-                    continue
-                variables = [v for v in getattr(step.operation, "weights", []) or [] if "float" in str(v.dtype)]
-                bad = [(v, _non_finite_counts(v)) for v in variables]
-                bad = [(v, n) for v, n in bad if n[0] or n[1]]
-                if bad:
-                    nan, inf = sum(n[0] for _, n in bad), sum(n[1] for _, n in bad)
-                    names = ", ".join(getattr(v, "path", None) or v.name for v, _ in bad[:3])
-                    problems.append(f"node {node.id!r} has {nan} NaN and {inf} Inf weight values ({names})")
-            self._weight_problems = problems
+            self._weight_problems = weight_problems(self.graph, self._step_of)
         return list(self._weight_problems)
 
     @property
@@ -266,12 +255,9 @@ class Engine:
         return token_targets.first_position(self, target, self._as_inputs(inputs))
 
     def is_long_input(self, xs: Sequence[Any]) -> bool:
-        """Whether ``xs`` is a long prompt (``long_input_tokens`` or more tokens). Then the live sweep keeps no
-        per-node tapes (a Keras call recorded on its own tape holds what its backward needs: an attention layer's
-        heads x L x L scores and probabilities) and ``mode="auto"`` answers live every time, never by a whole-plan
-        trace, which holds every tensor of the pass at once. Measured on a 309 M Llama at 1,024 tokens: plain
-        gradient 5.6 GB peak, live sweep with tapes 12.5 GB, whole-plan trace 16.7 GB; at 2,048 tokens the process
-        was killed at 24 GB, and without tapes AttnLRP peaks at 0.93x the plain gradient's 13.7 GB."""
+        """Whether ``xs`` has ``long_input_tokens`` or more tokens: then the live sweep keeps no per-node tapes (they
+        held every attention layer's heads x L x L tensors) and ``mode="auto"`` never traces the whole plan (it holds
+        every tensor at once). 309 M Llama, 2,048 tokens: AttnLRP 0.93x a plain gradient's peak, was OOM at 24 GB."""
         if self.graph.token_input is None:
             return False
         return int(xs[self.graph.input_ids.index(self.graph.token_input)].shape[1]) >= self.long_input_tokens
@@ -691,21 +677,10 @@ class Engine:
 
 
 def _trimmed(result: BackwardResult) -> BackwardResult:
-    """``result``, the memory its pass freed handed back to the system first when the pass took long enough for
-    that to be a lot (``io.memory.return_freed_memory``: up to 35 ms, against passes of seconds)."""
+    """``result``, after a long pass the memory it freed handed back (``return_freed_memory``: up to 35 ms)."""
     if result.meta.get("seconds", 0.0) >= TRIM_AFTER_SECONDS:
         return_freed_memory()
     return result
-
-
-def _non_finite_counts(variable: Any) -> tuple[int, int]:
-    """NaN and Inf counts of a variable. A float64 sum of finite float32 values cannot overflow, so one NumPy
-    pass decides (on ResNet50's 320 variables ~15 ms; two eager TensorFlow ops each took ~100 ms in a first
-    result); the counts only when it says some value is not finite."""
-    value = np.asarray(variable)
-    if np.isfinite(np.sum(value, dtype=np.float64)):
-        return 0, 0
-    return int(np.count_nonzero(np.isnan(value))), int(np.count_nonzero(np.isinf(value)))
 
 
 def _numpy_or_zeros(g: Any, like: Any) -> np.ndarray:

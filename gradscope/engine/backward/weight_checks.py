@@ -1,0 +1,37 @@
+"""Weights that are already NaN or Inf (a checkpoint saved after a diverged step): such a model gives blank maps
+and NaN logits reported as a class, so every result names the layers that hold them."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from gradscope.core.graph import LayerGraph
+
+
+def weight_problems(graph: LayerGraph, step_of: dict[str, Any]) -> list[str]:
+    """One line per node whose layer's float weights hold NaN or Inf (``step_of``: node id -> its step)."""
+    problems = []
+    for node in graph.nodes:
+        step = step_of.get(node.id)
+        if step is None or step.kind == "activation":
+            continue
+        variables = [v for v in getattr(step.operation, "weights", []) or [] if "float" in str(v.dtype)]
+        bad = [(v, _non_finite_counts(v)) for v in variables]
+        bad = [(v, n) for v, n in bad if n[0] or n[1]]
+        if bad:
+            nan, inf = sum(n[0] for _, n in bad), sum(n[1] for _, n in bad)
+            names = ", ".join(getattr(v, "path", None) or v.name for v, _ in bad[:3])
+            problems.append(f"node {node.id!r} has {nan} NaN and {inf} Inf weight values ({names})")
+    return problems
+
+
+def _non_finite_counts(variable: Any) -> tuple[int, int]:
+    """NaN and Inf counts of a variable. A float64 sum of finite float32 values cannot overflow, so one NumPy
+    pass decides (on ResNet50's 320 variables ~15 ms; two eager TensorFlow ops each took ~100 ms in a first
+    result); the counts only when it says some value is not finite."""
+    value = np.asarray(variable)
+    if np.isfinite(np.sum(value, dtype=np.float64)):
+        return 0, 0
+    return int(np.count_nonzero(np.isnan(value))), int(np.count_nonzero(np.isinf(value)))
