@@ -28,7 +28,10 @@ class TokenFinder(QWidget):
         lay.setSpacing(4)
         self.field = QLineEdit()
         self.field.setObjectName("token_find")
-        self.field.setPlaceholderText("Find a token (Enter: next, Shift+Enter: previous)")
+        self.field.setPlaceholderText("Find a token…")
+        self.field.setToolTip(
+            "Part of a token's text. Enter: the next token holding it; Shift+Enter: the one before; Esc: clear"
+        )
         self.field.setClearButtonEnabled(True)
         self.field.returnPressed.connect(lambda: self.find(forward=True))
         self.field.installEventFilter(self)
