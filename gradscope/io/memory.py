@@ -3,8 +3,10 @@
 
 from __future__ import annotations
 
+import functools
 import os
 from pathlib import Path
+from typing import Any
 
 
 def available_bytes() -> int | None:
@@ -48,16 +50,17 @@ def return_freed_memory() -> None:
     TensorFlow frees a pass's tensors into glibc's arenas, which keep them: measured on a Gemma-3-1B-shaped model in
     bfloat16, the process held 5.8 GB after its first map where 2.6 GB were alive (2.3 GB back after a trim, which
     took 0-35 ms). Called after work that takes seconds (a long backward pass, a model load)."""
-    global _trim
-    if _trim is None:
-        try:
-            import ctypes
-
-            _trim = ctypes.CDLL("libc.so.6").malloc_trim
-        except (OSError, AttributeError):
-            _trim = False
-    if _trim:
-        _trim(0)
+    trim = _malloc_trim()
+    if trim is not None:
+        trim(0)
 
 
-_trim = None  # glibc's malloc_trim once looked up (False: not glibc)
+@functools.cache
+def _malloc_trim() -> Any:
+    """glibc's ``malloc_trim``, looked up once (None: not glibc)."""
+    try:
+        import ctypes
+
+        return ctypes.CDLL("libc.so.6").malloc_trim
+    except (OSError, AttributeError):
+        return None

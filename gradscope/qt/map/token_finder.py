@@ -20,6 +20,7 @@ class TokenFinder(QWidget):
         super().__init__(parent)
         self._on_pick = on_pick
         self._labels: list[str] = []
+        self._scores = np.zeros(0)
         self._order: list[int] = []  # token indices by |score|, largest first
         self._current: int | None = None
         self._top_rank = -1
@@ -49,9 +50,9 @@ class TokenFinder(QWidget):
         """The strip's tokens and scores; a frame on a token that is still there stays."""
         same = list(labels) == self._labels
         self._labels = list(labels)
-        magnitude = np.nan_to_num(np.abs(np.asarray(scores, np.float64).reshape(-1)), nan=-1.0)
-        self._order = [int(i) for i in np.argsort(-magnitude, kind="stable")]
         self._scores = np.asarray(scores, np.float64).reshape(-1)
+        magnitude = np.nan_to_num(np.abs(self._scores), nan=-1.0)
+        self._order = [int(i) for i in np.argsort(-magnitude, kind="stable")]
         if not same:
             self._current, self._top_rank = None, -1
             self.status.setText(f"{len(self._labels):,} tokens")
