@@ -14,6 +14,7 @@ from typing import Any
 import numpy as np
 
 from gradscope.core.arguments import check_argument, check_count
+from gradscope.core.display import RichDisplay
 from gradscope.core.errors import GraphError, PlanError
 from gradscope.core.results import BackwardResult
 from gradscope.core.targets import Target, next_token_summary
@@ -64,8 +65,9 @@ _VIEW_OPTIONS = {"cmap", "alpha", "normalization", "style"}
 
 
 @dataclass
-class Explanation:
-    """One input's explanation: the raw signal, the map and what produced it.
+class Explanation(RichDisplay):
+    """One input's explanation: the raw signal, the map and what produced it. In a notebook it shows itself (the
+    overlay with its colour bar and caption, or a token strip); ``show()`` elsewhere.
 
     ``saliency`` is the per-position map: (H, W) for an image, (seq,) for token ids (one score per token, read
     at the embedding's output: the signal times the embedding summed over its dimension), (features,) for a
@@ -80,6 +82,8 @@ class Explanation:
     target: Target
     sidecar: dict[str, Any] = field(default_factory=dict)
     fed: ModelInput | None = None  # what the model was fed (tokens and their words, feature names)
+
+    _html_maker = "gradscope.app.display.explanations:explanation_html"
 
     @property
     def labels(self) -> tuple[str, ...]:
@@ -373,14 +377,17 @@ def explain(
 
 
 @dataclass
-class GenerationExplanation:
+class GenerationExplanation(RichDisplay):
     """A generation attributed token by token (``engine.backward.generation.Generation``): ``matrix[i, j]`` is
-    context token ``j``'s score for generated token ``i``; ``labels`` name every token (prompt, then generated)."""
+    context token ``j``'s score for generated token ``i``; ``labels`` name every token (prompt, then generated).
+    In a notebook it shows itself as Inseq's table (HTML); ``show()`` elsewhere."""
 
     generation: Any
     labels: tuple[str, ...]
     method: Method
     sidecar: dict[str, Any] = field(default_factory=dict)
+
+    _html_maker = "gradscope.app.display.explanations:generation_html"
 
     @property
     def matrix(self) -> np.ndarray:
@@ -599,3 +606,73 @@ def evaluate(
         with tempfile.TemporaryDirectory(prefix="gradscope-eval-") as folder:
             return run(folder)
     return run(out)
+
+
+@dataclass
+class GraphPicture(RichDisplay):
+    """The layer graph as the window lays it out, each box filled by its node's gradient when ``flow`` (the
+    ``FlowReport`` of the input it was given) is there: ``svg()``, ``save(path)``; in a notebook it shows itself."""
+
+    layout: Any  # render.graph_layout.GraphLayout
+    flow: Any = None  # engine.diagnostics.flow.FlowReport, or None (no input: boxes are not coloured)
+    title: str = ""
+
+    _html_maker = "gradscope.app.display.reports:graph_html"
+
+    def svg(self) -> str:
+        from gradscope.render.graph_svg import NodeFlow, graph_svg
+
+        flow = None
+        if self.flow is not None:
+            flow = {
+                r.node: NodeFlow(None if r.status == "none" else float(r.grad_mean_abs), tuple(r.flags))
+                for r in self.flow.rows
+            }
+        return graph_svg(self.layout, flow, title=self.title)
+
+    def save(self, path: str | Path) -> Path:
+        """The SVG, written atomically (a ``.svg`` file)."""
+        from gradscope.app.files.exports import refuse_overwriting
+        from gradscope.core.files import write_text_atomic
+
+        path = Path(path)
+        if path.suffix.lower() != ".svg":
+            raise GraphError(f"The graph is written as an .svg file; got {path.name}.")
+        refuse_overwriting([path], [])
+        return write_text_atomic(path, self.svg())
+
+
+def graph(
+    model: Any,
+    inputs: Any = None,
+    labels: Any = None,
+    *,
+    loss: str | None = None,
+    preprocessing: str = "unit",
+    vocab: Any = None,
+    collapsed: Any = None,
+    direction: str = "TB",
+    safe_mode: bool = True,
+) -> GraphPicture:
+    """The layer graph (``keras.utils.plot_model`` with the flow). With ``inputs`` (anything ``explain`` takes, or a
+    batch array) each box is filled by its node's mean |g| for the top class, or for the loss with ``labels``
+    (``gradient_flow``): red where a gradient is NaN/Inf or explodes, grey where none arrives. ``collapsed``:
+    nested-model groups drawn as one box (default: as the window opens the model)."""
+    from gradscope.engine.diagnostics.flow import gradient_flow
+    from gradscope.render.graph_layout import compute_layout, default_collapsed
+
+    _check_common(vocab=vocab, safe_mode=safe_mode)
+    engine = open_engine(model, safe_mode=safe_mode)
+    groups = default_collapsed(engine.graph) if collapsed is None else set(collapsed)
+    layout = compute_layout(engine.graph, groups, direction=direction)
+    name = getattr(engine.model, "name", "model")
+    if inputs is None:
+        return GraphPicture(layout, None, name)
+    if isinstance(inputs, np.ndarray) and inputs.ndim >= 2 and inputs.dtype.kind == "f":
+        x = engine.checked_inputs([inputs])[0]  # a batch, as gradient_flow takes it
+    else:
+        _, x, _ = _inputs(
+            engine, inputs, preprocessing, None, vocab=vocab if vocab is not None else _vocabulary_beside(model)
+        )
+    flow = gradient_flow(engine, x, labels, loss, weight_grads=False)
+    return GraphPicture(layout, flow, f"{name}: gradient flow of {flow.target}")

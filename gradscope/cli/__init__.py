@@ -1,6 +1,6 @@
 """The headless front end: ``gradscope graph | explain | snippet | sanity | methods | rules | flow | diagnose |
-train-report | evaluate | gui``, one module per command (each an ``add_parser`` and a ``run``); this module only
-builds the parser from them and dispatches.
+train-report | evaluate | report | gui``, one module per command (each an ``add_parser`` and a ``run``); this
+module only builds the parser from them and dispatches.
 
 Every error a user can cause is a ``GradscopeError`` and is printed as one clear line (exit code 2); anything
 else is a bug and says so (exit code 3; ``--debug`` shows the traceback).
@@ -13,7 +13,19 @@ import sys
 from collections.abc import Sequence
 from typing import Any
 
-from gradscope.cli import diagnose, evaluate, explain, flow, graph, methods, rules, sanity, snippet, train_report
+from gradscope.cli import (
+    diagnose,
+    evaluate,
+    explain,
+    flow,
+    graph,
+    methods,
+    report,
+    rules,
+    sanity,
+    snippet,
+    train_report,
+)
 from gradscope.cli.common import info
 from gradscope.cli.interrupt import exit_on_interrupt_in_native_code
 from gradscope.core.errors import EXIT_BUG, EXIT_USER_ERROR, GradscopeError, is_interrupt
@@ -21,7 +33,7 @@ from gradscope.core.errors import EXIT_BUG, EXIT_USER_ERROR, GradscopeError, is_
 __all__ = ["EXIT_BUG", "EXIT_USER_ERROR", "build_parser", "main"]
 
 #: The commands in the order ``--help`` lists them.
-COMMANDS = (graph, explain, snippet, sanity, methods, rules, flow, diagnose, train_report, evaluate)
+COMMANDS = (graph, explain, snippet, sanity, methods, rules, flow, diagnose, train_report, evaluate, report)
 
 
 def version_line() -> str:

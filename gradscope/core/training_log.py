@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from gradscope.core.display import RichDisplay
 from gradscope.core.errors import InputError
 
 #: The TensorBoard plugin name the matrices and the meta data are written under (TensorBoard keeps, not shows, them).
@@ -124,9 +125,11 @@ class StepNorms:
 
 
 @dataclass
-class TrainingLog:
+class TrainingLog(RichDisplay):
     """A log folder read back: the model's nodes and weights, the records in step order, the alerts the monitor
     wrote (the op a NaN came from), and the checkpoints saved beside it."""
+
+    _html_maker = "gradscope.app.display.reports:training_html"  # in a notebook (gradscope.core.display)
 
     folder: str
     model_name: str

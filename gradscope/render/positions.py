@@ -19,13 +19,14 @@ FONT_SIZE = 16
 PAD = 6
 
 
-def _colours(scores: np.ndarray, colormap: str, normalization: str) -> np.ndarray:
+def position_colours(scores: np.ndarray, colormap: str, normalization: str) -> np.ndarray:
+    """(n, 3) uint8: each score's colour, as the window's strips, the exports and the notebook's HTML show it."""
     signed = is_signed(normalization)
     m = normalize(np.asarray(scores, np.float32), normalization)
     return apply_colormap(np.clip(m, -1.0 if signed else 0.0, 1.0), colormap, signed=signed)
 
 
-def _ink(rgb: np.ndarray) -> tuple[int, int, int]:
+def ink(rgb: np.ndarray) -> tuple[int, int, int]:
     """Black or white text, whichever reads on ``rgb``."""
     luma = 0.299 * rgb[0] + 0.587 * rgb[1] + 0.114 * rgb[2]
     return (0, 0, 0) if luma > 140 else (255, 255, 255)
@@ -61,14 +62,14 @@ def token_strip(
     scores = np.asarray(scores, np.float32).reshape(-1)
     if len(tokens) != len(scores):
         raise ValueError(f"{len(tokens)} tokens for {len(scores)} scores.")
-    colours = _colours(scores, colormap, normalization)
+    colours = position_colours(scores, colormap, normalization)
     line_h = FONT_SIZE + 2 * PAD
     boxes, height = token_boxes(tokens, width)
     img = Image.new("RGB", (width, height), (255, 255, 255))
     draw = ImageDraw.Draw(img)
     for (x, y, w, text), rgb in zip(boxes, colours):
         draw.rectangle((x, y, x + w - 1, y + line_h - 1), fill=tuple(int(c) for c in rgb), outline=(207, 216, 220))
-        draw_text(img, (x + PAD, y + PAD), text, FONT_SIZE, _ink(rgb))
+        draw_text(img, (x + PAD, y + PAD), text, FONT_SIZE, ink(rgb))
     return np.asarray(img, np.uint8)
 
 
@@ -87,7 +88,7 @@ def feature_bars(
     scores = np.nan_to_num(np.asarray(scores, np.float32).reshape(-1))
     if len(names) != len(scores):
         raise ValueError(f"{len(names)} names for {len(scores)} scores.")
-    colours = _colours(scores, colormap, normalization)
+    colours = position_colours(scores, colormap, normalization)
     label_w = min(width // 3, max(text_width(n, 14) for n in names) + 2 * PAD) if names else PAD
     row_h = 22
     img = Image.new("RGB", (width, row_h * len(scores) + 2 * PAD), (255, 255, 255))
@@ -156,7 +157,7 @@ def token_matrix(
         draw_text(img, (PAD, y + (cell - 13) // 2), label[:36], 13, (38, 50, 56))
         row = scores[i]
         seen = np.isfinite(row)
-        colours = _colours(np.where(seen, row, 0.0), colormap, "signed") if seen.any() else None
+        colours = position_colours(np.where(seen, row, 0.0), colormap, "signed") if seen.any() else None
         for j in range(cols):
             x = left + j * cell
             fill = tuple(int(c) for c in colours[j]) if colours is not None and seen[j] else (236, 239, 241)

@@ -17,6 +17,7 @@ from pathlib import Path
 
 import numpy as np
 
+from gradscope.core.display import RichDisplay
 from gradscope.core.errors import GradscopeError
 from gradscope.core.files import write_atomic, write_text_atomic
 from gradscope.core.json_text import read_json_file
@@ -33,7 +34,9 @@ HIGHER_IS_BETTER = {
 
 
 @dataclass
-class EvalReport:
+class EvalReport(RichDisplay):
+    _html_maker = "gradscope.app.display.reports:evaluation_html"  # in a notebook (gradscope.core.display)
+
     settings: dict
     header: dict
     methods: list[str]

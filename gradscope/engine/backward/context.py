@@ -87,7 +87,8 @@ class RuleContext:
         ws = self._weights_with(weights)
         with tf.GradientTape(watch_accessed_variables=False) as tape:
             for x in xs:
-                tape.watch(x)
+                if x.dtype.is_floating:  # TF ignores (and warns about) watching token ids or positions
+                    tape.watch(x)
             ys = self._forward(xs, ws)
         return list(tape.gradient(ys, xs, output_gradients=list(grad_outputs), unconnected_gradients="zero"))
 
@@ -112,6 +113,7 @@ class RuleContext:
             return []
         with tf.GradientTape(watch_accessed_variables=False) as tape:
             for w in ws:
-                tape.watch(w)
+                if w.dtype.is_floating:  # an integer weight (a counter, positions) has no gradient: TF warns
+                    tape.watch(w)
             ys = self._forward(self.inputs, ws)
         return list(tape.gradient(ys, ws, output_gradients=list(grad_outputs)))

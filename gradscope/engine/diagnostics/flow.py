@@ -19,6 +19,7 @@ from typing import Any
 
 import numpy as np
 
+from gradscope.core.display import RichDisplay
 from gradscope.core.errors import GraphError
 from gradscope.core.files import write_atomic, write_text_atomic
 from gradscope.core.results import NodeStats
@@ -132,8 +133,10 @@ FLOW_COLUMNS = (
 
 
 @dataclass
-class FlowReport:
+class FlowReport(RichDisplay):
     """Per-layer gradient flow of one backward pass; ``rows`` in graph order (inputs excluded)."""
+
+    _html_maker = "gradscope.app.display.reports:flow_html"  # in a notebook (gradscope.core.display)
 
     model_name: str
     target: str
@@ -218,7 +221,12 @@ class FlowReport:
     def to_png(self, path: str | Path) -> Path:
         """A headless chart (Pillow): per node, mean|g| and max|g| on a log scale, and |grad W| / |W| with the
         vanishing / exploding thresholds; flagged nodes in red, nodes without a gradient marked "none"."""
-        return _flow_png(self, Path(path))
+        picture = flow_picture(self)
+        from PIL import Image
+
+        path = Path(path)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        return write_atomic(path, lambda fh: Image.fromarray(picture).save(fh, format="PNG"))
 
     def to_dict(self) -> dict:
         return {
@@ -241,7 +249,9 @@ def _log_span(values: list[float], floor: float = 1e-30) -> tuple[float, float]:
     return (lo - 1.0, hi + 1.0) if lo == hi else (float(lo), float(hi))
 
 
-def _flow_png(report: FlowReport, path: Path) -> Path:
+def flow_picture(report: FlowReport, baseline: FlowReport | None = None, baseline_name: str = "") -> np.ndarray:
+    """uint8 (H, W, 3), the chart ``to_png`` writes; ``baseline``: another pass's mean|g| of each node as a grey
+    tick (the live monitor's first record under its last), named ``baseline_name`` in the title."""
     from PIL import Image, ImageDraw
 
     row_h, top, label_w, panel_w, flag_w = 16, 44, 8 + 7 * max((len(r.node) for r in report.rows), default=4), 300, 190
@@ -249,7 +259,8 @@ def _flow_png(report: FlowReport, path: Path) -> Path:
     height = top + row_h * len(report.rows) + 24
     img = Image.new("RGB", (width, height), "white")
     draw = ImageDraw.Draw(img)
-    grads = [r.grad_mean_abs for r in report.rows] + [r.grad_max_abs for r in report.rows]
+    before = {r.node: r.grad_mean_abs for r in baseline.rows} if baseline is not None else {}
+    grads = [r.grad_mean_abs for r in report.rows] + [r.grad_max_abs for r in report.rows] + list(before.values())
     t = report.thresholds
     ratios = [r.weight_ratio for r in report.rows] + [t.vanishing_ratio, t.exploding_ratio]
     panels = [
@@ -261,7 +272,8 @@ def _flow_png(report: FlowReport, path: Path) -> Path:
         x0, (lo, hi), _ = panel
         return x0 + panel_w * (min(max(math.log10(max(v, 1e-30)), lo), hi) - lo) / (hi - lo)
 
-    draw.text((6, 4), f"{report.model_name}: {report.target}"[:160], fill="black")
+    tick = f"; grey tick: {baseline_name or 'baseline'}" if baseline is not None else ""
+    draw.text((6, 4), f"{report.model_name}: {report.target}{tick}"[:160], fill="black")
     for panel in panels:
         x0, (lo, hi), title = panel
         draw.text((x0, 18), f"{title}, log10 {lo:g}..{hi:g}", fill="black")
@@ -286,14 +298,17 @@ def _flow_png(report: FlowReport, path: Path) -> Path:
             if r.grad_max_abs > 0 and math.isfinite(r.grad_max_abs):
                 xm = x_of(panels[0], r.grad_max_abs)
                 draw.line([(xm, y + 1), (xm, y + row_h - 1)], fill=(20, 20, 20), width=2)
+        old = before.get(r.node)
+        if old is not None and math.isfinite(old) and old > 0:
+            xb = x_of(panels[0], old)
+            draw.line([(xb, y + 1), (xb, y + row_h - 1)], fill=(150, 150, 150), width=3)
         if r.weight_paths and math.isfinite(r.weight_ratio) and r.weight_ratio > 0:
             draw.rectangle([panels[1][0], y + 3, x_of(panels[1], r.weight_ratio), y + row_h - 3], fill=bar)
         elif r.weights_without_gradient:
             draw.text((panels[1][0] + 2, y + 2), "none", fill="gray")
         if r.flags:
             draw.text((label_w + 2 * (panel_w + 20), y + 2), " ".join(r.flags), fill=color)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    return write_atomic(path, lambda fh: img.save(fh, format="PNG"))
+    return np.asarray(img, np.uint8)
 
 
 def _csv_cell(v: Any) -> Any:

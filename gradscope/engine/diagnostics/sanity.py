@@ -27,6 +27,7 @@ from typing import Any
 import numpy as np
 
 from gradscope.backend import tf
+from gradscope.core.display import RichDisplay
 from gradscope.core.errors import TargetError
 from gradscope.core.targets import Target
 from gradscope.rules.base import carries_relevance
@@ -58,7 +59,9 @@ class FiniteDifferenceRow:
 
 
 @dataclass
-class SanityReport:
+class SanityReport(RichDisplay):
+    _html_maker = "gradscope.app.display.reports:sanity_html"  # in a notebook (gradscope.core.display)
+
     method: str
     target_value: float
     relevance: str  # "signal" (LRP/MWP rules) or "value x signal" (gradient-like plans)

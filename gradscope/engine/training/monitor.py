@@ -50,6 +50,7 @@ from gradscope.backend import (
     tf,
     unscale_loss_for_distribution,
 )
+from gradscope.core.display import drawing_function, in_notebook
 from gradscope.core.errors import GradscopeError
 from gradscope.core.files import shorten
 from gradscope.core.training_log import (
@@ -156,7 +157,10 @@ class GradientMonitor(keras.callbacks.Callback):
     ~1/4 of the cost, for recording every step, a language model's above all; the report then measures
     vanishing/exploding by the RMS, norm / sqrt(size), in place of mean|g|);
     ``locate_ops``: record the first non-finite step and find the op of its first NaN/Inf by eager replays
-    (see the module docstring).
+    (see the module docstring);
+    ``live``: in a Jupyter notebook, one output redrawn every ``live_every`` records while ``fit`` runs (the loss
+    with its spikes, the first NaN and its layer, the per-layer heat map and flow), by a thread that reads the log
+    folder (``gradscope.app.display.live``); None (default): on when a notebook kernel runs this.
     """
 
     def __init__(
@@ -167,9 +171,16 @@ class GradientMonitor(keras.callbacks.Callback):
         histograms: int = 10,
         statistics: str = "all",
         locate_ops: bool = True,
+        live: bool | None = None,
+        live_every: int = 1,
     ):
         super().__init__()
         every = _whole("every", every, 1)
+        self.live_every = _whole("live_every", live_every, 1)
+        if live is not None and not isinstance(live, bool):
+            raise GradscopeError(f"live must be True, False or None (on in a notebook); got {live!r}.")
+        self.live = in_notebook() if live is None else live
+        self._live: Any = None
         histograms = _whole("histograms", histograms, 0)
         if statistics not in ("all", "magnitude"):
             raise GradscopeError(f'statistics must be "all" or "magnitude"; got {statistics!r}.')
@@ -190,6 +201,9 @@ class GradientMonitor(keras.callbacks.Callback):
         except Exception as exc:
             self._note_failure(self.model, f"the monitor could not start: {_first_line(exc)}")
             raise
+        if self.live and self._live is None and getattr(self, "_chief", True):
+            live_view = drawing_function("gradscope.app.display.live:LiveTraining")
+            self._live = live_view(self.log_dir, every=self.live_every).start()
 
     def _begin(self, model: Any) -> None:
         if type(model).train_step is not keras.Model.train_step:
@@ -397,6 +411,9 @@ class GradientMonitor(keras.callbacks.Callback):
         continue the log: the compiled step holds it)."""
         self._note_checkpoints()  # the one saved at the last step or epoch end
         self._detach(self.model)
+        live, self._live = self._live, None
+        if live is not None:  # the last drawing, with what the fit ended on
+            live.stop()
 
     # ------------------------------------------------------------------------------------------- the step
     def _make_train_function(self) -> Any:

@@ -78,6 +78,9 @@ def locate_first_nonfinite(monitor: Any, data: Any) -> dict[str, Any]:
         for v, b in zip(monitor._variables, monitor._backup):
             v.assign(tf.convert_to_tensor(b))
         _record_replay(monitor, step, x, y, sample_weight)
+        logger = tf.get_logger()
+        level = logger.level
+        logger.setLevel("WARNING")  # not "Enabled check-numerics callback" in the user's output (or notebook)
         tf.debugging.enable_check_numerics()
         try:
             with tf.GradientTape() as tape:
@@ -91,6 +94,7 @@ def locate_first_nonfinite(monitor: Any, data: Any) -> dict[str, Any]:
             alert["message"] = _not_made_again(model, step)
         finally:
             tf.debugging.disable_check_numerics()
+            logger.setLevel(level)
     except Exception as exc:  # noqa: BLE001 - whatever stopped the replay is what is reported
         text = str(exc)
         found = _DETECTED.search(text)

@@ -1,0 +1,85 @@
+"""The monitor live in a notebook: a thread of its own reads the log folder the monitor writes and redraws one
+output in place every ``every`` new records (the training log's display: loss with spikes, the red line and the
+layer of the first NaN, the heat map, the last record's flow over the first). The training thread only starts and
+stops it: no reading, no drawing on its path."""
+
+from __future__ import annotations
+
+import threading
+import time
+import warnings
+from pathlib import Path
+from typing import Any
+
+from gradscope.app.display.html import alerts, fragment
+
+POLL_S = 1.0
+GIVE_UP_S = 600.0  # a fit that died without on_train_end (an exception): stop watching after this long unchanged
+
+
+class LiveTraining:
+    """Watches ``folder``; ``display`` has ``update(html)`` (``notebook.LiveDisplay`` by default)."""
+
+    def __init__(self, folder: str | Path, *, every: int = 1, display: Any = None, poll_s: float = POLL_S) -> None:
+        from gradscope.app.display.notebook import LiveDisplay
+
+        self.folder = Path(folder)
+        self.every = max(1, int(every))
+        self.display = display if display is not None else LiveDisplay()
+        self.poll_s = poll_s
+        self.drawn_records = -1
+        self.draws = 0
+        self.draw_seconds = 0.0
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    def start(self) -> LiveTraining:
+        if not getattr(self.display, "active", True):
+            warnings.warn(
+                "GradientMonitor(live=True) draws in a Jupyter notebook; outside one, read the log with "
+                f"`gradscope train-report {self.folder}`, `gradscope report {self.folder}` or the window.",
+                stacklevel=3,
+            )
+            return self
+        if self._thread is None:
+            self._stop.clear()
+            self._thread = threading.Thread(target=self._watch, name="gradscope-live", daemon=True)
+            self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        """Stop watching and draw the log as it ended (called after the fit: off the training steps)."""
+        thread, self._thread = self._thread, None
+        if thread is None:
+            return
+        self._stop.set()
+        thread.join()
+        self._draw(final=True)
+
+    def _watch(self) -> None:
+        last_change = time.monotonic()
+        while not self._stop.wait(self.poll_s):
+            if self._draw(final=False):
+                last_change = time.monotonic()
+            elif time.monotonic() - last_change > GIVE_UP_S:
+                return
+
+    def _draw(self, *, final: bool) -> bool:
+        """Redraw when ``every`` records came since the last drawing (or at the end); True if it drew."""
+        from gradscope.app.display.reports import training_body
+        from gradscope.io.training_events import read_training_log
+
+        t0 = time.perf_counter()
+        try:
+            log = read_training_log(self.folder)
+        except Exception as exc:  # noqa: BLE001 - nothing written yet, or a record half written: next round
+            if final:
+                self.display.update(fragment(alerts([f"gradscope could not read {self.folder}: {exc}"])))
+            return False
+        n = len(log.records)
+        if not final and (n == 0 or n < self.drawn_records + self.every) and not (n and self.drawn_records < 0):
+            return False
+        self.display.update(fragment(training_body(log, live=not final)))
+        self.drawn_records, self.draws = n, self.draws + 1
+        self.draw_seconds += time.perf_counter() - t0
+        return True

@@ -1,0 +1,125 @@
+"""``gradscope report RUN --out report.html``: one self-contained HTML page (pictures embedded, no script, no
+address outside the file) for an evaluation folder, a training log folder or a folder of exported explanations
+(PNG + sidecar), with the settings and versions that made it. The sections are the notebook's displays."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+from gradscope.app.display.html import esc, figure, page, table
+from gradscope.app.display.provenance import versions
+from gradscope.core.errors import InputError
+from gradscope.core.files import write_text_atomic
+
+MAX_EXPLANATIONS = 200  # pictures in one page (a folder of more says how many it left out)
+
+
+def run_kind(run: Path) -> str:
+    """ "evaluation", "training" or "explanations", or an ``InputError`` saying what a report reads."""
+    if not run.exists():
+        raise InputError(f"{run} does not exist.")
+    if run.is_dir() and (run / "settings.json").is_file() and (run / "batches").is_dir():
+        return "evaluation"
+    if run.is_dir() and any(run.glob("events.out.tfevents.*")):
+        return "training"
+    if _sidecars(run):
+        return "explanations"
+    raise InputError(
+        f"{run} is none of what a report reads: an evaluation folder (settings.json and batches/ from "
+        "`gradscope evaluate --out`), a GradientMonitor log folder (events.out.tfevents.* files) or exported "
+        "explanations (PNG files with their JSON sidecars)."
+    )
+
+
+def _sidecars(run: Path) -> list[Path]:
+    pngs = [run] if run.is_file() else sorted(run.glob("*.png"))
+    return [p for p in pngs if p.suffix.lower() == ".png" and p.with_suffix(".json").is_file()]
+
+
+def _settings_table(settings: dict[str, Any]) -> str:
+    rows = [(k, v if isinstance(v, str) else json.dumps(v, sort_keys=True)) for k, v in settings.items()]
+    return "<h2>Settings</h2>" + table(["setting", "value"], rows, css="meta")
+
+
+def _evaluation(run: Path) -> tuple[str, str, dict]:
+    from gradscope.app.display.reports import evaluation_body
+    from gradscope.app.evaluation.report import build_report
+
+    report = build_report(run)
+    settings = {**report.settings, **{k: v for k, v in report.header.items() if isinstance(v, (str, int, float))}}
+    return f"Evaluation: {run.name}", evaluation_body(report), settings
+
+
+def _training(run: Path) -> tuple[str, str, dict]:
+    from gradscope.app.display.reports import training_body
+    from gradscope.io.training_events import read_training_log
+
+    log = read_training_log(run)
+    settings = {
+        "model": log.model_name,
+        "recorded every": f"{log.every} steps",
+        "statistics": log.statistics,
+        "records": len(log.records),
+        "run": log.run_id or "",
+        "replicas": log.replicas,
+        "plan": log.plan or "none (the standard gradient)",
+        "clipping": log.clipping or "none",
+        "written by": log.writer or "",
+    }
+    return f"Training: {log.model_name} ({run.name})", training_body(log), settings
+
+
+def _explanations(run: Path) -> tuple[str, str, dict]:
+    from gradscope.app.files.exports import read_sidecar
+    from gradscope.core.targets import describe_next_token
+
+    pngs = _sidecars(run)
+    parts, methods, models, made_by = [], set(), set(), set()
+    for png in pngs[:MAX_EXPLANATIONS]:
+        sidecar = read_sidecar(png)
+        method, model = sidecar.get("method", "?"), sidecar.get("model", "?")
+        methods.add(method)
+        models.add(model)
+        made_by.add(sidecar.get("gradscope_version", "?"))
+        what = describe_next_token(sidecar["explained_token"]) if sidecar.get("explained_token") else ""
+        if not what:
+            target = sidecar.get("target") or {}
+            index = target.get("index", sidecar.get("predicted_class"))
+            what = f"class {index}" if index is not None else "top class"
+        source = Path(str(sidecar.get("image") or "")).name
+        caption = " · ".join(str(p) for p in (png.name, model, method, what, f"input {source}" if source else "") if p)
+        parts.append(figure(png.read_bytes(), caption))
+        plan = (sidecar.get("plan") or {}).get("rules") or (sidecar.get("plan") or {}).get("entries")
+        if plan:
+            parts.append(f"<div class='note'>plan: {esc(json.dumps(plan, sort_keys=True)[:400])}</div>")
+    if len(pngs) > MAX_EXPLANATIONS:
+        parts.append(f"<div class='note'>… {len(pngs) - MAX_EXPLANATIONS} more pictures left out of this page</div>")
+    settings = {
+        "pictures": len(pngs),
+        "models": ", ".join(sorted(map(str, models))),
+        "methods": ", ".join(sorted(map(str, methods))),
+        "exported by gradscope": ", ".join(sorted(map(str, made_by))),
+    }
+    name = run.name if run.is_dir() else run.stem
+    return f"Explanations: {name}", "".join(parts), settings
+
+
+def report_html(run: str | Path) -> str:
+    """The page of ``run`` (see ``run_kind``)."""
+    run = Path(run)
+    kind = run_kind(run)
+    title, body, settings = {"evaluation": _evaluation, "training": _training, "explanations": _explanations}[kind](run)
+    return page(title, body + _settings_table(settings), [("read from", str(run.resolve())), *versions()])
+
+
+def write_report(run: str | Path, out: str | Path) -> Path:
+    """Write ``report_html(run)`` to ``out``, atomically (an ``.html`` file: no run writes one, so a report never
+    replaces what it was read from)."""
+    out = Path(out)
+    if out.suffix.lower() not in (".html", ".htm"):
+        raise InputError(f"The report is an .html file; got {out.name}.")
+    text = report_html(run)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    return write_text_atomic(out, text)

@@ -1,0 +1,217 @@
+"""Reports as HTML: a sanity report, an evaluation, a gradient-flow report and a training log (the step x layer
+heat map of mean |g|, the loss with its spikes and first NaN, the alerts, the last record's flow over the
+first's). The numbers and words are the ones ``to_text()`` / ``train-report`` print."""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+from gradscope.app.display.html import alerts, esc, figure, fragment, table
+
+
+def _num(v: Any, fmt: str = ".4g") -> str:
+    return "" if v is None or (isinstance(v, float) and math.isnan(v)) else format(v, fmt)
+
+
+# ----------------------------------------------------------------------------------------------- sanity
+def sanity_body(report: Any) -> str:
+    parts = [f"<h3>Sanity checks for {esc(report.method)} (target value {report.target_value:.4g})</h3>"]
+    if report.conservation:
+        flagged = [r.node for r in report.conservation if r.flagged]
+        parts.append(
+            f"<h3>Conservation</h3><div class='note'>relevance = {esc(report.relevance)}; tolerance "
+            f"{report.tolerance:.0%}</div>"
+        )
+        parts.append(alerts([f"not conserved at {n}" for n in flagged], ok="holds at every one-to-one node"))
+        rows = [
+            (
+                r.node,
+                _num(r.relevance, ".5g"),
+                _num(r.ratio_to_target),
+                _num(r.ratio_to_producer),
+                "✗" if r.flagged else "",
+            )
+            for r in report.conservation
+        ]
+        parts.append(table(["node", "R", "R / target", "producer / this", "broken"], rows))
+    if report.randomisation:
+        last = report.randomisation[-1].rank_correlation
+        parts.append("<h3>Model randomisation (Adebayo et al. 2018)</h3>")
+        parts.append(
+            alerts(["the map no longer depends on the weights: it does not explain the model"])
+            if last > 0.5
+            else alerts([], ok="the map changes with the weights, as an explanation of the model should")
+        )
+        rows = [(f"down to {r.layer}", f"{r.rank_correlation:+.3f}") for r in report.randomisation]
+        parts.append(table(["weights re-initialised", "rank correlation with the original map"], rows))
+    if report.finite_differences:
+        flagged = [r.node for r in report.finite_differences if r.flagged]
+        parts.append(f"<h3>Finite differences (tolerance {report.tolerance:.0%})</h3>")
+        parts.append(alerts([f"differs at {n}" for n in flagged], ok="all agree"))
+        rows = [(r.node, f"{r.relative_error:.2e}", "✗" if r.flagged else "") for r in report.finite_differences]
+        parts.append(table(["node", "relative error", "differs"], rows))
+    elif report.checked_finite_differences:
+        parts.append("<div class='note'>Finite differences: every node lies below a rule; nothing to check.</div>")
+    return "".join(parts)
+
+
+def sanity_html(report: Any) -> str:
+    return fragment(sanity_body(report))
+
+
+# ----------------------------------------------------------------------------------------------- evaluation
+def evaluation_body(report: Any) -> str:
+    from gradscope.app.evaluation.report import CONFIDENCE, HIGHER_IS_BETTER
+    from gradscope.render.curves import curves_png
+
+    head = f"{report.images} of {report.total} images scored"
+    if not report.complete:
+        head += " (stopped: run again with the same out folder to resume)"
+    parts = [f"<h3>Evaluation</h3><div class='note'>{esc(head)}</div>"]
+    if report.bad:
+        parts.append(
+            alerts(
+                [
+                    f"{len(report.bad)} image(s) could not be used, e.g. {report.bad[0]['key']}: "
+                    f"{report.bad[0]['reason']}"
+                ]
+            )
+        )
+    rows = []
+    for method in report.methods:
+        cells = [method]
+        for metric in report.metrics:
+            row = next((r for r in report.table if r["method"] == method and r["metric"] == metric), None)
+            if row is None or row["value"] is None or (isinstance(row["value"], float) and math.isnan(row["value"])):
+                cells.append("–")
+            else:
+                cells.append(f"{row['value']:.4f} [{_num(row['ci_low'], '.4f')}, {_num(row['ci_high'], '.4f')}]")
+        cells.append(f"{report.seconds.get(method, 0.0):.1f} s" if report.seconds else "")
+        rows.append(cells)
+    header = ["method", *(f"{m} {'↑' if HIGHER_IS_BETTER.get(m, True) else '↓'}" for m in report.metrics), "time"]
+    parts.append(table(header, rows))
+    parts.append(
+        f"<div class='note'>value [{CONFIDENCE:.0%} bootstrap interval over images]; ↑ higher is better, "
+        "↓ lower is better</div>"
+    )
+    clear = [d for d in report.differences if d["ci_low"] is not None and (d["ci_low"] > 0 or d["ci_high"] < 0)]
+    if clear:
+        parts.append("<h3>Differences whose interval excludes 0</h3>")
+        parts.append(
+            table(
+                ["metric", "a − b", "difference", "interval"],
+                [
+                    (
+                        d["metric"],
+                        f"{d['a']} − {d['b']}",
+                        f"{d['difference']:+.4f}",
+                        f"[{d['ci_low']:+.4f}, {d['ci_high']:+.4f}]",
+                    )
+                    for d in clear
+                ],
+            )
+        )
+    if report.curves:
+        png = curves_png(report.curves, x_label="fraction of pixels changed", y_label="class probability")
+        parts.append(figure(png, "Mean deletion / insertion curves over the images"))
+    return "".join(parts)
+
+
+def evaluation_html(report: Any) -> str:
+    return fragment(evaluation_body(report))
+
+
+# ----------------------------------------------------------------------------------------------- gradient flow
+def flow_body(report: Any, baseline: Any = None, baseline_name: str = "") -> str:
+    from gradscope.engine.diagnostics.flow import flow_picture
+
+    flagged = [f"{r.node}: {' '.join(r.flags)}" for r in report.flagged()]
+    caption = f"Gradient flow of {report.model_name}, target {report.target}"
+    if report.loss_value is not None:
+        caption += f" (loss {report.loss_value:.6g})"
+    return alerts(flagged, ok="no node flagged") + figure(flow_picture(report, baseline, baseline_name), caption)
+
+
+def flow_html(report: Any) -> str:
+    return fragment(flow_body(report))
+
+
+# ----------------------------------------------------------------------------------------------- training log
+def _loss_series(log: Any) -> tuple[list[int], list[float]]:
+    if log.norms is not None and len(log.norms):
+        return [int(s) for s in log.norms.steps], [float(v) for v in log.norms.loss]
+    return [r.step for r in log.records], [float(r.loss) for r in log.records]
+
+
+_ALERT_NAMES = {"nonfinite": "first NaN/Inf", "spike": "loss spike"}
+
+
+def training_body(log: Any, *, live: bool = False) -> str:
+    """The log's alerts, its loss, its heat map and its last record's flow over its first."""
+    from gradscope.engine.training.report import step_flow, stopped_before_first_record, training_alerts
+    from gradscope.render.charts import heatmap_picture, series_picture
+
+    title = f"Gradient flow in training: {log.model_name} ({len(log.records)} records, every {log.every} steps)"
+    parts = [f"<h3>{esc(title)}</h3>"]
+    if log.failure:
+        parts.append(alerts([f"the monitor recorded nothing: {log.failure}"]))
+    before = stopped_before_first_record(log)
+    if before:
+        parts.append(alerts([before]))
+    found = training_alerts(log) if log.records else []
+    first_bad = next((a for a in found if a.kind == "nonfinite"), None)
+    lines = []
+    for a in found:
+        where = f" in {a.node}" if a.node else ""
+        op = f" (op {a.op})" if a.op else ""
+        kind = _ALERT_NAMES.get(a.kind, a.kind.replace("_", " "))
+        lines.append(f"step {a.first_step}: {kind}{where}{op} — {a.detail}")
+    parts.append(alerts(lines, ok="no alert: every record finite, no layer vanishing or exploding, no loss spike"))
+    if problems := list(log.problems):
+        parts.append("".join(f"<div class='note'>{esc(p)}</div>" for p in problems[:5]))
+    steps, loss = _loss_series(log)
+    spikes = [a.first_step for a in found if a.kind == "spike"]
+    stop_text = ""
+    if first_bad is not None:
+        stop_text = f"first NaN/Inf: step {first_bad.first_step}" + (f" in {first_bad.node}" if first_bad.node else "")
+    loss_picture = series_picture(
+        steps,
+        loss,
+        title="loss" + (" (red rings: gradient-norm spikes)" if spikes else ""),
+        marks=spikes,
+        stop=first_bad.first_step if first_bad is not None else None,
+        stop_text=stop_text,
+    )
+    parts.append(
+        figure(loss_picture, f"Loss over {len(steps)} steps" + (f"; red line: {stop_text}" if stop_text else ""))
+    )
+    if log.records:
+        names = [n.id for n in log.nodes]
+        matrix = log.matrix("grad_mean_abs")
+        what = "RMS of g" if log.statistics == "magnitude" else "mean |g|"
+        heat = heatmap_picture(matrix, names, log.steps, title=f"{what} per layer (rows) and record (columns)")
+        parts.append(figure(heat, f"{what} of every node's gradient at each recorded step"))
+        finite = [r for r in log.records if r.finite] or log.records
+        first, last = finite[0], finite[-1]  # the flow of a NaN record is NaN everywhere: the last before it
+        if last is not log.records[-1]:
+            parts.append(f"<div class='note'>The flow below is of step {last.step}, the last finite record.</div>")
+        baseline = step_flow(log, first) if first is not last else None
+        parts.append(flow_body(step_flow(log, last), baseline, f"step {first.step}"))
+    if live:
+        parts.append("<div class='note'>updating while fit runs…</div>")
+    return "".join(parts)
+
+
+def training_html(log: Any) -> str:
+    return fragment(training_body(log))
+
+
+# ----------------------------------------------------------------------------------------------- layer graph
+def graph_html(picture: Any) -> str:
+    body = f'<div class="scroll">{picture.svg()}</div>'
+    if picture.flow is not None:
+        body = flow_body(picture.flow) + body
+    else:
+        body += "<div class='note'>pass inputs= to colour each layer by its gradient</div>"
+    return fragment(body)

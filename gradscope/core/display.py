@@ -1,0 +1,45 @@
+"""Rich display of results (Jupyter's ``_repr_html_`` / ``_repr_png_``) and ``.show()`` outside notebooks.
+
+A result of a low layer (a ``TrainingLog`` of core, a ``SanityReport`` of the engine) is drawn by the display code
+of ``gradscope.app.display``, which sits above it: the class names its drawing function as ``"module:function"``
+and the function is imported when the result is first shown, so importing a result never imports the display, and
+the display never becomes a dependency of the layers below it (the rules of ``pyproject.toml``'s import contracts).
+"""
+
+from __future__ import annotations
+
+import importlib
+import sys
+from pathlib import Path
+from typing import Any, ClassVar
+
+
+def in_notebook() -> bool:
+    """A Jupyter kernel (notebook, lab, Colab, VS Code) runs this process: IPython's kernel app is up. Looked up
+    in ``sys.modules`` only: nothing is imported."""
+    ipython = sys.modules.get("IPython")
+    shell = ipython.get_ipython() if ipython is not None else None
+    return shell is not None and "IPKernelApp" in getattr(shell, "config", {})
+
+
+def drawing_function(name: str) -> Any:
+    """The function ``"package.module:function"`` names."""
+    module, _, function = name.partition(":")
+    return getattr(importlib.import_module(module), function)
+
+
+class RichDisplay:
+    """Mixin: a result that shows itself in a notebook and, with ``show()``, in the default browser elsewhere.
+
+    Only HTML: its pictures are PNGs inside it, so a notebook does not store each picture twice (a ``_repr_png_``
+    beside it would be saved too)."""
+
+    _html_maker: ClassVar[str] = ""  # "module:function" (result) -> HTML fragment
+
+    def _repr_html_(self) -> str:
+        return drawing_function(self._html_maker)(self)
+
+    def show(self, path: str | Path | None = None) -> Path | None:
+        """In a notebook: display it. Elsewhere: write it as a self-contained HTML page (``path``, or a temporary
+        file) and open it in the default browser; returns the page's path (None in a notebook)."""
+        return drawing_function("gradscope.app.display.notebook:show")(self, path)

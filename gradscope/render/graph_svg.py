@@ -1,0 +1,116 @@
+"""The layer graph as SVG (``keras.utils.plot_model`` with the flow): the window's layout (``graph_layout``) drawn
+as boxes and arrows, each box filled by its node's gradient (log10 mean |g| on a colormap; red: NaN/Inf or
+flagged; grey: no gradient reaches it), the value and the flags in its tooltip."""
+
+from __future__ import annotations
+
+import html
+import math
+from dataclasses import dataclass
+
+import numpy as np
+
+from gradscope.render.colormap import apply_colormap
+from gradscope.render.graph_layout import GraphLayout
+
+MARGIN = 16.0
+NO_GRADIENT, BROKEN, PLAIN = "#cfd8dc", "#e53935", "#eceff1"
+
+
+@dataclass(frozen=True)
+class NodeFlow:
+    """What a box shows of its node's gradient."""
+
+    mean_abs: float | None  # None: no gradient reaches the node
+    flags: tuple[str, ...] = ()
+
+
+def _ink(hex_fill: str) -> str:
+    r, g, b = (int(hex_fill[i : i + 2], 16) for i in (1, 3, 5))
+    return "#000" if 0.299 * r + 0.587 * g + 0.114 * b > 140 else "#fff"
+
+
+def node_fills(flow: dict[str, NodeFlow], colormap: str = "viridis") -> tuple[dict[str, str], tuple[float, float]]:
+    """A fill per node and the log10 range the colours span."""
+    logs = {
+        k: math.log10(f.mean_abs)
+        for k, f in flow.items()
+        if f.mean_abs and math.isfinite(f.mean_abs) and f.mean_abs > 0
+    }
+    lo, hi = (min(logs.values()), max(logs.values())) if logs else (0.0, 1.0)
+    hi = hi if hi > lo else lo + 1.0
+    fills = {}
+    for node, f in flow.items():
+        if f.mean_abs is None or f.mean_abs == 0:
+            fills[node] = NO_GRADIENT
+        elif not math.isfinite(f.mean_abs) or any(flag in ("nan", "inf", "nonfinite", "exploding") for flag in f.flags):
+            fills[node] = BROKEN
+        else:
+            t = np.array([[(logs[node] - lo) / (hi - lo)]], np.float32)
+            r, g, b = apply_colormap(t, colormap)[0, 0][:3]
+            fills[node] = f"#{int(r):02x}{int(g):02x}{int(b):02x}"
+    return fills, (lo, hi)
+
+
+def graph_svg(layout: GraphLayout, flow: dict[str, NodeFlow] | None = None, *, title: str = "") -> str:
+    """The SVG text of ``layout``, filled by ``flow`` (node id -> ``NodeFlow``) where given."""
+    x0, y0, x1, y1 = layout.bounds
+    top = 28.0 if title else 0.0
+    legend = 36.0 if flow else 0.0
+    width, height = x1 - x0 + 2 * MARGIN, y1 - y0 + 2 * MARGIN + top + legend
+    width = max(width, 8.0 * len(title) + 2 * MARGIN, 600.0 if flow else 0.0)  # the title and legend fit
+    dx, dy = MARGIN - x0, MARGIN - y0 + top
+    fills, (lo, hi) = node_fills(flow) if flow else ({}, (0.0, 1.0))
+    out = [
+        f'<svg xmlns="http://www.w3.org/2000/svg" viewBox="0 0 {width:.0f} {height:.0f}" width="{width:.0f}" '
+        f'height="{height:.0f}" style="max-width:100%;height:auto;font-family:sans-serif">',
+        '<defs><marker id="gs-arrow" viewBox="0 0 10 10" refX="9" refY="5" markerWidth="6" markerHeight="6" '
+        'orient="auto-start-reverse"><path d="M0,0L10,5L0,10z" fill="#78909c"/></marker></defs>',
+    ]
+    if title:
+        out.append(f'<text x="{MARGIN}" y="20" font-size="15">{html.escape(title)}</text>')
+    for frame in layout.frames:
+        out.append(
+            f'<rect x="{frame.x0 + dx:.1f}" y="{frame.y0 + dy:.1f}" width="{frame.x1 - frame.x0:.1f}" '
+            f'height="{frame.y1 - frame.y0:.1f}" fill="none" stroke="#b0bec5" stroke-dasharray="4 3"/>'
+        )
+    for edge in layout.edges:
+        points = " ".join(f"{x + dx:.1f},{y + dy:.1f}" for x, y in edge.points)
+        out.append(f'<polyline points="{points}" fill="none" stroke="#78909c" marker-end="url(#gs-arrow)"/>')
+    for box in layout.boxes.values():
+        fill = fills.get(box.id, PLAIN)
+        members = box.members or (box.id,)
+        if flow and box.collapsed_group:  # a collapsed nested model: its worst member
+            fill = next((fills[m] for m in members if fills.get(m) == BROKEN), fills.get(members[-1], PLAIN))
+        tip = [box.id, box.subtitle]
+        f = flow.get(box.id) if flow else None
+        if f is not None:
+            tip.append("no gradient" if f.mean_abs is None else f"mean |g| = {f.mean_abs:.4g}")
+            tip.extend(f.flags)
+        x, y = box.x - box.w / 2 + dx, box.y - box.h / 2 + dy
+        ink = _ink(fill)
+        out.append(
+            f"<g><title>{html.escape(chr(10).join(t for t in tip if t))}</title>"
+            f'<rect x="{x:.1f}" y="{y:.1f}" width="{box.w:.1f}" height="{box.h:.1f}" rx="5" fill="{fill}" '
+            f'stroke="#546e7a"/>'
+            f'<text x="{box.x + dx:.1f}" y="{box.y + dy - 3:.1f}" font-size="12" text-anchor="middle" '
+            f'fill="{ink}">{html.escape(box.title[:26])}</text>'
+            f'<text x="{box.x + dx:.1f}" y="{box.y + dy + 12:.1f}" font-size="10" text-anchor="middle" '
+            f'fill="{ink}">{html.escape(box.subtitle[:30])}</text></g>'
+        )
+    if flow:
+        y = height - legend + 8
+        steps = 24
+        for k in range(steps):
+            t = np.array([[k / (steps - 1)]], np.float32)
+            r, g, b = apply_colormap(t, "viridis")[0, 0][:3]
+            out.append(
+                f'<rect x="{MARGIN + 6 * k:.0f}" y="{y:.0f}" width="6" height="10" '
+                f'fill="#{int(r):02x}{int(g):02x}{int(b):02x}"/>'
+            )
+        out.append(
+            f'<text x="{MARGIN + 6 * steps + 6:.0f}" y="{y + 9:.0f}" font-size="11">mean |g| 1e{lo:.1f} … 1e{hi:.1f}; '
+            f'<tspan fill="{BROKEN}">red: NaN/Inf or exploding</tspan>; grey: no gradient</text>'
+        )
+    out.append("</svg>")
+    return "\n".join(out)

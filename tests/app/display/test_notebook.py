@@ -1,0 +1,97 @@
+"""The example notebook run by a real Jupyter kernel (nbclient), as a notebook user runs it: every result shows
+itself as HTML with what it should say, nothing fails; each HTML output rendered by headless Chromium is drawn."""
+
+from __future__ import annotations
+
+import re
+import sys
+from pathlib import Path
+
+import pytest
+
+from tests.app.display.browser import assert_drawn, screenshot
+
+nbformat = pytest.importorskip("nbformat")
+nbclient = pytest.importorskip("nbclient")
+
+NOTEBOOK = Path(__file__).parents[3] / "docs" / "examples" / "gradscope_in_a_notebook.ipynb"
+
+# what each code cell's HTML must hold, in order (the first cell only imports)
+EXPECTED = [
+    None,
+    ("execute_result", ["data:image/png;base64,", "guided_backprop", "class "]),
+    ("execute_result", ["<svg", "mean |g|", "<title>"]),
+    ("execute_result", ["Sanity checks for gradient", "Conservation", "Finite differences"]),
+    ("execute_result", ['class="strip"', 'dir="auto"', "tiny_text", "score "]),
+    ("execute_result", ['class="strip"', "attnlrp", "next token"]),
+    ("execute_result", ['class="matrix"', "p = ", "generated tokens"]),
+    ("display_data", ["first NaN/Inf", "Gradient flow in training", "mean |g| of every node"]),
+    ("execute_result", ["first NaN/Inf", "Gradient flow in training"]),
+    ("execute_result", ["Evaluation", "pointing", "deletion", "bootstrap interval", "data:image/png;base64,"]),
+]
+
+
+@pytest.fixture(scope="module")
+def executed(tmp_path_factory):
+    from jupyter_client.kernelspec import NATIVE_KERNEL_NAME
+
+    nb = nbformat.read(NOTEBOOK, as_version=4)
+    client = nbclient.NotebookClient(
+        nb,
+        timeout=600,
+        kernel_name=NATIVE_KERNEL_NAME,  # ipykernel of this interpreter (sys.executable)
+        resources={"metadata": {"path": str(NOTEBOOK.parent)}},
+    )
+    client.execute()
+    return nb
+
+
+def test_the_notebook_is_run_with_this_interpreter():
+    from jupyter_client.kernelspec import KernelSpecManager, NATIVE_KERNEL_NAME
+
+    spec = KernelSpecManager().get_kernel_spec(NATIVE_KERNEL_NAME)
+    assert Path(spec.argv[0]).resolve() == Path(sys.executable).resolve() or spec.argv[0] == "python"
+
+
+def test_every_result_shows_itself_as_html(executed):
+    cells = [c for c in executed.cells if c.cell_type == "code"]
+    assert len(cells) == len(EXPECTED)
+    for cell, expected in zip(cells, EXPECTED):
+        errors = [o for o in cell.outputs if o.output_type == "error"]
+        assert not errors, cell.source
+        stderr = "".join(o.get("text", "") for o in cell.outputs if o.get("name") == "stderr")
+        assert "Traceback" not in stderr and "WARNING:tensorflow" not in stderr, stderr[-2000:]
+        if expected is None:
+            continue
+        kind, words = expected
+        shown = [o for o in cell.outputs if o.output_type == kind and "text/html" in o.get("data", {})]
+        assert len(shown) == 1, (cell.source, [o.output_type for o in cell.outputs])
+        html = shown[0]["data"]["text/html"]
+        assert html.startswith('<div class="gs">'), html[:200]
+        for word in words:
+            assert word in html, (word, cell.source)
+        assert "<script" not in html and not re.search(r'(src|href)="https?:', html)  # stands alone
+        assert "text/plain" in shown[0]["data"]  # what a plain console prints
+
+
+def test_the_live_monitor_ended_on_the_final_drawing(executed):
+    """The live output is one display updated in place; its last drawing is the finished log (not 'updating')."""
+    cell = [c for c in executed.cells if c.cell_type == "code"][7]
+    (shown,) = [o for o in cell.outputs if o.output_type == "display_data"]
+    html = shown["data"]["text/html"]
+    assert "updating while fit runs" not in html
+    assert re.search(r"first NaN/Inf: step \d+", html)
+
+
+def test_the_outputs_are_drawn_in_a_browser(executed, tmp_path):
+    from gradscope.app.display.html import page
+
+    cells = [c for c in executed.cells if c.cell_type == "code"]
+    for i, cell in enumerate(cells):
+        for o in cell.outputs:
+            html = o.get("data", {}).get("text/html")
+            if html is None:
+                continue
+            path = tmp_path / f"cell{i}.html"
+            path.write_text(page(f"cell {i}", html), encoding="utf-8")
+            assert_drawn(screenshot(path, tmp_path / f"cell{i}.png", 1280, 900), min_colours=20)
