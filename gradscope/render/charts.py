@@ -32,9 +32,6 @@ def heatmap_picture(
     left = min(260, max((text_width(r, FONT) for r in rows), default=20) + 12)
     top, bottom = 24, 48
     width, height = left + cell_w * n_steps + 16, top + cell_h * n_rows + bottom
-    img = Image.new("RGB", (max(width, 360), height), "white")
-    draw = ImageDraw.Draw(img)
-    draw_text(img, (4, 4), title, FONT + 1, INK)
     finite = np.isfinite(values) & (values > 0)
     if finite.any():
         logs = np.log10(values[finite])
@@ -46,6 +43,12 @@ def heatmap_picture(
     else:
         lo = hi = math.nan
         colours = np.full((*values.shape, 3), 255, np.uint8)
+    scale = "no positive finite value" if math.isnan(lo) else f"log10 colour scale: 1e{lo:.1f} (dark) … 1e{hi:.1f}"
+    scale += "; red: NaN/Inf; white: 0"
+    width = max(width, left + text_width(scale, FONT) + 8, text_width(title, FONT + 1) + 8)
+    img = Image.new("RGB", (width, height), "white")
+    draw = ImageDraw.Draw(img)
+    draw_text(img, (4, 4), title, FONT + 1, INK)
     for i, name in enumerate(rows):
         y = top + i * cell_h
         draw_text(img, (4, y), name[:40], FONT, INK)
@@ -60,8 +63,7 @@ def heatmap_picture(
         draw_text(img, (left, y), f"step {steps[0]}", FONT, INK)
         last = f"step {steps[-1]}"
         draw_text(img, (max(left + 60, left + cell_w * n_steps - text_width(last, FONT)), y), last, FONT, INK)
-    scale = "no positive finite value" if math.isnan(lo) else f"log10 colour scale: 1e{lo:.1f} (dark) … 1e{hi:.1f}"
-    draw_text(img, (left, y + 18), f"{scale}; red: NaN/Inf; white: 0", FONT, INK)
+    draw_text(img, (left, y + 18), scale, FONT, INK)
     return np.asarray(img, np.uint8)
 
 

@@ -66,7 +66,7 @@ def _training(run: Path) -> tuple[str, str, dict]:
         "replicas": log.replicas,
         "plan": log.plan or "none (the standard gradient)",
         "clipping": log.clipping or "none",
-        "written by": log.writer or "",
+        "written by": ", ".join(f"{k} {v}" for k, v in log.writer.items() if k in ("host", "pid")) or "",
     }
     return f"Training: {log.model_name} ({run.name})", training_body(log), settings
 

@@ -47,7 +47,7 @@ def executed(tmp_path_factory):
 
 
 def test_the_notebook_is_run_with_this_interpreter():
-    from jupyter_client.kernelspec import KernelSpecManager, NATIVE_KERNEL_NAME
+    from jupyter_client.kernelspec import NATIVE_KERNEL_NAME, KernelSpecManager
 
     spec = KernelSpecManager().get_kernel_spec(NATIVE_KERNEL_NAME)
     assert Path(spec.argv[0]).resolve() == Path(sys.executable).resolve() or spec.argv[0] == "python"
