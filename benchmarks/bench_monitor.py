@@ -5,6 +5,7 @@
     .venv/bin/python benchmarks/bench_monitor.py --steps 40     # more timed steps per configuration
     .venv/bin/python benchmarks/bench_monitor.py --only llama3 --steps 4 --rounds 2   # Llama-3 309 M fine-tune
     .venv/bin/python benchmarks/bench_monitor.py --mirrored     # under MirroredStrategy over 2 logical CPUs
+    .venv/bin/python benchmarks/bench_monitor.py --only demo --live   # + every=1 with the notebook's live view
 
 Per model: the time of each training step (on_train_batch_begin -> end, which includes the step's record and the
 sentinel) after a warm-up epoch that traces, for plain ``fit``, ``every=10``, ``every=1`` (all statistics,
@@ -14,6 +15,9 @@ its model and monitor, so its step is traced once. Reported: per round the mean 
 over rounds, and its ratio to plain (goals: <= 1.10 at every=10, <= 1.30 at every=1). Set-up: from ``fit``'s
 call to the end of its first step (the monitor's build and trace, or Keras' own trace) in the warm-up epoch, as a
 ratio to plain ``fit``'s (goal <= 1.5).
+``--live`` adds ``every=1 live``: every=1 with the notebook's live view (``gradscope.app.display.live``) started
+and stopped around each fit as ``GradientMonitor(live=True)`` does in a kernel, polling every 0.05 s and redrawing
+at every new record (the worst case; its output a stub that keeps the HTML), its draws counted.
 Writes benchmarks/results/monitor.{json,csv} (monitor_<options>.{json,csv} with --only / --mirrored).
 """
 
@@ -125,8 +129,35 @@ def make_monitor(folder: Path, every: int) -> GradientMonitor:
     return GradientMonitor(folder, every=abs(every), statistics="magnitude" if every < 0 else "all")
 
 
-def measure(name, build, x, y, batch, steps: int, rounds: int) -> dict:
+class LiveAround(keras.callbacks.Callback):
+    """What ``GradientMonitor(live=True)`` does in a notebook, with a stub output: the watcher thread reads the log
+    folder and draws while the fit runs."""
+
+    def __init__(self, folder: Path) -> None:
+        super().__init__()
+        self.folder, self.draws, self.draw_seconds = folder, 0, 0.0
+
+    def on_train_begin(self, logs=None):
+        from gradscope.app.display.live import LiveTraining
+
+        class Output:
+            active = True
+
+            def update(self, html):
+                self.html = html
+
+        self.live = LiveTraining(self.folder, every=1, display=Output(), poll_s=0.05).start()
+
+    def on_train_end(self, logs=None):
+        self.live.stop()
+        self.draws += self.live.draws
+        self.draw_seconds += self.live.draw_seconds
+
+
+def measure(name, build, x, y, batch, steps: int, rounds: int, live: bool = False) -> dict:
     configs = {"plain": None, "every=10": 10, "every=1": 1, "every=1 magnitude": -1}
+    if live:
+        configs = {"plain": None, "every=1": 1, "every=1 live": 1}
     models: dict = {}
     fits: dict[str, list[float]] = {k: [] for k in configs}
     setup: dict[str, float] = {}
@@ -159,10 +190,12 @@ def measure(name, build, x, y, batch, steps: int, rounds: int) -> dict:
                 flush=True,
             )
             models[label] = (model, monitor)
+        watchers = {label: LiveAround(monitor.log_dir) for label, (_, monitor) in models.items() if "live" in label}
         for _ in range(rounds):
             for label, (model, monitor) in models.items():
                 timer = StepTimer()
                 callbacks = [monitor, timer] if monitor else [timer]  # the same monitor: its trace is reused
+                callbacks += [watchers[label]] if label in watchers else []
                 model.fit(x, y, batch_size=batch, epochs=epochs, verbose=0, shuffle=False, callbacks=callbacks)
                 fits[label].append(float(np.mean(timer.times[1:])))  # the first step re-enters the function
     # Per round, the mean step time (record steps included); across rounds, the median (this machine is shared:
@@ -180,6 +213,9 @@ def measure(name, build, x, y, batch, steps: int, rounds: int) -> dict:
         row[f"{label}_s"] = per_step
         row[f"{label}_ratio"] = per_step / plain
         row[f"{label}_setup_ratio"] = setup[label] / setup["plain"]
+    for label, watcher in watchers.items():
+        row[f"{label}_draws"] = watcher.draws
+        row[f"{label}_draw_s"] = watcher.draw_seconds / max(1, watcher.draws)
     return row
 
 
@@ -189,6 +225,7 @@ def main() -> int:
     parser.add_argument("--mirrored", action="store_true", help="train under MirroredStrategy over 2 logical CPUs")
     parser.add_argument("--steps", type=int, default=20, help="timed steps per configuration and round")
     parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument("--live", action="store_true", help="plain, every=1 and every=1 with the live view")
     args = parser.parse_args()
     cases = {"demo": demo_case, "resnet": resnet_case, "llama3": llama3_case}
     rows = []
@@ -196,8 +233,16 @@ def main() -> int:
         if (args.only and key != args.only) or (not args.only and key == "llama3"):
             continue  # the language model only when asked for (minutes a step set)
         name, build, x, y, batch = case()
-        rows.append(measure(name, build, x, y, batch, args.steps, args.rounds))
+        rows.append(measure(name, build, x, y, batch, args.steps, args.rounds, args.live))
         r = rows[-1]
+        if args.live:
+            print(
+                f"{r['model']}: plain {r['plain_s'] * 1e3:.1f} ms/step; every=1 {r['every=1_ratio']:.3f}x; with the "
+                f"live view {r['every=1 live_ratio']:.3f}x ({r['every=1 live_draws']} drawings, "
+                f"{r['every=1 live_draw_s'] * 1e3:.0f} ms each, on the watcher thread)",
+                flush=True,
+            )
+            continue
         print(
             f"{r['model']}: plain {r['plain_s'] * 1e3:.1f} ms/step; every=10 {r['every=10_ratio']:.3f}x; "
             f"every=1 {r['every=1_ratio']:.3f}x, magnitude statistics {r['every=1 magnitude_ratio']:.3f}x "
@@ -207,7 +252,8 @@ def main() -> int:
         )
     RESULTS.mkdir(exist_ok=True)
     meta = {"machine": platform.platform(), "cpus": os.cpu_count(), "tensorflow": tf.__version__}
-    stem = "monitor" + "".join(f"_{part}" for part in (args.only, "mirrored" if MIRRORED else None) if part)
+    parts = (args.only, "mirrored" if MIRRORED else None, "live" if args.live else None)
+    stem = "monitor" + "".join(f"_{part}" for part in parts if part)
     (RESULTS / f"{stem}.json").write_text(json.dumps({"meta": meta, "rows": rows}, indent=2))
     with (RESULTS / f"{stem}.csv").open("w", newline="") as f:
         writer = csv.DictWriter(f, fieldnames=list(rows[0]))

@@ -1,6 +1,8 @@
 """The README's examples run as written on what ships with gradscope: the bundled-files CLI block, the
 ``plan_model(model, plan).fit`` example (a compiled model hands on its compile settings), and a headless
-screenshot without a display (in tests/qt/test_window_sizes.py)."""
+screenshot without a display (in tests/qt/test_window_sizes.py). In the README and every guide under docs/, each
+relative link reaches its file (and heading), each ``gradscope ...`` command parses with the CLI's own parser and
+each Python block compiles; the site itself is built with ``mkdocs build --strict`` by scripts/docs.sh (CI)."""
 
 from __future__ import annotations
 
@@ -56,3 +58,63 @@ def test_plan_model_fits_a_compiled_model_as_the_readme_shows():
     history = planned.fit(x, y, epochs=1, batch_size=8, verbose=0)
     assert set(history.history) == {"loss", "mae"}  # the user's loss and metrics
     assert any(not np.array_equal(a, w.numpy()) for a, w in zip(before, model.trainable_weights))
+
+
+DOCUMENTS = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
+
+
+def _slug(heading: str) -> str:
+    """The anchor GitHub and mkdocs give a heading (lower case, punctuation dropped, spaces as hyphens)."""
+    text = re.sub(r"[`*_]", "", heading.strip().lower())
+    return re.sub(r"\s", "-", re.sub(r"[^\w\s-]", "", text))
+
+
+def _blocks(text: str, language: str) -> list[str]:
+    return re.findall(rf"```{language}\n(.*?)```", text, flags=re.S)
+
+
+def test_every_relative_link_reaches_its_file_and_heading():
+    checked = 0
+    for doc in DOCUMENTS:
+        text = doc.read_text(encoding="utf-8")
+        for target in re.findall(r"\]\(([^)\s]+)\)", text):
+            if re.match(r"[a-z]+:", target):
+                continue  # an address outside the repository
+            path, _, anchor = target.partition("#")
+            file = (doc.parent / path).resolve() if path else doc
+            assert file.exists(), f"{doc.name}: link to {target} reaches nothing"
+            if anchor and file.suffix == ".md":
+                headings = re.findall(r"^#+ (.+)$", file.read_text(encoding="utf-8"), flags=re.M)
+                assert anchor in {_slug(h) for h in headings}, f"{doc.name}: no heading #{anchor} in {file.name}"
+            checked += 1
+    assert checked > 20
+
+
+def test_every_command_in_the_guides_parses():
+    from gradscope.cli import build_parser
+
+    commands = 0
+    for doc in DOCUMENTS:
+        for block in _blocks(doc.read_text(encoding="utf-8"), "bash"):
+            for line in block.replace("\\\n", " ").splitlines():
+                words = shlex.split(line.split(" #")[0].strip())
+                if not words or words[0].rsplit("/", 1)[-1] != "gradscope" or len(words) < 2:
+                    continue
+                if words[1] in ("gui", "--version"):
+                    continue  # the window's own parser (tests/qt) / prints and exits
+                argv = [w for w in words[1:] if not (w.startswith("[") or w.endswith("]"))]  # [optional] parts
+                try:
+                    build_parser().parse_args(argv)
+                except SystemExit:
+                    raise AssertionError(f"{doc.name}: `{line.strip()}` does not parse") from None
+                commands += 1
+    assert commands > 25
+
+
+def test_every_python_block_compiles():
+    blocks = 0
+    for doc in DOCUMENTS:
+        for block in _blocks(doc.read_text(encoding="utf-8"), "python"):
+            compile(block, f"{doc.name} python block", "exec")
+            blocks += 1
+    assert blocks >= 5

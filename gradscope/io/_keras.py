@@ -10,3 +10,15 @@ def import_keras() -> Any:
     from gradscope.backend import keras  # quiet start-up, TensorFlow backend checked
 
     return keras
+
+
+def import_keras_hub() -> Any:
+    """keras_hub (ImportError where it is not installed), without the warning its progress bars print in a
+    notebook that lacks ipywidgets (tqdm.auto's "IProgress not found", shown above every first map)."""
+    import warnings
+
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message="IProgress not found")
+        import keras_hub
+
+    return keras_hub

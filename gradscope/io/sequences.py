@@ -161,8 +161,10 @@ class HubVocabulary(Vocabulary):
         module = config.get("module", "") if isinstance(config, dict) else ""
         if not module.startswith("keras_hub."):  # only keras_hub's own classes, never a module a file names
             raise InputError(f"{config_file} is not a keras_hub tokenizer (its module is {module!r}).")
+        from gradscope.io._keras import import_keras_hub
+
         try:
-            import keras_hub  # noqa: F401  (registers its classes)
+            import_keras_hub()  # registers its classes
         except ImportError as exc:
             raise InputError(f"{folder} holds a keras_hub tokenizer: `pip install keras-hub` to use it.") from exc
         from gradscope.io._keras import import_keras
@@ -182,8 +184,10 @@ class HubVocabulary(Vocabulary):
     def _from_transformers_folder(cls, folder: Path) -> HubVocabulary:
         """A Hugging Face folder's tokenizer, converted by keras_hub's converter of its family (data: vocabulary,
         merges or a SentencePiece model; nothing in the folder runs)."""
+        from gradscope.io._keras import import_keras_hub
+
         try:
-            import keras_hub
+            keras_hub = import_keras_hub()
         except ImportError as exc:
             raise InputError(f"{folder} holds a Hugging Face tokenizer: `pip install keras-hub` to use it.") from exc
         try:

@@ -1,4 +1,4 @@
-"""Small versions of the model kinds users bring, one builder each (README "Supported models" is checked against
+"""Small versions of the model kinds users bring, one builder each (the guide docs/models.md is checked against
 what ``tests/engine/backward/test_model_kinds.py`` measures on these)."""
 
 from __future__ import annotations
@@ -116,7 +116,7 @@ def time_distributed() -> keras.Model:
     return keras.Model(inp, keras.layers.Dense(3, name="out")(x), name="time_distributed")
 
 
-#: README row name -> builder. Order = the README table's order.
+#: the guide's row name -> builder. Order = its table's order.
 KINDS: dict[str, Callable[[], keras.Model]] = {
     "CNN (Sequential, BatchNorm, pooling)": fixtures.chain,
     "residual (ResNet-style Add)": fixtures.residual,

@@ -75,8 +75,10 @@ def load_checkpoint_folder(folder: Path, dtype: str = "auto") -> Any:
     options = {"dtype": wanted} if wanted else {}
     if kind == "transformers":
         _check_transformers_folder(folder, config)
+    from gradscope.io._keras import import_keras_hub
+
     try:
-        import keras_hub
+        keras_hub = import_keras_hub()
     except ImportError as exc:
         raise ModelLoadError(
             f"{folder} is a {'Hugging Face' if kind == 'transformers' else 'keras_hub'} checkpoint folder: opening it "

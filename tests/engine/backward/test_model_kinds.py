@@ -1,4 +1,4 @@
-"""The README's "Supported models" table, kept true: for a small version of each model kind users bring, the
+"""The "Supported models" guide's table (docs/models.md), kept true: for a small version of each model kind users bring, the
 identity plan equals a plain tf.GradientTape gradient, and the presets do what the table says (rules per layer
 or an explicit, warned pass-through)."""
 
@@ -17,7 +17,7 @@ from gradscope.rules.methods import build_method
 from gradscope.rules.plan import Plan
 from tests.engine.model_kinds import KINDS, inputs_for
 
-README = Path(__file__).resolve().parents[3] / "README.md"
+GUIDE = Path(__file__).resolve().parents[3] / "docs" / "models.md"
 
 
 @pytest.fixture(scope="module", params=list(KINDS))
@@ -62,7 +62,7 @@ def test_identity_plan_equals_the_tape_gradient(kind):
 
 
 def table_row(name: str, engine: Engine) -> str:
-    """What the README says about one kind, computed from what the presets do."""
+    """What the guide says about one kind, computed from what the presets do."""
     guided = build_method("guided_backprop", engine.graph)
     relu = f"{len(guided.changed)} ReLU node(s)" if guided.changed else "no ReLU: warned, = gradient"
     passed = set()
@@ -81,7 +81,7 @@ def table_row(name: str, engine: Engine) -> str:
 def test_presets_do_what_the_readme_table_says(kind):
     name, model, engine = kind
     row = table_row(name, engine)
-    assert row in README.read_text().splitlines(), f"README 'Supported models' should have the row:\n{row}"
+    assert row in GUIDE.read_text().splitlines(), f"docs/models.md should have the row:\n{row}"
     xs = inputs_for(engine)
     for preset in ("guided_backprop", "mwp", "lrp_epsilon", "attnlrp", "cp_lrp"):
         result = engine.backward(xs, Target(index=1), build_method(preset, engine.graph).plan)
