@@ -1,5 +1,5 @@
 """``gradscope report RUN --out report.html``: one self-contained HTML page of an evaluation folder, a training log
-folder or a folder of exported explanations (``gradscope.app.display.report``)."""
+folder or a folder of exported explanations (``gradscope.app.display.run_page``)."""
 
 from __future__ import annotations
 
@@ -22,7 +22,7 @@ def add_parser(sub: Any) -> None:
 
 
 def run(args: Any) -> int:
-    from gradscope.app.display.report import write_report
+    from gradscope.app.display.run_page import write_report
 
     info(args, f"wrote {write_report(args.run, args.out)}")
     return 0

@@ -7,6 +7,7 @@ import re
 import sys
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from tests.app.display.browser import assert_drawn, screenshot
@@ -84,14 +85,21 @@ def test_the_live_monitor_ended_on_the_final_drawing(executed):
 
 
 def test_the_outputs_are_drawn_in_a_browser(executed, tmp_path):
+    """Every HTML output on one page (one browser start), each drawn: the page's height grows with each output and
+    the screenshot is not blank."""
     from gradscope.app.display.html import page
 
-    cells = [c for c in executed.cells if c.cell_type == "code"]
-    for i, cell in enumerate(cells):
-        for o in cell.outputs:
-            html = o.get("data", {}).get("text/html")
-            if html is None:
-                continue
-            path = tmp_path / f"cell{i}.html"
-            path.write_text(page(f"cell {i}", html), encoding="utf-8")
-            assert_drawn(screenshot(path, tmp_path / f"cell{i}.png", 1280, 900), min_colours=20)
+    outputs = [
+        o["data"]["text/html"]
+        for cell in executed.cells
+        if cell.cell_type == "code"
+        for o in cell.outputs
+        if "text/html" in o.get("data", {})
+    ]
+    assert len(outputs) == len(EXPECTED) - 1
+    path = tmp_path / "outputs.html"
+    path.write_text(page("the notebook's outputs", "".join(outputs)), encoding="utf-8")
+    pixels = screenshot(path, tmp_path / "outputs.png", 1280, 7000)
+    assert_drawn(pixels)
+    drawn_rows = np.flatnonzero((pixels < 250).any(axis=(1, 2)))
+    assert drawn_rows[-1] > 5000, "the outputs fill the page: none is empty"

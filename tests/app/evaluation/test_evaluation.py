@@ -249,6 +249,7 @@ def test_class_map_maps_mask_values_to_model_classes(shapes, tmp_path):
     assert all("not in the class map" in b["reason"] for b in partly.bad)
 
 
+@pytest.mark.slow  # ~30 s of Ray start-up: out of the default run, run by CI on its own (.ci/run)
 def test_ray_gives_the_scores_of_the_local_run(shapes, tmp_path):
     pytest.importorskip("ray.data")
     from gradscope.app.evaluation.on_ray import RayOptions

@@ -1,6 +1,6 @@
-"""The "Supported models" guide's table (docs/models.md), kept true: for a small version of each model kind users bring, the
-identity plan equals a plain tf.GradientTape gradient, and the presets do what the table says (rules per layer
-or an explicit, warned pass-through)."""
+"""The "Supported models" guide's table (docs/models.md), kept true: for a small version of each model kind users
+bring, the identity plan equals a plain tf.GradientTape gradient, and the presets do what the table says (rules
+per layer or an explicit, warned pass-through)."""
 
 from __future__ import annotations
 
