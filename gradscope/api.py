@@ -656,7 +656,8 @@ def graph(
 ) -> GraphPicture:
     """The layer graph (``keras.utils.plot_model`` with the flow). With ``inputs`` (anything ``explain`` takes, or a
     batch array) each box is filled by its node's mean |g| for the top class, or for the loss with ``labels``
-    (``gradient_flow``): red where a gradient is NaN/Inf or explodes, grey where none arrives. ``collapsed``:
+    (``gradient_flow``; a language model's next token): red where a gradient is NaN/Inf or explodes, grey where
+    none arrives. ``collapsed``:
     nested-model groups drawn as one box (default: as the window opens the model)."""
     from gradscope.engine.diagnostics.flow import gradient_flow
     from gradscope.render.graph_layout import compute_layout, default_collapsed
@@ -674,5 +675,6 @@ def graph(
         _, x, _ = _inputs(
             engine, inputs, preprocessing, None, vocab=vocab if vocab is not None else _vocabulary_beside(model)
         )
-    flow = gradient_flow(engine, x, labels, loss, weight_grads=False)
+    target = Target().as_token() if labels is None and engine.is_language_model() else None  # the next token
+    flow = gradient_flow(engine, x, labels, loss, weight_grads=False, target=target)
     return GraphPicture(layout, flow, f"{name}: gradient flow of {flow.target}")

@@ -112,3 +112,23 @@ def test_the_heat_map_and_loss_chart_mark_nan_in_red():
     chart = series_picture([0, 1, 2, 3], [1.0, 2.0, np.nan, np.nan], title="loss", stop=2, stop_text="NaN")
     columns = np.all(chart == RED, axis=-1).sum(axis=0)
     assert columns.max() > chart.shape[0] // 2  # a red vertical line
+
+
+def test_the_graph_of_a_language_model_follows_its_next_token():
+    picture = gs.graph("tests/data/hf/gpt2", "the cat sat")
+    assert "next token" in picture.flow.target
+    html = picture._repr_html_()
+    assert html.count("<svg") == 1 and "next token" in html
+
+
+def test_a_table_row_shows_its_feature_bars_under_the_caption(tmp_path):
+    keras.utils.set_random_seed(2)
+    features = keras.Input((3,))
+    model = keras.Model(features, keras.layers.Dense(2, activation="softmax")(features), name="table")
+    rows = tmp_path / "rows.csv"
+    rows.write_text("age,height,weight\n30,1.8,70\n")
+    e = gs.explain(model, str(rows), method="gradient_x_input")
+    (shown,) = _pictures(e._repr_html_())
+    saved = np.asarray(Image.open(e.save(tmp_path / "row.png", colorbar=True)).convert("RGB"))
+    np.testing.assert_array_equal(shown[-saved.shape[0] :], saved)
+    assert e.labels == ("age", "height", "weight")
