@@ -1,4 +1,4 @@
-"""Rich display of results (Jupyter's ``_repr_html_`` / ``_repr_png_``) and ``.show()`` outside notebooks.
+"""Rich display of results (Jupyter's ``_repr_html_``) and ``.show()`` outside notebooks.
 
 A result of a low layer (a ``TrainingLog`` of core, a ``SanityReport`` of the engine) is drawn by the display code
 of ``gradscope.app.display``, which sits above it: the class names its drawing function as ``"module:function"``

@@ -32,13 +32,18 @@ def ink(rgb: np.ndarray) -> tuple[int, int, int]:
     return (0, 0, 0) if luma > 140 else (255, 255, 255)
 
 
+def shown_token(token: str) -> str:
+    """What a strip shows of a token: itself, or, for a blank one, "[pad]" or its repr (still visible)."""
+    return token if token.strip() else ("[pad]" if token == "" else repr(token))
+
+
 def token_boxes(tokens: Sequence[str], width: int = 1024) -> tuple[list[tuple[int, int, int, str]], int]:
     """Where ``token_strip`` draws each token: ``(x, y, box width, text shown)`` in reading order, wrapped into
     lines of ``width`` pixels, and the picture's height (a window finds and frames a token by it)."""
     line_h = FONT_SIZE + 2 * PAD
     boxes, x, y = [], PAD, PAD
     for token in tokens:
-        text = token if token.strip() else ("[pad]" if token == "" else repr(token))  # blank: still visible
+        text = shown_token(token)
         w = text_width(text, FONT_SIZE) + 2 * PAD
         if x + w > width - PAD and x > PAD:
             x, y = PAD, y + line_h + PAD

@@ -9,7 +9,7 @@ from typing import Any
 import numpy as np
 
 from gradscope.app.display.html import esc, figure, fragment, hex_colour
-from gradscope.render.positions import ink, position_colours
+from gradscope.render.positions import ink, position_colours, shown_token
 
 MAX_STRIP_TOKENS = 4096  # longer maps show their first tokens and say how many more there are
 
@@ -74,7 +74,7 @@ def token_strip_html(e: Any) -> str:
     cells = []
     for i in range(shown):
         rgb = colours[i]
-        text = labels[i] if labels[i].strip() else ("[pad]" if labels[i] == "" else repr(labels[i]))
+        text = shown_token(labels[i])
         token_id = f", id {int(ids[i])}" if ids is not None and i < len(ids) else ""
         title = f"{i}: {labels[i]!r}{token_id}, score {float(scores[i]):.4g}"
         cells.append(

@@ -61,10 +61,10 @@ def figure(png: bytes | np.ndarray, caption: str, *, alt: str = "", width: int |
 
 
 def table(header: Sequence[str], rows: Iterable[Sequence[Any]], *, css: str = "") -> str:
-    """A table in a horizontally scrolling box; cells are escaped."""
-    head = "".join(f"<th>{esc(h)}</th>" for h in header)
+    """A table in a horizontally scrolling box (no header row when ``header`` is empty); cells are escaped."""
+    head = "<thead><tr>" + "".join(f"<th>{esc(h)}</th>" for h in header) + "</tr></thead>" if header else ""
     body = "".join("<tr>" + "".join(f"<td>{esc(c)}</td>" for c in row) + "</tr>" for row in rows)
-    return f'<div class="scroll"><table class="{css}"><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table></div>'
+    return f'<div class="scroll"><table class="{css}">{head}<tbody>{body}</tbody></table></div>'
 
 
 def alerts(lines: Sequence[str], *, ok: str = "") -> str:
@@ -81,7 +81,7 @@ def fragment(body: str) -> str:
 
 def page(title: str, body: str, meta: Sequence[tuple[str, Any]] = ()) -> str:
     """A whole self-contained page: no script, no stylesheet or font from elsewhere."""
-    facts = table(["", ""], meta, css="meta").replace("<thead><tr><th></th><th></th></tr></thead>", "") if meta else ""
+    facts = table((), meta, css="meta") if meta else ""
     return (
         '<!DOCTYPE html>\n<html lang="en"><head><meta charset="utf-8">'
         '<meta name="viewport" content="width=device-width,initial-scale=1">'

@@ -221,9 +221,9 @@ class FlowReport(RichDisplay):
     def to_png(self, path: str | Path) -> Path:
         """A headless chart (Pillow): per node, mean|g| and max|g| on a log scale, and |grad W| / |W| with the
         vanishing / exploding thresholds; flagged nodes in red, nodes without a gradient marked "none"."""
-        picture = flow_picture(self)
         from PIL import Image
 
+        picture = flow_picture(self)
         path = Path(path)
         path.parent.mkdir(parents=True, exist_ok=True)
         return write_atomic(path, lambda fh: Image.fromarray(picture).save(fh, format="PNG"))
