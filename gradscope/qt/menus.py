@@ -8,6 +8,23 @@ from typing import Any
 from PySide6.QtGui import QAction, QKeySequence
 
 
+REPORT_TIP = "One self-contained HTML page to share (what `gradscope report` writes)"
+
+
+def export_report(window: Any, which: str) -> None:
+    """The open training log's, or the last evaluation's, page (``gradscope report``), where the user says."""
+    from gradscope.app.display.run_page import write_report
+
+    s = window.session
+    folder = s.training.folder if which == "training" else s.evaluations.out
+    if folder is None:
+        what = "Open a training log (File ▸ Open training log)" if which == "training" else "Run an evaluation"
+        window._on_error("Nothing to report", f"{what} first.", None)
+        return
+    title = f"Export {which} report"
+    window._export_dialog(title, f"_{which}.html", "HTML (*.html)", lambda path: write_report(folder, path), title)
+
+
 def build_menus(window: Any) -> None:
     """File, Edit, View, Run and Help of ``window`` (a MainWindow); the actions it keeps are set on it."""
     bar = window.menuBar()
@@ -68,6 +85,8 @@ def build_menus(window: Any) -> None:
     act(f, "Export signal (.npy)…", window.export_signal_dialog, None, "The raw signal behind the map, as NumPy")
     act(f, "Export plan JSON…", window.export_plan_dialog, None, "The plan as JSON")
     act(f, "Export plan as Python…", window.export_snippet_dialog, None, "A training script that uses this plan")
+    act(f, "Export training report (HTML)…", lambda: export_report(window, "training"), None, REPORT_TIP)
+    act(f, "Export evaluation report (HTML)…", lambda: export_report(window, "evaluation"), None, REPORT_TIP)
     act(f, "Import plan JSON…", window.import_plan_dialog, None, "Replace the plan with one from a JSON file")
     act(f, "Load rule file…", window.inspector.rule_editor._load_file, None, "Import user rules from a Python file")
     act(

@@ -98,3 +98,24 @@ def test_a_click_on_a_nan_cell_selects_it_and_an_empty_histogram_says_why(window
     qtbot.mouseClick(plot.viewport(), Qt.MouseButton.LeftButton, pos=at)
     qtbot.waitUntil(lambda: (watch.step, watch.node) == (step, node), timeout=20_000)
     assert f"Step {step}" in panel.cell_label.text() and node in panel.cell_label.text()
+
+
+def test_the_window_exports_the_training_report_it_shows(window, qtbot, blowup_log, tmp_path, monkeypatch):
+    """File ▸ Export training report (HTML): the page `gradscope report` writes of the open log; with no log open,
+    one message and no file dialog."""
+    from PySide6.QtWidgets import QFileDialog
+
+    from gradscope.qt.menus import export_report
+
+    asked, errors = [], []
+    monkeypatch.setattr(window, "_on_error", lambda title, message, exc: errors.append(message))
+    out = tmp_path / "training.html"
+    monkeypatch.setattr(QFileDialog, "getSaveFileName", lambda *a, **k: asked.append(a) or (str(out), ""))
+    export_report(window, "evaluation")  # no evaluation has run in this window
+    assert errors == ["Run an evaluation first."] and not asked
+    window.open_training_log(str(blowup_log))
+    qtbot.waitUntil(lambda: window.session.training.log is not None, timeout=60_000)
+    export_report(window, "training")
+    html = out.read_text(encoding="utf-8")
+    assert "first NaN/Inf" in html and "<script" not in html
+    assert window.status_label.text() == f"Wrote {out}"
