@@ -7,7 +7,6 @@ from typing import Any
 
 from PySide6.QtGui import QAction, QKeySequence
 
-
 REPORT_TIP = "One self-contained HTML page to share (what `gradscope report` writes)"
 
 
