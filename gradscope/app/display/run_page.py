@@ -48,7 +48,7 @@ def _evaluation(run: Path) -> tuple[str, str, dict]:
     from gradscope.app.evaluation.report import build_report
 
     report = build_report(run)
-    settings = {**report.settings, **{k: v for k, v in report.header.items() if isinstance(v, (str, int, float))}}
+    settings = {**report.settings, **report.header}  # the header: model, data, total, the gradscope that ran it
     return f"Evaluation: {run.name}", evaluation_body(report), settings
 
 

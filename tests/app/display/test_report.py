@@ -62,7 +62,7 @@ def test_an_evaluation_report_and_its_display_agree(tmp_path):
     _self_contained(html)
     value = report.value("gradient", "pointing")
     assert f"{value:.4f} [" in html and f"{value:.4f} [" in report._repr_html_()  # the same numbers
-    assert "methods" in html and "gradscope" in html
+    assert "methods" in html and "images+masks" in html and "shapes_cnn.keras" in html  # the run's settings
     assert_drawn(screenshot(out, tmp_path / "evaluation.png", 1280, 900), min_colours=20)
 
 
