@@ -10,6 +10,8 @@ import math
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 
+from gradscope.core.display import RichDisplay
+
 Shape = tuple[int | None, ...]
 
 PRE_SUFFIX = ":pre"  # "feat:pre": the linear part of a layer with a fused activation; "feat" is its output
@@ -85,8 +87,10 @@ LONG_INPUT_TOKENS = 512
 
 
 @dataclass(frozen=True)
-class LayerGraph:
+class LayerGraph(RichDisplay):
     """A DAG of nodes in topological order (inputs first)."""
+
+    _html_maker = "gradscope.app.display.reports:layer_graph_html"  # in a notebook (gradscope.core.display)
 
     nodes: tuple[NodeSpec, ...]
     input_ids: tuple[str, ...]

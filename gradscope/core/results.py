@@ -9,6 +9,8 @@ from typing import Any
 
 import numpy as np
 
+from gradscope.core.display import RichDisplay
+
 #: Order of the in-graph statistics columns (engine and results agree on it).
 STAT_NAMES = ("norm", "mean_abs", "max_abs", "zero_fraction", "nan_count", "inf_count")
 
@@ -103,8 +105,10 @@ class LazyArrays(Mapping):
 
 
 @dataclass
-class BackwardResult:
+class BackwardResult(RichDisplay):
     """Signal at the input (and at captured nodes), per-node statistics and the model's real predictions."""
+
+    _html_maker = "gradscope.app.display.reports:backward_result_html"  # in a notebook (gradscope.core.display)
 
     input_grads: list[np.ndarray]
     node_grads: Mapping[str, np.ndarray]  # backward signal arriving at each captured node's output

@@ -21,6 +21,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from gradscope.core.display import RichDisplay
 from gradscope.core.errors import PlanError
 from gradscope.core.formats import PLAN_SCHEMA, PlanDocument, PlanFile, decode, read_file
 from gradscope.core.graph import LayerGraph, NodeSpec
@@ -98,7 +99,11 @@ class Resolution:
 
 
 @dataclass(frozen=True)
-class Plan:
+class Plan(RichDisplay):
+    """Ordered selector -> rule entries (later entries win); data, saved as JSON. Shows itself in a notebook."""
+
+    _html_maker = "gradscope.app.display.reports:plan_html"  # in a notebook (gradscope.core.display)
+
     entries: tuple[PlanEntry, ...] = ()
     name: str = ""
     schema: int = PLAN_SCHEMA  # the node-id scheme its selectors use (1: read from an old file, see ``upgraded``)

@@ -33,6 +33,7 @@ STYLE = """
 .gs .matrix th{font-weight:normal;font-size:12px;padding:2px 4px}
 .gs .matrix thead th{writing-mode:vertical-rl;transform:rotate(180deg);text-align:left;max-height:140px}
 .gs .meta td,.gs .meta th{text-align:left;white-space:normal;word-break:break-word}
+.gs .meta td:first-child,.gs .meta th:first-child{white-space:nowrap;word-break:normal}
 """
 
 

@@ -4,6 +4,7 @@ first's). The numbers and words are the ones ``to_text()`` / ``train-report`` pr
 
 from __future__ import annotations
 
+import json
 import math
 from typing import Any
 
@@ -215,3 +216,64 @@ def graph_html(picture: Any) -> str:
     else:
         body += "<div class='note'>pass inputs= to colour each layer by its gradient</div>"
     return fragment(body)
+
+
+def graph_svg_of(graph: Any, title: str = "") -> str:
+    """A ``LayerGraph`` laid out as the window opens it (large graphs as their blocks), as SVG."""
+    from gradscope.render.graph_layout import compute_layout, default_collapsed
+    from gradscope.render.graph_svg import graph_svg
+
+    return graph_svg(compute_layout(graph, default_collapsed(graph)), title=title or graph.model_name)
+
+
+def layer_graph_html(graph: Any) -> str:
+    note = f"{len(graph)} nodes; gs.graph(model, inputs) colours each by its gradient"
+    return fragment(f'<div class="scroll">{graph_svg_of(graph)}</div><div class="note">{esc(note)}</div>')
+
+
+def engine_html(engine: Any) -> str:
+    return layer_graph_html(engine.graph)
+
+
+# ----------------------------------------------------------------------------------------------- results, plans
+MAX_ROWS = 400  # a table longer than this says how many rows it left out
+
+
+def backward_result_html(result: Any) -> str:
+    """A backward pass: what it explained, its warnings and every node's statistics (the flow table)."""
+    rows = [
+        (
+            r["node"],
+            r["rule"],
+            r["status"],
+            _num(r["mean_abs"]),
+            _num(r["max_abs"]),
+            "" if math.isnan(r["zero_fraction"]) else f"{r['zero_fraction']:.0%}",
+            r["nan_count"] or "",
+            r["inf_count"] or "",
+        )
+        for r in result.flow_table()
+    ]
+    head = f"{len(result.input_grads)} input signal(s) of shape {tuple(result.input_grads[0].shape)}"
+    if result.target_indices.size:
+        head += f"; target index {', '.join(str(int(i)) for i in result.target_indices[:8])}"
+    if result.rules:
+        head += f"; {len(result.rules)} node(s) under a rule"
+    parts = [f"<div class='note'>{esc(head)}</div>", alerts(result.warnings())]
+    parts.append(table(["node", "rule", "status", "mean |g|", "max |g|", "zero", "NaN", "Inf"], rows[:MAX_ROWS]))
+    if len(rows) > MAX_ROWS:
+        parts.append(f"<div class='note'>… {len(rows) - MAX_ROWS} more nodes (flow_table() has them all)</div>")
+    return fragment("".join(parts))
+
+
+def plan_html(plan: Any) -> str:
+    """A plan's entries in order (a later entry wins where two select one node)."""
+    if not plan.entries:
+        return fragment("<div class='note'>An empty plan: the true gradient everywhere.</div>")
+    rows = [
+        (i, e.select, e.rule, json.dumps(e.params, sort_keys=True) if e.params else "")
+        for i, e in enumerate(plan.entries)
+    ]
+    title = f"<h3>{esc(plan.name)}</h3>" if plan.name else ""
+    note = "<div class='note'>later entries win where two select the same node</div>"
+    return fragment(title + table(["#", "selects", "rule", "parameters"], rows) + note)

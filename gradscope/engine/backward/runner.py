@@ -17,6 +17,7 @@ from typing import Any
 import numpy as np
 
 from gradscope.backend import custom_gradients_released, tf
+from gradscope.core.display import RichDisplay
 from gradscope.core.errors import Cancelled, GradscopeError, GraphError, RuleError, TargetError
 from gradscope.core.graph import LONG_INPUT_TOKENS, LayerGraph
 from gradscope.core.results import BackwardResult, LazyArrays, NodeStats
@@ -40,13 +41,15 @@ def _is_float_tensor(x: Any) -> bool:
     return tf.is_tensor(x) and x.dtype.is_floating
 
 
-class Engine:
+class Engine(RichDisplay):
     """Backward passes of one Keras model under plans of rules. Never modifies the model.
 
     >>> engine = Engine(model)
     >>> result = engine.backward(x, Target(index=3), Plan().with_entry("type:ReLU", "guided_backprop"))
     >>> result.input_grad.shape
     """
+
+    _html_maker = "gradscope.app.display.reports:engine_html"  # in a notebook (gradscope.core.display)
 
     def __init__(self, model: Any, *, strip_softmax: bool = True) -> None:
         self.model = model

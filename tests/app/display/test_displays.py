@@ -132,3 +132,19 @@ def test_a_table_row_shows_its_feature_bars_under_the_caption(tmp_path):
     saved = np.asarray(Image.open(e.save(tmp_path / "row.png", colorbar=True)).convert("RGB"))
     np.testing.assert_array_equal(shown[-saved.shape[0] :], saved)
     assert e.labels == ("age", "height", "weight")
+
+
+def test_an_engine_its_graph_a_plan_and_a_backward_pass_show_themselves():
+    e = gs.open_engine(demo_model_path())
+    graph_html = e._repr_html_()
+    assert graph_html == e.graph._repr_html_() and graph_html.count("<rect") >= len(e.graph.nodes)
+    plan = gs.Plan(name="mine").with_entry("activation:relu", "backward_as", {"activation": "sigmoid"})
+    html = plan._repr_html_()
+    assert "mine" in html and "activation:relu" in html and "backward_as" in html and "sigmoid" in html
+    assert "true gradient everywhere" in gs.Plan()._repr_html_()
+    x = np.full((1, 64, 64, 3), 0.5, np.float32)
+    result = e.backward(x, gs.Target(index=1), plan)
+    html = result._repr_html_()
+    for row in result.flow_table():
+        assert f"<td>{row['node']}</td>" in html
+    assert "target index 1" in html and f"{sum(1 for r in result.rules)} node(s) under a rule" in html
