@@ -16,10 +16,6 @@ INK, GRID, RED, BLUE = (38, 50, 56), (225, 229, 232), (198, 40, 40), (78, 121, 1
 FONT = 12
 
 
-def _label(values: Sequence[float]) -> list[str]:
-    return [f"{v:.3g}" for v in values]
-
-
 def heatmap_picture(
     matrix: np.ndarray, rows: Sequence[str], steps: Sequence[int], *, title: str, colormap: str = "viridis"
 ) -> np.ndarray:
@@ -108,7 +104,7 @@ def series_picture(
         y = y_lo + (y_hi - y_lo) * k / 4
         _, py = at(x_lo, y)
         draw.line((left, py, left + pw, py), fill=GRID)
-        draw_text(img, (4, py - 7), _label([10**y if log else y])[0], FONT - 1, INK)
+        draw_text(img, (4, py - 7), f"{10**y if log else y:.3g}", FONT - 1, INK)
     draw_text(img, (left, top + ph + 6), f"step {int(x_lo)}", FONT - 1, INK)
     end = f"step {int(xs.max())}"
     draw_text(img, (left + pw - text_width(end, FONT - 1), top + ph + 6), end, FONT - 1, INK)

@@ -9,6 +9,7 @@ Qt), so an export gives the same pixels whether or not the GUI is running.
 from __future__ import annotations
 
 import importlib.util
+from collections.abc import Sequence
 from functools import lru_cache
 from pathlib import Path
 
@@ -145,3 +146,8 @@ def apply_colormap(m: np.ndarray, name: str = "jet", signed: bool = False, n: in
         t = (t + 1.0) * 0.5
     idx = np.rint(np.clip(t, 0.0, 1.0) * (len(table) - 1)).astype(np.intp)
     return table[idx]
+
+
+def hex_colour(rgb: Sequence[float]) -> str:
+    """``#rrggbb`` of an RGB colour (0-255): the HTML and SVG displays colour with it."""
+    return "#{:02x}{:02x}{:02x}".format(*(int(c) for c in rgb[:3]))

@@ -10,8 +10,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from gradscope.render.colormap import apply_colormap
+from gradscope.render.colormap import apply_colormap, hex_colour
 from gradscope.render.graph_layout import GraphLayout
+from gradscope.render.positions import ink
 
 MARGIN = 16.0
 NO_GRADIENT, BROKEN, PLAIN = "#cfd8dc", "#e53935", "#eceff1"
@@ -25,9 +26,13 @@ class NodeFlow:
     flags: tuple[str, ...] = ()
 
 
-def _ink(hex_fill: str) -> str:
-    r, g, b = (int(hex_fill[i : i + 2], 16) for i in (1, 3, 5))
-    return "#000" if 0.299 * r + 0.587 * g + 0.114 * b > 140 else "#fff"
+def _colour(t: float, colormap: str = "viridis") -> str:
+    return hex_colour(apply_colormap(np.array([t], np.float32), colormap)[0])
+
+
+def _ink(fill: str) -> str:
+    """Black or white text on ``fill`` (#rrggbb), as the token strips choose it."""
+    return hex_colour(ink(tuple(int(fill[i : i + 2], 16) for i in (1, 3, 5))))
 
 
 def node_fills(flow: dict[str, NodeFlow], colormap: str = "viridis") -> tuple[dict[str, str], tuple[float, float]]:
@@ -46,9 +51,7 @@ def node_fills(flow: dict[str, NodeFlow], colormap: str = "viridis") -> tuple[di
         elif not math.isfinite(f.mean_abs) or any(flag in ("nan", "inf", "nonfinite", "exploding") for flag in f.flags):
             fills[node] = BROKEN
         else:
-            t = np.array([[(logs[node] - lo) / (hi - lo)]], np.float32)
-            r, g, b = apply_colormap(t, colormap)[0, 0][:3]
-            fills[node] = f"#{int(r):02x}{int(g):02x}{int(b):02x}"
+            fills[node] = _colour((logs[node] - lo) / (hi - lo), colormap)
     return fills, (lo, hi)
 
 
@@ -102,12 +105,8 @@ def graph_svg(layout: GraphLayout, flow: dict[str, NodeFlow] | None = None, *, t
         y = height - legend + 8
         steps = 24
         for k in range(steps):
-            t = np.array([[k / (steps - 1)]], np.float32)
-            r, g, b = apply_colormap(t, "viridis")[0, 0][:3]
-            out.append(
-                f'<rect x="{MARGIN + 6 * k:.0f}" y="{y:.0f}" width="6" height="10" '
-                f'fill="#{int(r):02x}{int(g):02x}{int(b):02x}"/>'
-            )
+            fill = _colour(k / (steps - 1))
+            out.append(f'<rect x="{MARGIN + 6 * k:.0f}" y="{y:.0f}" width="6" height="10" fill="{fill}"/>')
         out.append(
             f'<text x="{MARGIN + 6 * steps + 6:.0f}" y="{y + 9:.0f}" font-size="11">mean |g| 1e{lo:.1f} … 1e{hi:.1f}; '
             f'<tspan fill="{BROKEN}">red: NaN/Inf or exploding</tspan>; grey: no gradient</text>'

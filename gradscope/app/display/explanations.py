@@ -8,7 +8,8 @@ from typing import Any
 
 import numpy as np
 
-from gradscope.app.display.html import esc, figure, fragment, hex_colour
+from gradscope.app.display.html import esc, figure, fragment
+from gradscope.render.colormap import hex_colour
 from gradscope.render.positions import ink, position_colours, shown_token
 
 MAX_STRIP_TOKENS = 4096  # longer maps show their first tokens and say how many more there are

@@ -90,7 +90,3 @@ def page(title: str, body: str, meta: Sequence[tuple[str, Any]] = ()) -> str:
         f'<body><div class="gs"><h1 style="font-size:22px">{esc(title)}</h1>{body}'
         f"<h2>How this was made</h2>{facts}</div></body></html>\n"
     )
-
-
-def hex_colour(rgb: Sequence[float]) -> str:
-    return "#{:02x}{:02x}{:02x}".format(*(int(c) for c in rgb[:3]))

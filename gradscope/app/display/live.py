@@ -85,7 +85,8 @@ class LiveTraining:
                 self.display.update(fragment(alerts([f"gradscope could not read {self.folder}: {exc}"])))
             return False
         n = len(log.records)
-        if not final and (n == 0 or n < self.drawn_records + self.every) and not (n and self.drawn_records < 0):
+        due = n >= (1 if self.drawn_records < 0 else self.drawn_records + self.every)  # the first record, then every
+        if not (final or due):
             return False
         self.display.update(fragment(training_body(log, live=not final)))
         self.drawn_records, self.draws = n, self.draws + 1

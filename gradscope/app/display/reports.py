@@ -16,7 +16,7 @@ def _num(v: Any, fmt: str = ".4g") -> str:
 
 
 # ----------------------------------------------------------------------------------------------- sanity
-def sanity_body(report: Any) -> str:
+def sanity_html(report: Any) -> str:
     parts = [f"<h3>Sanity checks for {esc(report.method)} (target value {report.target_value:.4g})</h3>"]
     if report.conservation:
         flagged = [r.node for r in report.conservation if r.flagged]
@@ -54,11 +54,7 @@ def sanity_body(report: Any) -> str:
         parts.append(table(["node", "relative error", "differs"], rows))
     elif report.checked_finite_differences:
         parts.append("<div class='note'>Finite differences: every node lies below a rule; nothing to check.</div>")
-    return "".join(parts)
-
-
-def sanity_html(report: Any) -> str:
-    return fragment(sanity_body(report))
+    return fragment("".join(parts))
 
 
 # ----------------------------------------------------------------------------------------------- evaluation
@@ -84,10 +80,9 @@ def evaluation_body(report: Any) -> str:
         cells = [method]
         for metric in report.metrics:
             row = next((r for r in report.table if r["method"] == method and r["metric"] == metric), None)
-            if row is None or row["value"] is None or (isinstance(row["value"], float) and math.isnan(row["value"])):
-                cells.append("–")
-            else:
-                cells.append(f"{row['value']:.4f} [{_num(row['ci_low'], '.4f')}, {_num(row['ci_high'], '.4f')}]")
+            value = _num(row["value"], ".4f") if row is not None else ""
+            interval = f" [{_num(row['ci_low'], '.4f')}, {_num(row['ci_high'], '.4f')}]" if value else ""
+            cells.append(value + interval if value else "–")
         cells.append(f"{report.seconds.get(method, 0.0):.1f} s" if report.seconds else "")
         rows.append(cells)
     header = ["method", *(f"{m} {'↑' if HIGHER_IS_BETTER.get(m, True) else '↓'}" for m in report.metrics), "time"]
@@ -218,17 +213,14 @@ def graph_html(picture: Any) -> str:
     return fragment(body)
 
 
-def graph_svg_of(graph: Any, title: str = "") -> str:
+def layer_graph_html(graph: Any) -> str:
     """A ``LayerGraph`` laid out as the window opens it (large graphs as their blocks), as SVG."""
     from gradscope.render.graph_layout import compute_layout, default_collapsed
     from gradscope.render.graph_svg import graph_svg
 
-    return graph_svg(compute_layout(graph, default_collapsed(graph)), title=title or graph.model_name)
-
-
-def layer_graph_html(graph: Any) -> str:
+    svg = graph_svg(compute_layout(graph, default_collapsed(graph)), title=graph.model_name)
     note = f"{len(graph)} nodes; gs.graph(model, inputs) colours each by its gradient"
-    return fragment(f'<div class="scroll">{graph_svg_of(graph)}</div><div class="note">{esc(note)}</div>')
+    return fragment(f'<div class="scroll">{svg}</div><div class="note">{esc(note)}</div>')
 
 
 def engine_html(engine: Any) -> str:
