@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from gradscope.cli.common import add_command, info
+from gradscope.cli.common import add_command, info, warn
 
 
 def add_parser(sub: Any) -> None:
@@ -24,5 +24,9 @@ def add_parser(sub: Any) -> None:
 def run(args: Any) -> int:
     from gradscope.app.display.run_page import write_report
 
-    info(args, f"wrote {write_report(args.run, args.out)}")
+    written = write_report(args.run, args.out)
+    if written.left_out:
+        listed = "\n  ".join(written.left_out)
+        warn(args, f"warning: {len(written.left_out)} file(s) left out of the page:\n  {listed}")
+    info(args, f"wrote {written.path}")
     return 0

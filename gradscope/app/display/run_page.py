@@ -5,8 +5,11 @@ address outside the file) for an evaluation folder, a training log folder or a f
 from __future__ import annotations
 
 import json
+import stat
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
+
+import numpy as np
 
 from gradscope.app.display.html import esc, figure, page, table
 from gradscope.app.display.provenance import versions
@@ -14,6 +17,8 @@ from gradscope.core.errors import InputError
 from gradscope.core.files import write_text_atomic
 
 MAX_EXPLANATIONS = 200  # pictures in one page (a folder of more says how many it left out)
+LEFT_OUT = "left out"  # the settings key under which a section lists the files it did not show
+MAX_PICTURE_BYTES = 64 << 20  # an exported map is at most 8192 px on its long side: a few MiB
 
 
 def run_kind(run: Path) -> str:
@@ -36,6 +41,32 @@ def run_kind(run: Path) -> str:
 def _sidecars(run: Path) -> list[Path]:
     pngs = [run] if run.is_file() else sorted(run.glob("*.png"))
     return [p for p in pngs if p.suffix.lower() == ".png" and p.with_suffix(".json").is_file()]
+
+
+def _picture(png: Path) -> np.ndarray:
+    """The pixels of an exported PNG, for a page meant to be shared: only a regular file that lies inside the
+    folder read (a link to ``/etc/hostname`` or to a photo elsewhere is not), at most ``MAX_PICTURE_BYTES``, that
+    decodes as an image within ``io.images``' pixel limit. The page embeds these pixels re-encoded, never the
+    file's bytes (nothing appended to a PNG travels with it). ``InputError`` saying why not."""
+    from PIL import Image
+
+    from gradscope.core.errors import GradscopeError
+    from gradscope.io.images import open_image
+
+    for f in (png, png.with_suffix(".json")):
+        if not f.resolve().is_relative_to(png.parent.resolve()) or not stat.S_ISREG(f.stat().st_mode):
+            raise InputError(f"{f.name} is not a regular file inside {png.parent.name or png.parent}")
+    if png.stat().st_size > MAX_PICTURE_BYTES:
+        raise InputError(f"{png.name} is {png.stat().st_size >> 20} MiB, larger than any exported map")
+    try:
+        with open_image(png) as image:
+            if image.format != "PNG":
+                raise InputError(f"{png.name} is not a PNG")
+            return np.asarray(image.convert("RGB"))
+    except GradscopeError as exc:
+        raise InputError(str(exc)) from None
+    except (OSError, ValueError, Image.DecompressionBombError) as exc:
+        raise InputError(f"{png.name} is not an image ({type(exc).__name__})") from None
 
 
 def _settings_table(settings: dict[str, Any]) -> str:
@@ -76,8 +107,13 @@ def _explanations(run: Path) -> tuple[str, str, dict]:
     from gradscope.core.targets import describe_next_token
 
     pngs = _sidecars(run)
-    parts, methods, models, made_by = [], set(), set(), set()
+    parts, methods, models, made_by, skipped = [], set(), set(), set(), []
     for png in pngs[:MAX_EXPLANATIONS]:
+        try:
+            pixels = _picture(png)
+        except InputError as exc:
+            skipped.append(str(exc))
+            continue
         sidecar = read_sidecar(png)
         method, model = sidecar.get("method", "?"), sidecar.get("model", "?")
         methods.add(method)
@@ -90,36 +126,49 @@ def _explanations(run: Path) -> tuple[str, str, dict]:
             what = f"class {index}" if index is not None else "top class"
         source = Path(str(sidecar.get("image") or "")).name
         caption = " · ".join(str(p) for p in (png.name, model, method, what, f"input {source}" if source else "") if p)
-        parts.append(figure(png.read_bytes(), caption))
+        parts.append(figure(pixels, caption))
         plan = (sidecar.get("plan") or {}).get("rules") or (sidecar.get("plan") or {}).get("entries")
         if plan:
             parts.append(f"<div class='note'>plan: {esc(json.dumps(plan, sort_keys=True)[:400])}</div>")
+    if skipped:
+        parts.append(f"<div class='note'>{len(skipped)} file(s) left out: {esc('; '.join(skipped))}</div>")
     if len(pngs) > MAX_EXPLANATIONS:
         parts.append(f"<div class='note'>… {len(pngs) - MAX_EXPLANATIONS} more pictures left out of this page</div>")
     settings = {
-        "pictures": len(pngs),
+        "pictures": len(pngs) - len(skipped),
         "models": ", ".join(sorted(map(str, models))),
         "methods": ", ".join(sorted(map(str, methods))),
         "exported by gradscope": ", ".join(sorted(map(str, made_by))),
+        LEFT_OUT: skipped,
     }
     name = run.name if run.is_dir() else run.stem
     return f"Explanations: {name}", "".join(parts), settings
 
 
+class WrittenReport(NamedTuple):
+    path: Path
+    left_out: list[str]  # files of the run the page does not show, each with why (a link out of the folder, ...)
+
+
 def report_html(run: str | Path) -> str:
     """The page of ``run`` (see ``run_kind``)."""
-    run = Path(run)
+    return _report(Path(run))[0]
+
+
+def _report(run: Path) -> tuple[str, list[str]]:
     kind = run_kind(run)
     title, body, settings = {"evaluation": _evaluation, "training": _training, "explanations": _explanations}[kind](run)
-    return page(title, body + _settings_table(settings), [("read from", str(run.resolve())), *versions()])
+    left_out = settings.pop(LEFT_OUT, [])
+    html = page(title, body + _settings_table(settings), [("read from", str(run.resolve())), *versions()])
+    return html, left_out
 
 
-def write_report(run: str | Path, out: str | Path) -> Path:
+def write_report(run: str | Path, out: str | Path) -> WrittenReport:
     """Write ``report_html(run)`` to ``out``, atomically (an ``.html`` file: no run writes one, so a report never
-    replaces what it was read from)."""
+    replaces what it was read from); with the files the page leaves out."""
     out = Path(out)
     if out.suffix.lower() not in (".html", ".htm"):
         raise InputError(f"The report is an .html file; got {out.name}.")
-    text = report_html(run)
+    text, left_out = _report(Path(run))
     out.parent.mkdir(parents=True, exist_ok=True)
-    return write_text_atomic(out, text)
+    return WrittenReport(write_text_atomic(out, text), left_out)
