@@ -13,12 +13,13 @@ safe mode.
 from __future__ import annotations
 
 import contextlib
-import json
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 from gradscope.core.errors import ModelLoadError
+from gradscope.io.checkpoints.files import INDEX, check_folder_files, read_config, weight_files
+from gradscope.io.checkpoints.size import check_buildable
 from gradscope.io.memory import return_freed_memory
 
 #: Handles that name a place to download from; gradscope opens files and folders on this machine only.
@@ -73,8 +74,13 @@ def load_checkpoint_folder(folder: Path, dtype: str = "auto") -> Any:
     kind = _kind(config)
     wanted = _stored_dtype(config) if check_dtype(dtype) == "auto" else dtype
     options = {"dtype": wanted} if wanted else {}
+    check_folder_files(folder)
     if kind == "transformers":
         _check_transformers_folder(folder, config)
+        weights = weight_files(folder)
+    else:
+        weights = [p for p in (folder / "model.weights.h5",) if p.is_file()]
+    check_buildable(folder, config, weights, wanted)
     from gradscope.io._keras import import_keras_hub
 
     try:
@@ -157,7 +163,7 @@ def _check_transformers_folder(folder: Path, config: dict) -> None:
             f"{folder} names its own Python code (auto_map in config.json): gradscope never runs a checkpoint's "
             "code, and keras_hub converts only the families it knows."
         )
-    if not any(folder.glob("*.safetensors")):
+    if not any(folder.glob("*.safetensors")) and not (folder / INDEX).exists():
         weights = sorted(p.name for p in folder.glob("*.bin"))
         hint = (
             f" It holds PyTorch pickles ({', '.join(weights[:2])}), which are code to unpickle: re-save it with "
@@ -176,8 +182,4 @@ def _stored_dtype(config: dict) -> str | None:
 
 
 def _config(folder: Path) -> dict | None:
-    try:
-        config = json.loads((folder / "config.json").read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        return None
-    return config if isinstance(config, dict) else None
+    return read_config(folder) if folder.is_dir() else None
