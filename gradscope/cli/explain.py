@@ -21,7 +21,7 @@ from gradscope.cli.common import (
     warn,
 )
 from gradscope.core.errors import EXIT_USER_ERROR, GradscopeError, ImageLoadError
-from gradscope.core.files import inside, safe_file_name, shorten
+from gradscope.core.files import inside, is_file_named, safe_file_name, shorten
 from gradscope.core.numbers import is_whole
 from gradscope.core.targets import Target, describe_next_token, whole_number
 
@@ -112,7 +112,12 @@ def typed_input(args: argparse.Namespace, engine: Any) -> Any:
         return None
     if args.image:
         raise GradscopeError("Give one input: a file, --tokens or --text, not two.")
-    vocab = Vocabulary.load(args.vocab) if args.vocab else None
+    try:
+        vocab = Vocabulary.load(args.vocab) if args.vocab else None
+    except GradscopeError:
+        if args.text is not None or not getattr(args, "vocab_found", False):
+            raise
+        args.vocab = vocab = None  # the model's own tokenizer is broken, but ids need none: shown as ids
     if args.text is not None:
         if vocab is None:
             raise GradscopeError(
@@ -120,9 +125,9 @@ def typed_input(args: argparse.Namespace, engine: Any) -> Any:
                 "vocab.txt / <model>.vocab.txt beside the model."
             )
         return text_input(engine.graph, args.text, vocab)
-    source = Path(args.tokens).expanduser()
-    ids = read_token_file(source) if source.is_file() else parse_token_ids(args.tokens)
-    return token_input(engine.graph, ids, vocab=vocab, source=str(source) if source.is_file() else "<ids>")
+    source = Path(args.tokens).expanduser() if is_file_named(args.tokens) else None
+    ids = read_token_file(source) if source is not None else parse_token_ids(args.tokens)
+    return token_input(engine.graph, ids, vocab=vocab, source=str(source) if source is not None else "<ids>")
 
 
 def run_generation(args: argparse.Namespace) -> int:
@@ -212,7 +217,7 @@ def run(args: argparse.Namespace) -> int:
         from gradscope.app.files.session_files import find_vocabulary
 
         found = find_vocabulary(args.model)
-        args.vocab = str(found) if found is not None else None
+        args.vocab, args.vocab_found = (str(found), True) if found is not None else (None, False)
     if args.generate is not None:
         return run_generation(args)
     plan = Plan.load(args.plan) if args.plan else None  # a bad plan too

@@ -157,6 +157,15 @@ def safe_file_name(name: str, fallback: str = "unnamed", max_bytes: int = MAX_NA
     return text or fallback
 
 
+def is_file_named(text: str | Path) -> bool:
+    """Whether a user's string names an existing file. A string no file can be named by (a prompt of 300
+    characters without a ``/``, a NUL) names none, where ``Path.is_file`` raised "File name too long"."""
+    try:
+        return Path(text).expanduser().is_file()
+    except (OSError, ValueError):
+        return False
+
+
 def inside(folder: str | Path, name: str) -> Path:
     """``folder / name`` after checking the result is directly inside ``folder`` (a last guard: names are made
     safe before they get here)."""

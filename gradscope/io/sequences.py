@@ -147,7 +147,8 @@ class HubVocabulary(Vocabulary):
         ``"Ġcat"``; a piece of a character as written), ``#id`` where the vocabulary has none."""
         if not self.shown:
             return super().decode(ids)
-        return [self.shown[i] if 0 <= i < len(self.shown) else f"#{i}" for i in np.asarray(ids).reshape(-1).tolist()]
+        known = lambda i: 0 <= i < len(self.shown) and self.tokens[i] is not None  # noqa: E731
+        return [self.shown[i] if known(i) else f"#{i}" for i in np.asarray(ids).reshape(-1).tolist()]
 
     @classmethod
     def load_tokenizer(cls, path: str | Path) -> HubVocabulary:
@@ -172,7 +173,7 @@ class HubVocabulary(Vocabulary):
         try:
             tokenizer = import_keras().saving.deserialize_keras_object(config, safe_mode=True)
             tokenizer.load_preset_assets(str(folder))
-            tokens = tuple(str(t) for t in tokenizer.get_vocabulary())
+            tokens = tokens_by_id(tokenizer)
         except Exception as exc:  # noqa: BLE001 - a broken preset is the user's input: one line
             raise InputError(f"Cannot load the keras_hub tokenizer in {folder}: {type(exc).__name__}: {exc}") from exc
         wrap = (getattr(tokenizer, "cls_token_id", None), getattr(tokenizer, "sep_token_id", None))
@@ -185,14 +186,16 @@ class HubVocabulary(Vocabulary):
         """A Hugging Face folder's tokenizer, converted by keras_hub's converter of its family (data: vocabulary,
         merges or a SentencePiece model; nothing in the folder runs)."""
         from gradscope.io._keras import import_keras_hub
+        from gradscope.io.checkpoints.files import check_folder_files
 
+        check_folder_files(folder)  # vocab.json -> /dev/zero, a FIFO: one line before keras_hub reads them
         try:
             keras_hub = import_keras_hub()
         except ImportError as exc:
             raise InputError(f"{folder} holds a Hugging Face tokenizer: `pip install keras-hub` to use it.") from exc
         try:
             tokenizer = keras_hub.tokenizers.Tokenizer.from_preset(str(folder.resolve()))
-            tokens = tuple(str(t) for t in tokenizer.get_vocabulary())
+            tokens = tokens_by_id(tokenizer)
         except Exception as exc:  # noqa: BLE001 - a tokenizer keras_hub cannot convert: one line
             raise InputError(
                 f"keras_hub cannot convert the tokenizer in {folder} ({type(exc).__name__}: {exc}); give token ids."
@@ -205,21 +208,52 @@ class HubVocabulary(Vocabulary):
         as the vocabulary writes it, or a word that the tokenizer makes one token of."""
         if is_whole(text) or text in self._index:
             return super().token_id(text) if text not in self._index else self._index[text]
-        ids = [int(i) for i in np.asarray(self.tokenizer.tokenize(text)).reshape(-1)]
+        ids = [int(i) for i in np.asarray(self.tokenizer.tokenize(unicode_text(text))).reshape(-1)]
         if len(ids) != 1:
             pieces = " ".join(self.decode(ids))
             raise InputError(f"{shorten(text)!r} is {len(ids)} tokens ({shorten(pieces)}); give one token or its id.")
         return ids[0]
 
     def encode(self, text: str) -> np.ndarray:
-        ids = [int(i) for i in np.asarray(self.tokenizer.tokenize(text)).reshape(-1)]
+        ids = [int(i) for i in np.asarray(self.tokenizer.tokenize(unicode_text(text))).reshape(-1)]
         if not ids:
             raise InputError("The text has no words.")
         start, end = self.wrap
         return np.array(([start] if start is not None else []) + ids + ([end] if end is not None else []), np.int64)
 
 
-def readable_tokens(tokenizer: Any, tokens: tuple[str, ...]) -> tuple[str, ...]:
+def tokens_by_id(tokenizer: Any) -> tuple[str | None, ...]:
+    """A keras_hub tokenizer's tokens, ``tokens[i]`` the token of id ``i``. A byte-pair tokenizer's vocabulary is
+    its ``vocab.json`` (token -> id), whose keys need not be in id order: ``get_vocabulary()`` lists them in the
+    file's order, which named other tokens than the ids meant."""
+    by_token = getattr(tokenizer, "vocabulary", None)
+    if not isinstance(by_token, dict):  # WordPiece and SentencePiece list their tokens in id order
+        return tuple(str(t) for t in tokenizer.get_vocabulary())
+    ids = [i for i in by_token.values() if isinstance(i, int) and 0 <= i < MAX_VOCABULARY]
+    tokens: list[str | None] = [None] * (max(ids) + 1 if ids else 0)
+    for token, i in by_token.items():
+        if isinstance(i, int) and 0 <= i < len(tokens) and tokens[i] is None:
+            tokens[i] = str(token)
+    return tuple(tokens)
+
+
+def unicode_text(text: str) -> str:
+    """``text`` when it is valid Unicode; a lone surrogate (half of a UTF-16 pair, or a byte that was not UTF-8 on
+    the command line, which Python keeps as one) is one line naming where, before a tokenizer fails on it."""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError as exc:
+        code = ord(text[exc.start])
+        what = (
+            f"the byte 0x{code - 0xDC00:02x}, which is not UTF-8"
+            if 0xDC80 <= code <= 0xDCFF
+            else f"a lone surrogate U+{code:04X}"
+        )
+        raise InputError(f"The text is not valid Unicode: character {exc.start} is {what}.") from None
+    return text
+
+
+def readable_tokens(tokenizer: Any, tokens: tuple[str | None, ...]) -> tuple[str, ...]:
     """A byte-level BPE vocabulary (GPT-2, Llama 3, Qwen: each byte written as a printable character, a space as
     ``Ġ``) as the text each token stands for; () for other tokenizers (their tokens read as they are)."""
     try:
@@ -231,6 +265,9 @@ def readable_tokens(tokenizer: Any, tokens: tuple[str, ...]) -> tuple[str, ...]:
     byte_of = {c: b for b, c in zip(*bytes_to_unicode())}
     shown = []
     for token in tokens:
+        if token is None:  # an id the vocabulary skips
+            shown.append("")
+            continue
         if any(ch not in byte_of for ch in token):  # a special token added as it is
             shown.append(token)
             continue
