@@ -52,6 +52,23 @@ def open_engine(args: argparse.Namespace) -> Any:
     return engine
 
 
+def distinct_outputs(outputs: dict[str, str | None], inputs: Iterable[Any] = ()) -> None:
+    """Before any work: two output flags that name one file are refused (``--csv a.png --png a.png`` said "wrote
+    a.png" twice and the CSV was lost), and so is an output that is one of the inputs."""
+    from pathlib import Path
+
+    from gradscope.core.errors import ArgumentError
+
+    taken: dict[Path, str] = {Path(str(i)).expanduser().resolve(): "an input" for i in inputs if i}
+    for flag, path in outputs.items():
+        if not path:
+            continue
+        resolved = Path(path).expanduser().resolve()
+        if resolved in taken:
+            raise ArgumentError(f"{flag} {path} is also {taken[resolved]}: give each output its own file.")
+        taken[resolved] = flag
+
+
 def warn(args: argparse.Namespace, message: str) -> None:
     """Warnings reach stderr even with --quiet: they say the result may mislead."""
     print(message, file=sys.stderr)

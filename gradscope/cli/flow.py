@@ -8,7 +8,7 @@ from typing import Any
 import numpy as np
 
 from gradscope.cli import loss_inputs
-from gradscope.cli.common import add_command, info, model_argument, open_engine
+from gradscope.cli.common import add_command, distinct_outputs, info, model_argument, open_engine
 from gradscope.cli.loss_inputs import random_inputs, read_inputs, read_labels
 
 
@@ -34,6 +34,8 @@ def run(args: Any) -> int:
     from gradscope.engine.diagnostics.flow import gradient_flow
     from gradscope.rules.plan import Plan
 
+    inputs = (args.model, getattr(args, "plan", None), *(getattr(args, "input", None) or ()))
+    distinct_outputs({"--csv": getattr(args, "csv", None), "--png": getattr(args, "png", None)}, inputs)
     engine = open_engine(args)
     xs = read_inputs(args, engine)
     if xs is None:

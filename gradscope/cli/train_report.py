@@ -4,9 +4,10 @@ from __future__ import annotations
 
 import json
 import math
+from pathlib import Path
 from typing import Any
 
-from gradscope.cli.common import add_command
+from gradscope.cli.common import add_command, distinct_outputs
 
 
 def add_parser(sub: Any) -> None:
@@ -41,6 +42,7 @@ def run(args: Any) -> int:
 
     if not (args.spike > 1.0 and math.isfinite(args.spike)):
         raise InputError(f"--spike must be a number above 1; got {args.spike:g}.")
+    distinct_outputs({"--csv": args.csv, "--png": args.png}, Path(args.logdir).glob("events.out.tfevents.*"))
     log = read_training_log(args.logdir, run=args.run)
     if stopped_before_first_record(log):  # a run that ended before its first record is not one yet to come
         print(report_text(log, []))

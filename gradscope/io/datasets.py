@@ -232,6 +232,8 @@ class ImageFolder:
         return [by_stem.get(s, s) for s in self.layout.stems]  # a listed image that is missing: load() says so
 
     def load(self, key: str) -> Sample:
+        if key in ("", ".", "..") or Path(key).name != key or "\0" in key:  # a split's line is data: never a path
+            raise DataProblem(f"the split {self.layout.split}.txt lists it, but it is not an image name")
         path = self.layout.images / key
         if self.layout.stems is not None and not (path.exists() or path.is_symlink()):
             raise DataProblem(

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import html
 import math
+import re
 from dataclasses import dataclass
 
 import numpy as np
@@ -55,6 +56,15 @@ def node_fills(flow: dict[str, NodeFlow], colormap: str = "viridis") -> tuple[di
     return fills, (lo, hi)
 
 
+# Characters XML 1.0 does not allow in a document, even escaped (Keras accepts a layer named 'a\x01b\x0cc').
+_NOT_XML = re.compile("[\x00-\x08\x0b\x0c\x0e-\x1f\ud800-\udfff\ufffe\uffff]")
+
+
+def _xml(text: str) -> str:
+    """``text`` as XML character data: markup escaped, a character XML forbids written as its escape (``\\x01``)."""
+    return html.escape(_NOT_XML.sub(lambda m: m.group().encode("unicode_escape", "backslashreplace").decode(), text))
+
+
 def graph_svg(layout: GraphLayout, flow: dict[str, NodeFlow] | None = None, *, title: str = "") -> str:
     """The SVG text of ``layout``, filled by ``flow`` (node id -> ``NodeFlow``) where given."""
     x0, y0, x1, y1 = layout.bounds
@@ -71,7 +81,7 @@ def graph_svg(layout: GraphLayout, flow: dict[str, NodeFlow] | None = None, *, t
         'orient="auto-start-reverse"><path d="M0,0L10,5L0,10z" fill="#78909c"/></marker></defs>',
     ]
     if title:
-        out.append(f'<text x="{MARGIN}" y="20" font-size="15">{html.escape(title)}</text>')
+        out.append(f'<text x="{MARGIN}" y="20" font-size="15">{_xml(title)}</text>')
     for frame in layout.frames:
         out.append(
             f'<rect x="{frame.x0 + dx:.1f}" y="{frame.y0 + dy:.1f}" width="{frame.x1 - frame.x0:.1f}" '
@@ -93,13 +103,13 @@ def graph_svg(layout: GraphLayout, flow: dict[str, NodeFlow] | None = None, *, t
         x, y = box.x - box.w / 2 + dx, box.y - box.h / 2 + dy
         ink = _ink(fill)
         out.append(
-            f"<g><title>{html.escape(chr(10).join(t for t in tip if t))}</title>"
+            f"<g><title>{_xml(chr(10).join(t for t in tip if t))}</title>"
             f'<rect x="{x:.1f}" y="{y:.1f}" width="{box.w:.1f}" height="{box.h:.1f}" rx="5" fill="{fill}" '
             f'stroke="#546e7a"/>'
             f'<text x="{box.x + dx:.1f}" y="{box.y + dy - 3:.1f}" font-size="12" text-anchor="middle" '
-            f'fill="{ink}">{html.escape(box.title[:26])}</text>'
+            f'fill="{ink}">{_xml(box.title[:26])}</text>'
             f'<text x="{box.x + dx:.1f}" y="{box.y + dy + 12:.1f}" font-size="10" text-anchor="middle" '
-            f'fill="{ink}">{html.escape(box.subtitle[:30])}</text></g>'
+            f'fill="{ink}">{_xml(box.subtitle[:30])}</text></g>'
         )
     if flow:
         y = height - legend + 8

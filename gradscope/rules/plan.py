@@ -36,6 +36,18 @@ class PlanEntry:
     rule: str
     params: dict[str, Any] = field(default_factory=dict)
 
+    def __post_init__(self) -> None:
+        """Wrong types are refused where an entry is made (``with_entry(5, ...)`` failed later, deep in
+        ``resolve``, as "'int' object has no attribute 'strip'")."""
+        for name, kind, words in (
+            ("select", str, "a selector such as 'conv1' or 'type:Dense'"),
+            ("rule", str, "a rule name (gradscope rules)"),
+            ("params", dict, "a dict"),
+        ):
+            value = getattr(self, name)
+            if not isinstance(value, kind):
+                raise PlanError(f"A plan entry's {name} must be {words}; got {type(value).__name__} {value!r:.60}.")
+
     def matches(self, node: NodeSpec) -> bool:
         kind, value = parse_selector(self.select)
         if kind == "*":
@@ -110,7 +122,8 @@ class Plan(RichDisplay):
 
     # ------------------------------------------------------------------------------------------- editing
     def with_entry(self, select: str, rule: str, params: dict[str, Any] | None = None) -> Plan:
-        return Plan(self.entries + (PlanEntry(select, rule, dict(params or {})),), self.name, self.schema)
+        params = {} if params is None else dict(params) if isinstance(params, dict) else params  # PlanEntry checks
+        return Plan(self.entries + (PlanEntry(select, rule, params),), self.name, self.schema)
 
     def without(self, index: int) -> Plan:
         return Plan(self.entries[:index] + self.entries[index + 1 :], self.name, self.schema)

@@ -125,8 +125,7 @@ def evaluation_settings(methods: Any, metrics: Any, plan: Any = None, **options:
     by its name (else its file's stem, else "plan")."""
     from gradscope.rules.plan import Plan
 
-    listed = lambda v: [m.strip() for m in (v.split(",") if isinstance(v, str) else v) if m.strip()]  # noqa: E731
-    methods, plan_doc, plan_name = listed(methods), None, None
+    methods, plan_doc, plan_name = _listed("methods", methods), None, None
     if plan is not None:
         if not isinstance(plan, Plan):
             plan_name = Path(plan).stem
@@ -134,7 +133,20 @@ def evaluation_settings(methods: Any, metrics: Any, plan: Any = None, **options:
         plan_name = plan.name or plan_name or "plan"
         plan_doc = plan.to_dict()
         methods.append(plan_name)
-    return EvalSettings(methods=methods, metrics=listed(metrics), plan=plan_doc, plan_name=plan_name, **options)
+    return EvalSettings(
+        methods=methods, metrics=_listed("metrics", metrics), plan=plan_doc, plan_name=plan_name, **options
+    )
+
+
+def _listed(what: str, value: Any) -> list[str]:
+    """``"a,b"`` or a list of names as a list of names; anything else one line (``methods=[1, 2]``)."""
+    names = value.split(",") if isinstance(value, str) else value
+    if not isinstance(names, (list, tuple)) or not all(isinstance(n, str) for n in names):
+        bad = next((n for n in names if not isinstance(n, str)), names) if isinstance(names, (list, tuple)) else names
+        raise EvaluationError(
+            f"{what} are names, as text ('gradient,cmwp') or a list of text; got {type(bad).__name__} {bad!r:.60}."
+        )
+    return [n.strip() for n in names if n.strip()]
 
 
 def source_of(
