@@ -19,33 +19,16 @@ import os
 import subprocess
 import sys
 import tempfile
-from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
+from bad_input_case import Case, api, write
+from bad_input_round_six import round_six
 from PIL import Image
 
 ROOT = Path(__file__).resolve().parents[1]
 TIMEOUT_S = 120
-
-
-@dataclass
-class Case:
-    group: str
-    name: str
-    args: list[str]
-    expect: str = "error"  # "error": exit 2 with one line; "ok": exit 0; "strict": exit 1 (--strict's failure)
-    must_say: str = ""  # text the output must contain (case-insensitive)
-    check: Callable[[], str] | None = None  # after the run: "" when all is well, else what went wrong
-    must_not_say: str = ""  # text the output must not contain (a false report)
-    python: str = ""  # a Python API call to try in place of the CLI (a GradscopeError prints "error: ...", exit 2)
-
-
-def write(path: Path, text: str | bytes) -> str:
-    path.write_bytes(text if isinstance(text, bytes) else text.encode())
-    return str(path)
 
 
 def plan_file(d: Path, name: str, data: object, bom: bool = False) -> str:
@@ -271,6 +254,7 @@ def cases(d: Path) -> list[Case]:
     ]
     out_cases += round_four(d, demo, img)
     out_cases += round_five(d, demo, img)
+    out_cases += round_six(d, demo, img)
     return out_cases
 
 
@@ -471,13 +455,6 @@ def round_five(d: Path, demo: str, img: str) -> list[Case]:
         if "2007_000404" not in bad or images != {"2007_000001.jpg", "2007_000002.jpg", "2007_000003.jpg"}:
             return f"bad_data: {bad!r}; scored {sorted(images)}"
         return ""
-
-    def api(call: str) -> str:
-        return (
-            "import sys\nimport gradscope.api as gs\nfrom gradscope import GradientMonitor\n"
-            "from gradscope.core.errors import GradscopeError\n"
-            f"try:\n    {call}\nexcept GradscopeError as exc:\n    print(f'error: {{exc}}')\n    sys.exit(2)\n"
-        )
 
     return [
         Case("training log", "records of a fit interrupted in its step", ["train-report", lm["interrupted"]], "ok",
