@@ -9,15 +9,24 @@ from gradscope.api.explanation import Explanation, explain
 from gradscope.api.generation import GenerationExplanation, explain_generation
 from gradscope.api.graph_picture import GraphPicture, graph
 from gradscope.api.inputs import model_input, open_engine, resolve_method
-from gradscope.core.targets import Target  # what the functions take, importable from here as from gradscope
+
+# What the functions take and give, importable from here as they were from the single module this package was.
+from gradscope.core.results import BackwardResult
+from gradscope.core.targets import Target
+from gradscope.io.model_inputs import ModelInput
+from gradscope.rules.methods import Method, build_method
 from gradscope.rules.plan import Plan
 
 __all__ = [
+    "BackwardResult",
     "Explanation",
     "GenerationExplanation",
     "GraphPicture",
+    "Method",
+    "ModelInput",
     "Plan",
     "Target",
+    "build_method",
     "evaluate",
     "explain",
     "explain_generation",

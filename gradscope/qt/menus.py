@@ -21,7 +21,7 @@ def export_report(window: Any, which: str) -> None:
         window._on_error("Nothing to report", f"{what} first.", None)
         return
     title = f"Export {which} report"
-    window._export_dialog(title, f"_{which}.html", "HTML (*.html)", lambda path: write_report(folder, path), title)
+    window._export_dialog(title, f"_{which}.html", "HTML (*.html)", lambda path: write_report(folder, path).path, title)
 
 
 def build_menus(window: Any) -> None:
