@@ -17,7 +17,7 @@ from gradscope.core.errors import GradscopeError
 from gradscope.core.graph import LayerGraph, NodeSpec
 from gradscope.core.results import BackwardResult, NodeStats
 from gradscope.core.targets import Target
-from gradscope.rules.base import Rule, available_rules, load_rule_file, register_rule
+from gradscope.rules.base import Rule, available_rules, load_rule_file, register_rule, register_value
 from gradscope.rules.plan import Plan, PlanEntry
 
 __version__ = "0.1.0"
@@ -56,6 +56,7 @@ __all__ = [
     "available_rules",
     "load_rule_file",
     "register_rule",
+    "register_value",
     *_LAZY,
 ]
 

@@ -29,6 +29,7 @@ from gradscope.core.errors import Cancelled, GradscopeError, PlanError, RuleErro
 from gradscope.rules.registry import (
     _REGISTRY,
     _SOURCES,
+    _VALUE_SOURCES,
     NoParams,
     Rule,
     _current_source,
@@ -36,6 +37,7 @@ from gradscope.rules.registry import (
     make_params,
     params_to_dict,
     register_rule,
+    register_value,
 )
 
 __all__ = [
@@ -50,6 +52,7 @@ __all__ = [
     "make_params",
     "params_to_dict",
     "register_rule",
+    "register_value",
     "rule_plugins",
     "rule_source",
 ]
@@ -179,6 +182,10 @@ def load_rule_file(path: str | Path) -> list[str]:
         _current_source.pop("value", None)
         _loading.clear()
     added = sorted(n for n, src in _SOURCES.items() if src == str(path))
+    added += sorted(f"{n} (value)" for n, src in _VALUE_SOURCES.items() if src == str(path))
     if not added:
-        raise RuleFileError(f"{path.name} defines no new rules: decorate Rule subclasses with @register_rule.")
+        raise RuleFileError(
+            f"{path.name} defines no new rules: decorate Rule subclasses with @register_rule (or value functions "
+            "with @register_value)."
+        )
     return added

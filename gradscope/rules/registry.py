@@ -49,15 +49,25 @@ class Rule:
         """Gradients for ``ctx.weight_list``; None means the true VJP (what training with a plan uses)."""
         return None
 
+    #: True for a rule whose ``forward_override`` is the node's value in the forward pass too (a patch): outputs,
+    #: predictions and the loss are the patched model's, and the gradient is plain autodiff through the new value.
+    patches_forward: ClassVar[bool] = False
+
     def forward_override(self, ctx: Any) -> Sequence[Any] | None:
         """Optional: outputs that the layers *above* see during the backward pass (global substitution).
 
-        The predictions shown to the user always come from the real forward pass.
+        The predictions shown to the user come from the real forward pass (unless ``patches_forward``).
         """
         return None
 
     @classmethod
     def overrides_forward(cls) -> bool:
+        """Whether the layers above see other values in the backward pass than the forward pass gave."""
+        return cls.forward_override is not Rule.forward_override and not cls.patches_forward
+
+    @classmethod
+    def changes_values(cls) -> bool:
+        """Whether the rule changes any value a layer above sees (a live sweep keeps the forward's values)."""
         return cls.forward_override is not Rule.forward_override
 
     @classmethod
@@ -110,6 +120,33 @@ def register_rule(name: str, *, replace: bool = False) -> Callable[[type[Rule]],
         return cls
 
     return decorate
+
+
+_VALUE_FUNCTIONS: dict[str, Callable[[Any, Any], Any]] = {}
+_VALUE_SOURCES: dict[str, str] = {}  # value function name -> where it came from (a rule file's path)
+
+
+def register_value(name: str) -> Callable[[Callable], Callable]:
+    """Decorator: make ``fn(a1, source) -> a2`` a value source for ``substitute_value`` / ``patch_value``
+    (``source="function", function=name``). ``a1`` is the node's value, ``source`` its value on the other input
+    given to the run (None when none is). Rule files register them (Python code: loaded only with consent)."""
+
+    def decorate(fn: Callable) -> Callable:
+        if not callable(fn):
+            raise RuleError(f"@register_value({name!r}) must decorate a function fn(a1, source) -> a2.")
+        with _LOCK:
+            _VALUE_FUNCTIONS[name] = fn
+            _VALUE_SOURCES[name] = _current_source.get("value", "builtin")
+        return fn
+
+    return decorate
+
+
+def value_function(name: str) -> Callable[[Any, Any], Any]:
+    if name not in _VALUE_FUNCTIONS:
+        known = ", ".join(sorted(_VALUE_FUNCTIONS)) or "none is registered"
+        raise RuleError(f"No value function {name!r} (a rule file registers them with @register_value); {known}.")
+    return _VALUE_FUNCTIONS[name]
 
 
 _current_source: dict[str, str] = {}

@@ -1,4 +1,12 @@
-"""What a rule sees of its node during the backward pass."""
+"""A node under its rule in the backward pass: what the rule sees of it (``RuleContext``) and, for the whole-plan
+path, the node's call under its rule (``rule_call``): the node wrapped in ``tf.custom_gradient`` with its tensors and
+weights as explicit inputs (the rule's backward runs in place of the node's VJP), or, for a rule that patches the
+node's value (``Rule.patches_forward``), the node's own call followed by the rule's new value.
+
+Pitfalls avoided (DESIGN.md): keyword arguments and closure-captured tensors get no gradient, so every tensor is
+passed positionally; weights are read outside and mapped in with a StatelessScope, so no variable is read inside
+the wrapped function.
+"""
 
 from __future__ import annotations
 
@@ -7,6 +15,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from gradscope.backend import keras, tf
+from gradscope.core.errors import GradscopeError, RuleError
 from gradscope.core.graph import NodeSpec
 
 
@@ -35,6 +44,8 @@ class RuleContext:
     # node again (the live path's lowered ops: ``Conv2DBackpropInput`` alone, where a tape over the call runs the
     # convolution again and walks the tape)
     _true_vjp: Callable[[list[Any], list[Any]], list[Any]] | None = None
+    #: what a value rule reads from another input: the node's value there, or their mean (None: none given)
+    source: Any = None
 
     tf = tf
     ops = keras.ops
@@ -117,3 +128,84 @@ class RuleContext:
                     tape.watch(w)
             ys = self._forward(self.inputs, ws)
         return list(tape.gradient(ys, ws, output_gradients=list(grad_outputs)))
+
+
+def rule_call(call: Any, rule: Any, spec: Any, source: Any = None) -> list[Any]:
+    """The outputs of ``call``'s node (a ``node_call.NodeCall``) under ``rule``. ``source``: what a value rule reads
+    from another input (the node's value there, or their mean), None when it reads none."""
+    xs, weights, names = call.xs, call.weights(), call.weight_names
+    n_x = len(xs)
+
+    def make_ctx(xs_: list, ys: list, ws_: list) -> RuleContext:
+        return RuleContext(spec, call.step.operation, xs_, ys, ws_, names, call.forward, call.pack, source=source)
+
+    if type(rule).patches_forward:  # a new value in the forward pass: plain autodiff through it
+        ys = call.forward(list(xs), list(weights))
+        return list(guarded(rule, spec, "forward_override", make_ctx(list(xs), ys, list(weights))))
+
+    @tf.custom_gradient
+    def wrapped(*flat: Any) -> Any:
+        xs_, ws_ = list(flat[:n_x]), list(flat[n_x:])
+        ys = call.forward(xs_, ws_)
+        shown = ys
+        if type(rule).overrides_forward():
+            shown = list(guarded(rule, spec, "forward_override", make_ctx(xs_, ys, ws_)) or ys)
+
+        def grad_fn(*dys: Any) -> list[Any]:
+            dys = [tf.zeros_like(y) if d is None else d for d, y in zip(dys, shown)]
+            ctx = make_ctx(xs_, ys, ws_)
+            gx = checked_grads(rule, spec, guarded(rule, spec, "backward", ctx, dys), xs_)
+            gw: Any = None
+            if ws_:
+                gw = guarded(rule, spec, "weight_gradients", ctx, dys)
+                gw = list(gw) if gw is not None else ctx.weight_vjp(dys)
+            return gx + (gw or [])
+
+        return (shown[0] if len(shown) == 1 else list(shown)), grad_fn
+
+    out = wrapped(*xs, *weights)
+    return [out] if tf.is_tensor(out) else list(out)
+
+
+def guarded(rule: Any, spec: Any, method: str, *args: Any) -> Any:
+    """``rule.method(*args)``, any failure but a ``GradscopeError`` one ``RuleError`` naming the rule and node."""
+    try:
+        return getattr(rule, method)(*args)
+    except GradscopeError:
+        raise
+    except (Exception, SystemExit) as exc:  # sys.exit() in a rule must not end the app
+        raise RuleError(
+            f"Rule {rule.name!r} failed in {method}() on node {spec.id!r} ({spec.op_type}): {type(exc).__name__}: {exc}"
+        ) from exc
+
+
+def checked_grads(rule: Any, spec: Any, gx: Any, xs: list) -> list[Any]:
+    """A rule's gradients checked against the node's inputs: one each (None allowed), shapes that fit, a float
+    dtype (cast to the input's)."""
+    if tf.is_tensor(gx):
+        gx = [gx]
+    gx = list(gx) if gx is not None else []
+    if len(gx) != len(xs):
+        raise RuleError(
+            f"Rule {rule.name!r} on node {spec.id!r} returned {len(gx)} gradient(s); the node has "
+            f"{len(xs)} input tensor(s)."
+        )
+    checked = []
+    for i, (g, x) in enumerate(zip(gx, xs)):
+        if g is None or not x.dtype.is_floating:
+            checked.append(None)
+            continue
+        g = tf.convert_to_tensor(g)
+        if not g.shape.is_compatible_with(x.shape):
+            raise RuleError(
+                f"Rule {rule.name!r} on node {spec.id!r}: gradient {i} has shape {g.shape}, input has shape {x.shape}."
+            )
+        if g.dtype != x.dtype:
+            if not g.dtype.is_floating:
+                raise RuleError(
+                    f"Rule {rule.name!r} on node {spec.id!r}: gradient {i} has dtype {g.dtype.name}, "
+                    f"input is {x.dtype.name}."
+                )
+            g = tf.cast(g, x.dtype)
+        checked.append(g)
+    return checked

@@ -37,7 +37,7 @@ import numpy as np
 from gradscope.backend import input_only_conv_gradients, keras, tape_vjp, tf
 from gradscope.core.errors import Cancelled
 from gradscope.core.targets import Target
-from gradscope.engine.backward.context import RuleContext
+from gradscope.engine.backward.context import RuleContext, checked_grads, guarded
 from gradscope.engine.backward.keras_graph import Step
 from gradscope.engine.backward.kernels import kernels_named
 from gradscope.engine.backward.node_call import NodeCall, call_arguments, plain_call
@@ -296,8 +296,7 @@ class LiveBackward:
             xs, ys, ws, dys = list(xs), list(ys), list(ws), list(dys)
             true_vjp = None if lowered is None else (lambda ws_, dys_: lowered.vjp(xs, ys, ws_, dys_))
             ctx = RuleContext(spec, op, xs, ys, ws, names, forward, call.pack, true_vjp)
-            gx = engine._guard(rule, spec, "backward", ctx, dys)
-            return engine._check_grads(rule, spec, gx, xs)
+            return checked_grads(rule, spec, guarded(rule, spec, "backward", ctx, dys), xs)
 
         return vjp
 

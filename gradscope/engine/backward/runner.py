@@ -18,12 +18,12 @@ import numpy as np
 
 from gradscope.backend import custom_gradients_released, tf
 from gradscope.core.display import RichDisplay
-from gradscope.core.errors import Cancelled, GradscopeError, GraphError, RuleError, TargetError
+from gradscope.core.errors import Cancelled, GraphError, TargetError
 from gradscope.core.graph import LONG_INPUT_TOKENS, LayerGraph
 from gradscope.core.results import BackwardResult, LazyArrays, NodeStats
 from gradscope.core.targets import Target
 from gradscope.engine.backward import loss_targets, token_targets
-from gradscope.engine.backward.context import RuleContext
+from gradscope.engine.backward.context import rule_call
 from gradscope.engine.backward.keras_graph import ExecGraph, Step, build_exec_graph
 from gradscope.engine.backward.kernels import as_missing_kernel, kernels_named
 from gradscope.engine.backward.live import LiveBackward, rule_key
@@ -31,6 +31,7 @@ from gradscope.engine.backward.node_call import NodeCall, call_arguments, plain_
 from gradscope.engine.backward.stats import stats_rows
 from gradscope.engine.backward.weight_checks import weight_problems
 from gradscope.io.memory import return_freed_memory
+from gradscope.rules.builtin.values import reads_another_input
 from gradscope.rules.plan import Plan, Resolution
 
 _CACHE_SIZE = 8  # whole-plan traces kept (each holds a full graph; live sweeps cover the rest)
@@ -96,92 +97,11 @@ class Engine(RichDisplay):
         return self.logits_key != self.exec.output_keys[0]
 
     # ------------------------------------------------------------------------------------------- forward
-    def _call_step(self, step: Step, values: dict, rule: Any, training: bool = False) -> list[Any]:
+    def _call_step(self, step: Step, values: dict, rule: Any, training: bool = False, source: Any = None) -> list:
         args, kwargs = call_arguments(step, values, training)
         if rule is None:
             return plain_call(step, args, kwargs)
-        return self._rule_call(NodeCall.of(step, args, kwargs), rule)
-
-    def _rule_call(self, call: NodeCall, rule: Any) -> list[Any]:
-        """Wrap one node in ``tf.custom_gradient`` with its tensors and weights as explicit inputs.
-
-        Pitfalls avoided (DESIGN.md): keyword arguments and closure-captured tensors get no gradient, so every
-        tensor is passed positionally; weights are read outside and mapped in with a StatelessScope, so no
-        variable is read inside the wrapped function.
-        """
-        spec = self.graph.node(call.step.node_id)
-        xs, weights, names = call.xs, call.weights(), call.weight_names
-        n_x = len(xs)
-
-        def make_ctx(xs_: list, ys: list, ws_: list) -> RuleContext:
-            return RuleContext(spec, call.step.operation, xs_, ys, ws_, names, call.forward, call.pack)
-
-        @tf.custom_gradient
-        def wrapped(*flat: Any) -> Any:
-            xs_, ws_ = list(flat[:n_x]), list(flat[n_x:])
-            ys = call.forward(xs_, ws_)
-            shown = ys
-            if type(rule).overrides_forward():
-                shown = list(self._guard(rule, spec, "forward_override", make_ctx(xs_, ys, ws_)) or ys)
-
-            def grad_fn(*dys: Any) -> list[Any]:
-                dys = [tf.zeros_like(y) if d is None else d for d, y in zip(dys, shown)]
-                ctx = make_ctx(xs_, ys, ws_)
-                gx = self._guard(rule, spec, "backward", ctx, dys)
-                gx = self._check_grads(rule, spec, gx, xs_)
-                gw: Any = None
-                if ws_:
-                    gw = self._guard(rule, spec, "weight_gradients", ctx, dys)
-                    gw = list(gw) if gw is not None else ctx.weight_vjp(dys)
-                return gx + (gw or [])
-
-            return (shown[0] if len(shown) == 1 else list(shown)), grad_fn
-
-        out = wrapped(*xs, *weights)
-        return [out] if tf.is_tensor(out) else list(out)
-
-    @staticmethod
-    def _guard(rule: Any, spec: Any, method: str, *args: Any) -> Any:
-        try:
-            return getattr(rule, method)(*args)
-        except GradscopeError:
-            raise
-        except (Exception, SystemExit) as exc:  # sys.exit() in a rule must not end the app
-            raise RuleError(
-                f"Rule {rule.name!r} failed in {method}() on node {spec.id!r} ({spec.op_type}): "
-                f"{type(exc).__name__}: {exc}"
-            ) from exc
-
-    @staticmethod
-    def _check_grads(rule: Any, spec: Any, gx: Any, xs: list) -> list[Any]:
-        if tf.is_tensor(gx):
-            gx = [gx]
-        gx = list(gx) if gx is not None else []
-        if len(gx) != len(xs):
-            raise RuleError(
-                f"Rule {rule.name!r} on node {spec.id!r} returned {len(gx)} gradient(s); the node has "
-                f"{len(xs)} input tensor(s)."
-            )
-        checked = []
-        for i, (g, x) in enumerate(zip(gx, xs)):
-            if g is None or not x.dtype.is_floating:
-                checked.append(None)
-                continue
-            g = tf.convert_to_tensor(g)
-            if not g.shape.is_compatible_with(x.shape):
-                raise RuleError(
-                    f"Rule {rule.name!r} on node {spec.id!r}: gradient {i} has shape {g.shape}, "
-                    f"input has shape {x.shape}."
-                )
-            if g.dtype != x.dtype:
-                if not g.dtype.is_floating:
-                    raise RuleError(
-                        f"Rule {rule.name!r} on node {spec.id!r}: gradient {i} has dtype {g.dtype.name}, "
-                        f"input is {x.dtype.name}."
-                    )
-                g = tf.cast(g, x.dtype)
-            checked.append(g)
-        return checked
+        return rule_call(NodeCall.of(step, args, kwargs), rule, self.graph.node(step.node_id), source)
 
     def _run(
         self,
@@ -190,15 +110,24 @@ class Engine(RichDisplay):
         *,
         training: bool = False,
         on_step: Any = None,
-        replace: tuple[str, Any] | None = None,
+        transforms: dict[str, Any] | None = None,
+        sources: dict[str, Any] | None = None,
+        resume: tuple[str, dict] | None = None,
     ) -> tuple[dict, dict[str, list[Any]]]:
         """The forward pass node by node. ``training``: the flag layers get (True when training with a plan);
         ``on_step(node_id)``: called before each node runs (diagnostics map graph ops to nodes with it);
-        ``replace=(node, value)``: what the layers above ``node`` see instead of its first output (the sanity
-        checks' finite differences)."""
-        values: dict[Any, Any] = dict(zip(self.exec.input_keys, xs))
+        ``transforms``: node -> ``fn(outputs) -> outputs``, what the layers above see instead (the sanity checks'
+        finite differences, a patch, a gradient held back); ``sources``: node -> what its value rule reads from
+        another input; ``resume=(node, values)``: only the steps after ``node``, from ``values`` (a run's values by
+        key, the node's outputs already replaced: patching reuses what lies below the patched node)."""
+        sources, transforms = sources or {}, transforms or {}
+        steps = self.exec.steps
+        if resume is None:
+            values: dict[Any, Any] = dict(zip(self.exec.input_keys, xs))
+        else:
+            values, steps = resume[1], steps[steps.index(self._step_of[resume[0]]) + 1 :]
         node_values: dict[str, list[Any]] = {}
-        for step in self.exec.steps:
+        for step in steps:
             if step.kind == "alias":
                 for src, dst in zip(step.in_keys, step.out_keys):
                     values[dst] = values[src]
@@ -207,9 +136,9 @@ class Engine(RichDisplay):
                 on_step(step.node_id)
             if self._trace_stop is not None and not tf.executing_eagerly() and self._trace_stop():
                 raise Cancelled("Compilation cancelled: a newer request replaced it.")
-            outs = self._call_step(step, values, rules.get(step.node_id), training)
-            if replace is not None and step.node_id == replace[0]:
-                outs = [replace[1], *outs[1:]]
+            outs = self._call_step(step, values, rules.get(step.node_id), training, sources.get(step.node_id))
+            if step.node_id in transforms:
+                outs = list(transforms[step.node_id](outs))
             for key, y in zip(step.out_keys, outs):
                 values[key] = y
             node_values[step.node_id] = outs
@@ -298,11 +227,11 @@ class Engine(RichDisplay):
         stat_nodes = self.stat_nodes if stats else [n for n in self.stat_nodes if n in capture]
         meta["stat_nodes"] = stat_nodes if stats else []
 
-        def fn(xs: list, class_idx: Any, labels: Any) -> dict:
+        def fn(xs: list, class_idx: Any, labels: Any, sources: dict) -> dict:
             with custom_gradients_released():
-                return trace(xs, class_idx, labels)
+                return trace(xs, class_idx, labels, sources)
 
-        def trace(xs: list, class_idx: Any, labels: Any) -> dict:
+        def trace(xs: list, class_idx: Any, labels: Any, sources: dict) -> dict:
             self.trace_count += 1
             meta["traced"] = True
             plain_values = None
@@ -313,7 +242,7 @@ class Engine(RichDisplay):
                     # "top-1" is the class the user is shown, not the top-1 of the substituted forward
                     top = tf.argmax(real_logits, axis=-1, output_type=tf.int32)
                     class_idx = tf.where(class_idx < 0, top, class_idx)
-            values, node_values = self._run(xs, rules)
+            values, node_values = self._run(xs, rules, sources=sources)
             scalar, idx = self._target_scalar(target, values, node_values, class_idx, labels)
             node_outs = [node_values[n][0] for n in stat_nodes]
             sources = list(xs) + node_outs
@@ -394,6 +323,7 @@ class Engine(RichDisplay):
         labels: Any = None,
         classes: Any = None,
         mode: str = "auto",
+        alternate: Any = None,
     ) -> BackwardResult:
         """One forward + one backward pass under ``plan``; returns numpy results.
 
@@ -403,6 +333,8 @@ class Engine(RichDisplay):
         ``labels``: for a loss target (``Target(kind="loss")``), the labels (fed as data: no retrace).
         ``classes``: for a class target, one class index per sample (-1: that sample's top-1), in place of
         ``target.index`` (fed as data: one trace serves every mix of classes).
+        ``alternate``: another input (a batch of the same shape, or one sample), for the value rules of the plan that
+        read a node's value there (``substitute_value`` / ``patch_value`` with source "input" or "mean").
         ``mode``: ``"compiled"`` traces the whole plan once (fastest from the second call on; a trace costs
         seconds on a large model); ``"live"`` answers at once with a node-by-node sweep that reuses the last
         sweep's work (see ``gradscope.engine.backward.live``); ``"auto"`` (default) uses a compiled trace when there is
@@ -449,11 +381,12 @@ class Engine(RichDisplay):
         if mode == "live":
             return _trimmed(self._backward_live(xs, target, plan, resolution, class_idx, capture, stats))
         labels_t = loss_targets.prepare_labels(self, target, labels, batch)
+        sources = self._value_sources(resolution, alternate)
         fn, meta = self._traced(resolution, plan, target, capture, weight_grads, stats)
         t0 = time.perf_counter()
         traces_before = self.trace_count
         try:
-            out = fn(xs, class_idx, labels_t)
+            out = fn(xs, class_idx, labels_t, sources)
         except LookupError as exc:  # an op without a registered gradient on the path (TF raises LookupError)
             raise GraphError(
                 f"An operation on the backward path has no registered gradient: {exc}. "
@@ -505,6 +438,15 @@ class Engine(RichDisplay):
             result.meta["none_weights"] = meta.get("none_weights", [])
         return _trimmed(result)
 
+    def _value_sources(self, resolution: Resolution, alternate: Any) -> dict[str, Any]:
+        """Node -> its value on ``alternate``, for the plan's value rules that read another input (one forward of
+        it); {} without one (a rule that needs it says so when it runs)."""
+        wanted = [nid for nid, r in resolution.rules.items() if reads_another_input(r.rule)]
+        if not wanted or alternate is None:
+            return {}
+        _, node_values = self._run(self._as_inputs(alternate), {})
+        return {nid: node_values[nid][0] for nid in wanted}
+
     def _checked_classes(self, classes: Any, batch: int, target: Target) -> np.ndarray:
         if target.kind != "class":
             raise TargetError(f"Per-sample classes need a class target, not a {target.kind} target.")
@@ -521,7 +463,7 @@ class Engine(RichDisplay):
         return (
             target.kind in ("class", "token", "neuron", "channel")
             and not weight_grads
-            and not any(type(r.rule).overrides_forward() for r in resolution.rules.values())
+            and not any(type(r.rule).changes_values() for r in resolution.rules.values())
             and self._live_steps
         )
 

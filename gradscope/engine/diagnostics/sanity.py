@@ -373,7 +373,8 @@ def _scalar(engine: Any, xs: list, target: Target, class_idx: Any, node: str | N
     if node is None:
         values, node_values = engine._run([tf.convert_to_tensor(value), *xs[1:]], {})
     else:
-        values, node_values = engine._run(xs, {}, replace=(node, tf.convert_to_tensor(value)))
+        replaced = tf.convert_to_tensor(value)
+        values, node_values = engine._run(xs, {}, transforms={node: lambda outs: [replaced, *outs[1:]]})
     scalar, _ = engine._target_scalar(target, values, node_values, class_idx)
     return float(scalar)
 

@@ -50,10 +50,10 @@ class PlanModel(keras.Model):
         warnings = []
         if not rules:
             warnings.append("the plan assigns no rule to any node: this trains like the plain model")
-        overriding = sorted(nid for nid, r in rules.items() if type(r).overrides_forward())
+        overriding = sorted(nid for nid, r in rules.items() if type(r).changes_values())
         if overriding:
             warnings.append(
-                f"rules with forward_override on {', '.join(overriding)}: the outputs and the loss are computed "
+                f"rules that substitute values on {', '.join(overriding)}: the outputs and the loss are computed "
                 "from the substituted values"
             )
         self._gs = _Frozen(engine=engine, plan=plan, rules=rules, resolution=resolution, warnings=warnings)

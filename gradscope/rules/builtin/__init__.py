@@ -9,4 +9,5 @@ from gradscope.rules.builtin import (
     relu_family,  # noqa: F401
     substitute,  # noqa: F401
     transformer,  # noqa: F401
+    values,  # noqa: F401
 )

@@ -146,7 +146,13 @@ _ROLE_NAMES = {
 }
 
 
-def _sublayer(layer, role: str):
+def softmax_sublayer(layer):
+    """The ``keras.layers.Softmax`` an attention layer computes its probabilities with (keras_hub's families on
+    TensorFlow all do: ``_softmax`` or ``softmax``), or None."""
+    return next((v for v in vars(layer).values() if isinstance(v, keras.layers.Softmax)), None)
+
+
+def sublayer(layer, role: str):
     """The layer's ``query_dense`` (or ``_query_dense``), ``key_norm``...; None when it has none. A norm missed
     here is not held constant: Qwen 3's AttnLRP was 31 % off LXT's until its names were known."""
     for base in (role, *_ROLE_NAMES.get(role, ())):
@@ -157,7 +163,7 @@ def _sublayer(layer, role: str):
 
 
 @contextlib.contextmanager
-def _calls_replaced(replacements: list) -> Iterator[None]:
+def calls_replaced(replacements: list) -> Iterator[None]:
     """Sublayers' ``call`` replaced for one re-run (an instance attribute, removed afterwards)."""
     for layer, call in replacements:
         object.__setattr__(layer, "call", call)
@@ -173,7 +179,7 @@ def hooked_attention(ctx, xs: list, mode: str):
     query/key norms' normalisers held constant."""
     layer = ctx.layer
     factors = dict(zip(("query_dense", "key_dense", "value_dense"), HOOK_FACTORS[mode]))
-    projections = {role: _sublayer(layer, role) for role in factors}
+    projections = {role: sublayer(layer, role) for role in factors}
     missing = [role for role, found in projections.items() if found is None]
     if missing:
         raise RuleError(
@@ -195,9 +201,9 @@ def hooked_attention(ctx, xs: list, mode: str):
         return call
 
     replacements = [(projections[role], scaled(projections[role], f)) for role, f in factors.items()]
-    replacements += [(n, constant_norm(n)) for n in (_sublayer(layer, "query_norm"), _sublayer(layer, "key_norm")) if n]
+    replacements += [(n, constant_norm(n)) for n in (sublayer(layer, "query_norm"), sublayer(layer, "key_norm")) if n]
     args, kwargs = ctx.call_arguments(xs)
     kwargs = {k: v for k, v in kwargs.items() if k != "training"}
-    with _calls_replaced(replacements):
+    with calls_replaced(replacements):
         out = layer(*args, **kwargs)
     return keras.tree.flatten(out)[0]
