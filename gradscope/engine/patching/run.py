@@ -1,0 +1,189 @@
+"""``patch_effects``: the patching effects of chosen components over every block and unit, by one method, with the
+estimate's agreement with the exact effects when asked."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import numpy as np
+
+from gradscope.backend import tf
+from gradscope.core.errors import GraphError, InputError
+from gradscope.core.patching import METHODS, PatchResult, agreement
+from gradscope.core.targets import Target
+from gradscope.engine.patching.attention_parts import PROBS, ROLES, attention_call, hooked, qk_fixed
+from gradscope.engine.patching.attribution import Signals, first_order, graddrop
+from gradscope.engine.patching.components import blocks, component_nodes
+from gradscope.engine.patching.exact import exact_effects, run_patches
+from gradscope.engine.patching.metric import Metric
+from gradscope.engine.patching.units import Units
+
+
+def patch_effects(
+    engine: Any,
+    clean: Any,
+    corrupt: Any,
+    target: Target | None = None,
+    *,
+    metric: str = "logit",
+    components: Sequence[str] = ("resid",),
+    nodes: Sequence[str] | None = None,
+    method: str = "atp",
+    grid: int = 7,
+    compare: bool = False,
+    labels: Sequence[str] | None = None,
+    progress: Callable[[int, int], None] | None = None,
+    should_stop: Callable[[], bool] | None = None,
+) -> PatchResult:
+    """Effects on ``metric`` of patching each component (``components`` of every transformer block, or the
+    ``nodes`` named) at each unit (token position; a ``grid`` x ``grid`` cell of an image) with its value on
+    ``corrupt``, by ``method`` ("exact", "atp", "atp_star"). ``compare``: also the exact effects, and the
+    estimate's agreement with them. ``progress(done, total)`` after each batch; ``should_stop()`` cancels."""
+    if method not in METHODS:
+        raise InputError(f"The patching method is one of {', '.join(METHODS)}; got {method!r}.")
+    t0 = time.perf_counter()
+    clean_xs, corrupt_xs = _pair(engine, clean, corrupt)
+    by_component = {"nodes": list(nodes)} if nodes else component_nodes(engine.graph, tuple(components))
+    attention = sorted({n for c, names in by_component.items() if c in ROLES for n in names})
+    inside_clean: dict = {}
+    inside_corrupt: dict = {}
+    with hooked(engine, attention, record=inside_clean):
+        clean_values, clean_nodes = engine._run(clean_xs, {})
+    with hooked(engine, attention, record=inside_corrupt):
+        corrupt_values, corrupt_nodes = engine._run(corrupt_xs, {})
+    m = Metric.on_clean(engine, target or Target(), metric, clean_values)
+    base = float(m.of(clean_values[engine.logits_key])[0])
+    changed = float(m.of(corrupt_values[engine.logits_key])[0])
+    run = _Run(engine, clean_xs, clean_values, m, base, _parts(by_component, clean_nodes, inside_clean),
+               _parts(by_component, corrupt_nodes, inside_corrupt), inside_clean)  # fmt: skip
+    run.units = _units(engine, clean_xs, by_component, grid, labels)
+    for part, value in run.clean.items():
+        run.units.check(tuple(value.shape), part if isinstance(part, str) else f"{part[0]} ({part[1]})")
+    cells = sum(len(n) for n in by_component.values()) * run.units.count
+    total = cells if (method == "exact" or compare) else 0
+    if method != "exact":
+        total += 1 + (len(blocks(engine.graph)) + (cells if attention else 0) if method == "atp_star" else 0)
+    run.progress, run.total, run.should_stop = progress, total, should_stop
+    exact = (
+        {c: np.stack([run.exact(_key(c, n)) for n in names]) for c, names in by_component.items()}
+        if (method == "exact" or compare)
+        else {}
+    )
+    effects = exact if method == "exact" else run.estimates(by_component, star=method == "atp_star")
+    signed = method != "atp_star"
+    agreements = {c: agreement(effects[c], exact[c], signed=signed) for c in effects} if compare and exact else {}
+    return PatchResult(
+        method=method,
+        metric=m.describe(),
+        clean_value=base,
+        corrupt_value=changed,
+        by_component=effects,
+        nodes={c: list(n) for c, n in by_component.items()},
+        units=list(run.units.labels),
+        signed=signed,
+        grid=run.units.grid,
+        agreement=agreements,
+        exact=exact if method != "exact" else {},
+        seconds=time.perf_counter() - t0,
+        sidecar={"metric_kind": metric, "token": m.index, "contrast": m.contrast, "position": m.position},
+    )
+
+
+def _key(component: str, node: str) -> Any:
+    """What a component names in a block: a node's output, or ``(attention node, role)`` for q, k and v."""
+    return (node, component) if component in ROLES else node
+
+
+def _parts(by_component: dict, node_values: dict, inside: dict) -> dict:
+    return {
+        _key(c, n): inside[(n, c)] if c in ROLES else node_values[n][0]
+        for c, names in by_component.items()
+        for n in names
+    }
+
+
+class _Run:
+    """One clean / corrupted pair: the values of both runs, the metric, and the work done so far."""
+
+    def __init__(self, engine, xs, values, metric, base, clean, corrupt, inside) -> None:
+        self.engine, self.xs, self.values, self.metric, self.base = engine, xs, values, metric, base
+        self.clean, self.corrupt, self.inside = clean, corrupt, inside
+        self.units: Units | None = None
+        self.progress: Callable | None = None
+        self.should_stop: Callable | None = None
+        self.total, self.done = 0, 0
+
+    def advance(self, n: int) -> None:
+        self.done += n
+        if self.progress is not None:
+            self.progress(self.done, self.total)
+
+    def exact(self, part: Any) -> np.ndarray:
+        clean, corrupt = self.clean[part], self.corrupt[part]
+        if isinstance(part, str):
+            return exact_effects(self.engine, self.values, part, clean, corrupt, self.units, self.metric, self.base,
+                                 on_batch=self.advance, should_stop=self.should_stop)  # fmt: skip
+        node, role = part
+
+        def patched(masks: Any, values: dict) -> list:
+            return attention_call(self.engine, node, values, patch={part: lambda y: tf.where(masks, corrupt, y)})
+
+        return run_patches(self.engine, self.values, node, self.units, self.metric, self.base, patched,
+                           tuple(clean.shape), on_batch=self.advance, should_stop=self.should_stop)  # fmt: skip
+
+    def estimates(self, by_component: dict, *, star: bool) -> dict[str, np.ndarray]:
+        """AtP of every (component, block, unit); AtP*: GradDrop's combination, q and k through the QK fix."""
+        engine, units = self.engine, self.units
+        found = blocks(engine.graph)
+        if star and not found:
+            raise GraphError("AtP* holds back each transformer block in turn (GradDrop); this model has none: use atp.")
+        keys = [_key(c, n) for c, names in by_component.items() for n in names]
+        fixed = [k for k in keys if star and not isinstance(k, str) and k[1] in ("q", "k")]
+        probs = [(k[0], PROBS) for k in fixed]
+        signals = Signals(engine, self.metric, [k for k in keys if isinstance(k, str)], [b.branches for b in found]
+                          if star else [], [k for k in keys if not isinstance(k, str)] + probs)  # fmt: skip
+        passes = [signals(self.xs, held_back) for held_back in (range(len(found)) if star else [None])]
+        self.advance(len(passes))
+        per_pass: dict[Any, list[np.ndarray]] = {}
+        for k in keys:
+            if k in fixed:
+                per_pass[k] = qk_fixed(engine, self.values, k[0], k[1], self.corrupt[k], units,
+                                       self.inside[(k[0], PROBS)], [g[(k[0], PROBS)] for g in passes],
+                                       on_batch=self.advance, should_stop=self.should_stop)  # fmt: skip
+            else:
+                diff = self.corrupt[k] - self.clean[k]
+                per_pass[k] = [units.totals(first_order(diff, g[k])) for g in passes]
+        self.advance(1)
+        combine = graddrop if star else (lambda estimates: estimates[0])
+        return {c: np.stack([combine(per_pass[_key(c, n)]) for n in names]) for c, names in by_component.items()}
+
+
+def _pair(engine: Any, clean: Any, corrupt: Any) -> tuple[list, list]:
+    clean_xs, corrupt_xs = engine._as_inputs(clean), engine._as_inputs(corrupt)
+    for a, b, name in zip(clean_xs, corrupt_xs, engine.graph.input_ids):
+        if int(a.shape[0]) != 1 or int(b.shape[0]) != 1:
+            raise InputError("Patching compares one clean and one corrupted input (a batch of one each).")
+        if tuple(a.shape) != tuple(b.shape):
+            raise InputError(
+                f"The clean and corrupted inputs differ in shape at {name!r} ({tuple(a.shape)} vs {tuple(b.shape)}): "
+                "a patch puts one's value in the other's place, so they must align (as many tokens, the same size)."
+            )
+    return clean_xs, corrupt_xs
+
+
+def _units(engine: Any, xs: list, by_component: dict, grid: int, labels: Sequence[str] | None) -> Units:
+    graph = engine.graph
+    if graph.token_input is not None:
+        length = int(xs[graph.input_ids.index(graph.token_input)].shape[1])
+        return Units.positions(length, tuple(labels) if labels else None)
+    first = next(iter(by_component.values()))[0]
+    shape = graph.node(first).output_shape
+    if len(shape) == 4:
+        if not 1 <= grid <= 64:
+            raise InputError(f"The grid is 1 to 64 cells a side; got {grid}.")
+        return Units.cells(grid, grid)
+    if len(shape) == 3 and shape[1] is not None:
+        return Units.positions(int(shape[1]), tuple(labels) if labels else None)
+    raise GraphError(f"Node {first!r} has shape {shape}: patching needs token positions or an image's grid cells.")
