@@ -38,6 +38,8 @@ _LAZY = {
     "sanity": "gradscope.api",
     "explain_generation": "gradscope.api",
     "graph": "gradscope.api",
+    "patch": "gradscope.api",
+    "PatchResult": "gradscope.core.patching",
     "read_training_log": "gradscope.io.training_events",
     "training_alerts": "gradscope.engine.training.report",
     "step_flow": "gradscope.engine.training.report",

@@ -1,5 +1,5 @@
 """The Qt-free high-level API, one module per front-door function (``import gradscope as gs`` names them all):
-open a model, explain an input or a generation, check and evaluate methods, draw the graph.
+open a model, explain an input or a generation, check and evaluate methods, patch activations, draw the graph.
 
 Everything the CLI does goes through here, and the GUI's worker uses the same pieces.
 """
@@ -9,6 +9,7 @@ from gradscope.api.explanation import Explanation, explain
 from gradscope.api.generation import GenerationExplanation, explain_generation
 from gradscope.api.graph_picture import GraphPicture, graph
 from gradscope.api.inputs import model_input, open_engine, resolve_method
+from gradscope.api.patching import patch
 
 # What the functions take and give, importable from here as they were from the single module this package was.
 from gradscope.core.results import BackwardResult
@@ -33,6 +34,7 @@ __all__ = [
     "graph",
     "model_input",
     "open_engine",
+    "patch",
     "resolve_method",
     "sanity",
 ]

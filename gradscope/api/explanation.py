@@ -10,7 +10,15 @@ from typing import Any
 
 import numpy as np
 
-from gradscope.api.inputs import check_common, inputs_of, open_engine, refuse_sampling, resolve_method, vocabulary
+from gradscope.api.inputs import (
+    check_common,
+    inputs_of,
+    model_input,
+    open_engine,
+    refuse_sampling,
+    resolve_method,
+    vocabulary,
+)
 from gradscope.core.arguments import check_argument, check_count
 from gradscope.core.display import RichDisplay
 from gradscope.core.errors import GraphError
@@ -171,6 +179,7 @@ def explain(
     preprocessing: str = "unit",
     reduction: str | None = None,
     method_options: dict[str, Any] | None = None,
+    alternate: Any = None,
     safe_mode: bool = True,
 ) -> Explanation:
     """Explain one input: run the method's (or the user's) plan and read the map at ``layer``.
@@ -178,7 +187,8 @@ def explain(
     ``model``: a path, a keras.Model or an ``Engine`` (reuse one Engine across inputs: it caches traces).
     ``image``: any input ``model_input`` takes: an image path or uint8 (H, W, 3) array, token ids, a CSV /
     array / token file, a ``ModelInput``; ``vocab`` (a ``Vocabulary`` or its file) shows token ids as words,
-    ``row`` picks a CSV row. ``target``: a class index, a ``Target`` or None (top-1).
+    ``row`` picks a CSV row. ``target``: a class index, a ``Target`` or None (top-1). ``alternate``: another input
+    of the same shape, read by the plan's value rules (``substitute_value`` / ``patch_value`` with source "input").
     For token ids the map is read where the signal exists, at the embedding's output (unless ``layer`` says
     otherwise), as one score per token.
     """
@@ -203,7 +213,12 @@ def explain(
         node = engine.graph.embedding_of(engine.graph.token_input).id
     if target.kind == "class" and engine.is_language_model():  # a language model's class is its next token
         target = target.as_token()
-    result = engine.backward(x, target, m.plan, capture=[node] if node else (), stats=False)
+    other = None  # the input the plan's value rules read (substitute_value / patch_value with source "input")
+    if alternate is not None:
+        other = engine.checked_inputs(
+            list(model_input(engine, alternate, vocab=vocab, preprocessing=preprocessing).arrays)
+        )
+    result = engine.backward(x, target, m.plan, capture=[node] if node else (), stats=False, alternate=other)
     if node is None:
         signal, forward = result.input_grad[0], result.inputs[0][0]
     else:

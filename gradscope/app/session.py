@@ -27,6 +27,7 @@ from gradscope.app.models.feedback import Feedback
 from gradscope.app.models.history import READOUT_FIELDS
 from gradscope.app.models.inputs import Inputs
 from gradscope.app.models.jobs import Jobs
+from gradscope.app.models.patching import Patching
 from gradscope.app.models.reports import Reports
 from gradscope.app.models.results import Results, readout_node, signal_of
 from gradscope.app.models.rule_catalog import RuleCatalog
@@ -66,6 +67,7 @@ class Session:
         self.catalog = RuleCatalog(self.jobs, self.feedback)
         self.training = TrainingWatch(self.jobs, self.feedback)  # a training log; independent of the model
         self.evaluations = Evaluations(self.document, self.editor, self.fed, self.jobs, self.feedback)
+        self.patching = Patching(self.document, self.fed, self.targeting, self.jobs, self.feedback)
         self.exports = Exporter(self)
         self._restore: Restore | None = None
         self._holding_runs = 0
@@ -73,6 +75,7 @@ class Session:
         self.editor.changed.connect(lambda plan: self._maybe_run())
         self.targeting.changed.connect(self._on_target)
         self.fed.changed.connect(self._on_input)
+        self.patching.corrupt_changed.connect(lambda _corrupt: self.plan.entries and self._maybe_run())
 
     # ------------------------------------------------------------------------------------------- shortcuts
     @property
@@ -223,7 +226,8 @@ class Session:
         shown = [n for n in (self.readout, self.selected) if n is not None]  # copied to numpy on the worker
         self.jobs.cancel_kind("compile")  # a background compile of an older plan only competes with this one
         base_key = (id(engine), self.fed.version, target)
-        job = run_job(engine, x, target, plan, editor.method_sampling, self.results.baseline_for(base_key), shown)
+        base, other = self.results.baseline_for(base_key), self.patching.corrupt_batch  # value rules read `other`
+        job = run_job(engine, x, target, plan, editor.method_sampling, base, shown, other)
 
         def done(out: tuple[BackwardResult, BackwardResult, float, bool]) -> None:
             result, base, seconds, retraced = out

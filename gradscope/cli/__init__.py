@@ -20,6 +20,7 @@ from gradscope.cli import (
     flow,
     graph,
     methods,
+    patch,
     report,
     rules,
     sanity,
@@ -33,7 +34,7 @@ from gradscope.core.errors import EXIT_BUG, EXIT_USER_ERROR, GradscopeError, is_
 __all__ = ["EXIT_BUG", "EXIT_USER_ERROR", "build_parser", "main"]
 
 #: The commands in the order ``--help`` lists them.
-COMMANDS = (graph, explain, snippet, sanity, methods, rules, flow, diagnose, train_report, evaluate, report)
+COMMANDS = (graph, explain, patch, snippet, sanity, methods, rules, flow, diagnose, train_report, evaluate, report)
 
 
 def version_line() -> str:

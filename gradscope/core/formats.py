@@ -139,6 +139,34 @@ class SidecarGeneration(msgspec.Struct, forbid_unknown_fields=True):
     scores_csv: str
 
 
+class SidecarAgreement(msgspec.Struct, forbid_unknown_fields=True):
+    """An estimate against the exact effects (``core.patching.Agreement``)."""
+
+    correlation: float | str  # "nan" where it is undefined (a constant map)
+    top_k: int
+    top_k_overlap: float | str
+    wrong_sign: list[list[int]] = []
+
+
+class SidecarPatching(msgspec.Struct, forbid_unknown_fields=True):
+    """Patching effects (the picture is their heat map; the numbers in ``effects_csv``)."""
+
+    method: str  # exact, atp, atp_star
+    metric: str  # in words
+    metric_kind: str  # logit, probability, loss
+    clean: str  # the clean input (a path, "<text>", "<ids>")
+    corrupt: str  # the corrupted input
+    clean_value: float
+    corrupt_value: float
+    signed: bool
+    components: dict[str, list[str]]  # component -> its node in each block
+    units: list[str]  # token labels, or grid cells "row,col"
+    effects_csv: str
+    grid: list[int] | None = None
+    agreement: dict[str, SidecarAgreement] = {}
+    seconds: float = 0.0
+
+
 class SidecarFile(msgspec.Struct, forbid_unknown_fields=True):
     """The JSON beside an exported PNG: what the picture shows, enough to reproduce it."""
 
@@ -158,6 +186,7 @@ class SidecarFile(msgspec.Struct, forbid_unknown_fields=True):
     positions: list[SidecarPosition] = []  # a text or tabular input: one score per token / feature
     explained_token: SidecarNextToken | None = None  # a language model's next-token target
     generation: SidecarGeneration | None = None  # a generation attributed (the picture is its matrix)
+    patching: SidecarPatching | None = None  # patching effects (the picture is their heat map)
     export: dict[str, Any] = {}
     editor_schema: str | None = _EDITOR_SCHEMA
 

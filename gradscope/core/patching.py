@@ -6,6 +6,7 @@ corrupted input, measured (``exact``) or estimated (``atp``, ``atp_star``)."""
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -56,6 +57,14 @@ class PatchResult(RichDisplay):
     sidecar: dict[str, Any] = field(default_factory=dict)
 
     _html_maker = "gradscope.app.display.patching:patch_html"  # in a notebook (gradscope.core.display)
+    _writer = "gradscope.app.files.patches:write_patch_result"  # named, as the display is: core imports no app
+
+    def save(self, path: str | Path, *, inputs: Any = ()) -> Path:
+        """The heat map as PNG, the effects as ``<name>_effects.csv`` and the JSON sidecar, written together."""
+        import importlib
+
+        module, name = self._writer.split(":")
+        return getattr(importlib.import_module(module), name)(self, path, inputs=inputs)
 
     @property
     def effects(self) -> np.ndarray | dict[str, np.ndarray]:

@@ -41,6 +41,7 @@ from gradscope.qt.graph.pane import GraphPane
 from gradscope.qt.inspector import InspectorWidget
 from gradscope.qt.map.view import OverlayView
 from gradscope.qt.menus import build_menus
+from gradscope.qt.patching.panel import PatchingPanel
 from gradscope.qt.reflow import VerticalScroll
 from gradscope.qt.tokens_dialog import TypeTokensDialog
 from gradscope.qt.training_panel import TrainingPanel
@@ -64,8 +65,8 @@ _MAX_RECENT = 8
 #: graph, the flow plot's 120 px and the splitter.
 CENTRAL_MIN = 400
 #: px each dock's contents need (the evaluation: its table, curves and a row of maps), and its share of the height.
-DOCK_MIN = {"diagnostics_dock": 180, "training_dock": 300, "evaluation_dock": 380}
-DOCK_SHARE = {"diagnostics_dock": 0.3, "training_dock": 0.45, "evaluation_dock": 0.6}
+DOCK_MIN = {"diagnostics_dock": 180, "training_dock": 300, "evaluation_dock": 380, "patching_dock": 320}
+DOCK_SHARE = {"diagnostics_dock": 0.3, "training_dock": 0.45, "evaluation_dock": 0.6, "patching_dock": 0.55}
 
 
 class MainWindow(QMainWindow):
@@ -163,6 +164,8 @@ class MainWindow(QMainWindow):
         self.evaluation_dock = self._bottom_dock(
             "Evaluation: methods scored over a folder of images", "evaluation_dock", self.evaluation
         )
+        self.patching = PatchingPanel(s)
+        self.patching_dock = self._bottom_dock("Patching: clean vs corrupted input", "patching_dock", self.patching)
 
         self.graph_pane = GraphPane(s, self.diagnose)
         self.graph_view = self.graph_pane.view

@@ -129,6 +129,9 @@ def build_menus(window: Any) -> None:
     toggle = window.evaluation_dock.toggleViewAction()
     toggle.setText("Evaluation view")
     v.addAction(toggle)
+    toggle = window.patching_dock.toggleViewAction()
+    toggle.setText("Patching view")
+    v.addAction(toggle)
 
     r = bar.addMenu("&Run")
     act(r, "Re-run", s.run, "F5", "Run the backward pass again")
@@ -148,6 +151,13 @@ def build_menus(window: Any) -> None:
         window.evaluation_dock.show,
         "Ctrl+Shift+E",
         "Pointing Game, deletion/insertion, MuFidelity of the methods and this plan over a folder of images",
+    )
+    act(
+        r,
+        "Patch against a corrupted input…",
+        window.patching_dock.show,
+        "Ctrl+Shift+P",
+        "Activation and attribution patching (exact, AtP, AtP*): each component x position, clean vs corrupted",
     )
 
     h = bar.addMenu("&Help")

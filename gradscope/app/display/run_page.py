@@ -120,6 +120,11 @@ def _explanations(run: Path) -> tuple[str, str, dict]:
         models.add(model)
         made_by.add(sidecar.get("gradscope_version", "?"))
         what = describe_next_token(sidecar["explained_token"]) if sidecar.get("explained_token") else ""
+        patching = sidecar.get("patching") or {}
+        if patching:  # a patching export: what it measured
+            what = (
+                f"{patching['metric']} (clean {patching['clean_value']:.4g}, corrupted {patching['corrupt_value']:.4g})"
+            )
         if not what:
             target = sidecar.get("target") or {}
             index = target.get("index", sidecar.get("predicted_class"))
@@ -127,6 +132,9 @@ def _explanations(run: Path) -> tuple[str, str, dict]:
         source = Path(str(sidecar.get("image") or "")).name
         caption = " · ".join(str(p) for p in (png.name, model, method, what, f"input {source}" if source else "") if p)
         parts.append(figure(pixels, caption))
+        for component, a in (patching.get("agreement") or {}).items():  # how far an estimate held against exact
+            words = f"{component}: {patching['method']} against exact, correlation {float(a['correlation']):.3f}"
+            parts.append(f"<div class='note'>{esc(words)}</div>")
         plan = (sidecar.get("plan") or {}).get("rules") or (sidecar.get("plan") or {}).get("entries")
         if plan:
             parts.append(f"<div class='note'>plan: {esc(json.dumps(plan, sort_keys=True)[:400])}</div>")

@@ -36,10 +36,11 @@ def run_job(
     sampling: tuple[str, dict[str, Any]] | None,
     baseline: BackwardResult | None,
     shown: list[str],
+    alternate: Callable[[], Any] | None = None,
 ) -> Callable[[Any], tuple[BackwardResult, BackwardResult, float, bool]]:
     """The job ``fn(token) -> (result, baseline, seconds, retraced)``; ``baseline``: the one already computed
     for this model, input and target (None: compute it); ``shown``: nodes a view reads at once, copied to
-    numpy on the worker."""
+    numpy on the worker; ``alternate()``: the other input the plan's value rules read (the corrupted input)."""
 
     def job(token: Any) -> tuple[BackwardResult, BackwardResult, float, bool]:
         t0 = time.perf_counter()
@@ -52,7 +53,8 @@ def run_job(
         result = base
         if plan.entries and not plan.is_identity:
             token.report(f"Running the plan ({len(plan.entries)} entries)...")
-            result = with_input_stats(engine.backward(x, target, plan, capture="all"))
+            other = alternate() if alternate is not None else None
+            result = with_input_stats(engine.backward(x, target, plan, capture="all", alternate=other))
         if sampling is not None:
             token.report(f"{sampling[0]}: averaging the input gradient over copies...")
             result = with_input_stats(with_sampled_input(engine, x, target, plan, result, sampling, token))

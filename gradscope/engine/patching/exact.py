@@ -61,8 +61,14 @@ def exact_effects(
 
     return run_patches(
         engine, clean_values, node, units, metric, base, patched, tuple(clean.shape),
-        on_batch=on_batch, should_stop=should_stop,
+        changes=changed_units(units, clean, corrupt), on_batch=on_batch, should_stop=should_stop,
     )  # fmt: skip
+
+
+def changed_units(units: Units, clean: Any, corrupt: Any) -> np.ndarray:
+    """Which units a patch changes at all (before the first token where the inputs differ, a causal model's values
+    are the same: such a patch is exactly 0 and is not run)."""
+    return units.totals(tf.cast(tf.not_equal(clean, corrupt), tf.float32)) > 0
 
 
 def run_patches(
@@ -75,24 +81,33 @@ def run_patches(
     patched: Callable[[Any, dict], list],
     shape: tuple,
     *,
+    changes: np.ndarray | None = None,
     on_batch: Callable[[int], None] | None = None,
     should_stop: Callable[[], bool] | None = None,
 ) -> np.ndarray:
     """The metric change of each unit when ``node``'s outputs are ``patched(masks, values)`` for a batch of unit
-    masks (of a value of ``shape``) and the batch's values below the node, the layers above run from there."""
+    masks (of a value of ``shape``) and the batch's values below the node, the layers above run from there. Each
+    batch carries one unpatched row, its own baseline: a batch's kernels may round otherwise than the clean run's.
+    ``changes``: the units worth running (the others are exactly 0)."""
     step = engine._step_of[node]
     per_batch = max(1, POSITIONS_PER_BATCH // max(units.count, 1)) if units.kind == "positions" else CELLS_PER_BATCH
+    todo = [u for u in range(units.count) if changes is None or changes[u]]
     out = np.zeros(units.count)
-    for start in range(0, units.count, per_batch):
+    if on_batch is not None and len(todo) < units.count:
+        on_batch(units.count - len(todo))
+    for start in range(0, len(todo), per_batch):
         if should_stop is not None and should_stop():
             raise Cancelled("Patching cancelled.")
-        chunk = range(start, min(start + per_batch, units.count))
-        values = Tiled(clean_values, len(chunk))
-        outs = patched(units.masks(shape, chunk), values)
+        chunk = todo[start : start + per_batch]
+        masks = units.masks(shape, chunk)
+        masks = tf.concat([masks, tf.zeros_like(masks[:1])], axis=0)  # the last row: unpatched
+        values = Tiled(clean_values, len(chunk) + 1)
+        outs = patched(masks, values)
         for key, y in zip(step.out_keys, outs):
             values[key] = y
         result, _ = engine._run(None, {}, resume=(node, values))
-        out[start : chunk.stop] = metric.of(result[engine.logits_key]).numpy() - base
+        measured = metric.of(result[engine.logits_key]).numpy()
+        out[chunk] = measured[:-1] - measured[-1]
         if on_batch is not None:
             on_batch(len(chunk))
     return out

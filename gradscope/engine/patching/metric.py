@@ -66,6 +66,8 @@ class Metric:
 
     def describe(self, decode: Any = None) -> str:
         name = (lambda i: f"{i} {decode([i])[0]!r}") if decode else str
+        if self.position is None:  # a classifier's class
+            name = (lambda i: f"class {i}") if not decode else (lambda i: f"class {i} ({decode([i])[0]})")
         what = {"logit": "logit", "probability": "probability", "loss": "cross-entropy"}[self.kind]
         text = f"{what} of {name(self.index)}"
         if self.contrast is not None:

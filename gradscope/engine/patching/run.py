@@ -16,7 +16,7 @@ from gradscope.core.targets import Target
 from gradscope.engine.patching.attention_parts import PROBS, ROLES, attention_call, hooked, qk_fixed
 from gradscope.engine.patching.attribution import Signals, first_order, graddrop
 from gradscope.engine.patching.components import blocks, component_nodes
-from gradscope.engine.patching.exact import exact_effects, run_patches
+from gradscope.engine.patching.exact import changed_units, exact_effects, run_patches
 from gradscope.engine.patching.metric import Metric
 from gradscope.engine.patching.units import Units
 
@@ -34,13 +34,15 @@ def patch_effects(
     grid: int = 7,
     compare: bool = False,
     labels: Sequence[str] | None = None,
+    decode: Callable[[Any], list[str]] | None = None,
     progress: Callable[[int, int], None] | None = None,
     should_stop: Callable[[], bool] | None = None,
 ) -> PatchResult:
     """Effects on ``metric`` of patching each component (``components`` of every transformer block, or the
     ``nodes`` named) at each unit (token position; a ``grid`` x ``grid`` cell of an image) with its value on
     ``corrupt``, by ``method`` ("exact", "atp", "atp_star"). ``compare``: also the exact effects, and the
-    estimate's agreement with them. ``progress(done, total)`` after each batch; ``should_stop()`` cancels."""
+    estimate's agreement with them. ``labels``: the units' names (the tokens); ``decode(ids)``: a token's text,
+    for the metric's description. ``progress(done, total)`` after each batch; ``should_stop()`` cancels."""
     if method not in METHODS:
         raise InputError(f"The patching method is one of {', '.join(METHODS)}; got {method!r}.")
     t0 = time.perf_counter()
@@ -76,7 +78,7 @@ def patch_effects(
     agreements = {c: agreement(effects[c], exact[c], signed=signed) for c in effects} if compare and exact else {}
     return PatchResult(
         method=method,
-        metric=m.describe(),
+        metric=m.describe(decode),
         clean_value=base,
         corrupt_value=changed,
         by_component=effects,
@@ -87,7 +89,13 @@ def patch_effects(
         agreement=agreements,
         exact=exact if method != "exact" else {},
         seconds=time.perf_counter() - t0,
-        sidecar={"metric_kind": metric, "token": m.index, "contrast": m.contrast, "position": m.position},
+        sidecar={
+            "metric_kind": metric,
+            "kind": "class" if m.position is None else "token",
+            "index": m.index,
+            "contrast": m.contrast,
+            "position": m.position,
+        },
     )
 
 
@@ -131,7 +139,8 @@ class _Run:
             return attention_call(self.engine, node, values, patch={part: lambda y: tf.where(masks, corrupt, y)})
 
         return run_patches(self.engine, self.values, node, self.units, self.metric, self.base, patched,
-                           tuple(clean.shape), on_batch=self.advance, should_stop=self.should_stop)  # fmt: skip
+                           tuple(clean.shape), changes=changed_units(self.units, clean, corrupt), on_batch=self.advance,
+                           should_stop=self.should_stop)  # fmt: skip
 
     def estimates(self, by_component: dict, *, star: bool) -> dict[str, np.ndarray]:
         """AtP of every (component, block, unit); AtP*: GradDrop's combination, q and k through the QK fix."""
@@ -165,6 +174,11 @@ def _pair(engine: Any, clean: Any, corrupt: Any) -> tuple[list, list]:
     for a, b, name in zip(clean_xs, corrupt_xs, engine.graph.input_ids):
         if int(a.shape[0]) != 1 or int(b.shape[0]) != 1:
             raise InputError("Patching compares one clean and one corrupted input (a batch of one each).")
+        if tuple(a.shape) != tuple(b.shape) and engine.graph.token_input is not None:
+            raise InputError(
+                f"The clean input has {a.shape[1]} tokens, the corrupted one {b.shape[1]}: a patch puts one's value in "
+                "the other's place, position by position, so they need as many tokens (choose words that split alike)."
+            )
         if tuple(a.shape) != tuple(b.shape):
             raise InputError(
                 f"The clean and corrupted inputs differ in shape at {name!r} ({tuple(a.shape)} vs {tuple(b.shape)}): "

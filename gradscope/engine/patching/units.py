@@ -4,6 +4,7 @@ grid on ResNet50's 7 x 7 stage is its pixels, and on its 56 x 56 stage 8 x 8 blo
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -26,7 +27,7 @@ class Units:
     def cells(cls, rows: int, cols: int) -> Units:
         return cls("cells", rows * cols, tuple(f"{r},{c}" for r in range(rows) for c in range(cols)), (rows, cols))
 
-    def masks(self, shape: tuple, units: range) -> tf.Tensor:
+    def masks(self, shape: tuple, units: Sequence[int]) -> tf.Tensor:
         """(len(units), ...) booleans that broadcast to a value of ``shape`` (batch first): unit k's elements."""
         rank = len(shape)
         if self.kind == "positions":

@@ -1,0 +1,1 @@
+"""The Patching view (``panel.PatchingPanel``)."""
