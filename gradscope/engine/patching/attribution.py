@@ -13,7 +13,8 @@ L + 1 passes share one trace.
 
 from __future__ import annotations
 
-from typing import Any
+import weakref
+from typing import Any, NamedTuple
 
 import numpy as np
 
@@ -22,25 +23,36 @@ from gradscope.engine.patching.attention_parts import hooked
 from gradscope.engine.patching.metric import Metric
 
 
+class Pass(NamedTuple):
+    """One backward pass on the clean input: the gradient at each node and part, their values, the logits."""
+
+    grads: dict[Any, Any]
+    values: dict[Any, Any]
+    logits: Any
+
+
 class Signals:
     """``∂m/∂n`` at the clean input for ``nodes`` (node ids) and ``parts`` (``(attention node, role)``: a q, k or v
-    projection's output, or its probabilities), with the blocks whose ``branches`` a gate of 0 holds back."""
+    projection's output, or its probabilities), with the blocks whose ``branches`` a gate of 0 holds back. The
+    traced function is kept per engine and parts (``traced``); the metric's token and position are data."""
 
     def __init__(
         self, engine: Any, metric: Metric, nodes: list[str], branches: list[tuple[str, ...]], parts: list = ()
     ) -> None:
         self.engine, self.metric, self.nodes, self.branches = engine, metric, list(dict.fromkeys(nodes)), branches
         self.parts = list(dict.fromkeys(parts))
-        self._fn = tf.function(self._signals, autograph=False, reduce_retracing=True)
+        key = ("signals", tuple(self.nodes), tuple(self.parts), tuple(map(tuple, branches)), metric.shape_key)
+        self._fn = traced(engine, key, lambda: tf.function(self._signals, autograph=False, reduce_retracing=True))
 
-    def __call__(self, xs: list, held_back: int | None = None) -> dict[Any, Any]:
+    def __call__(self, xs: list, held_back: int | None = None) -> Pass:
         gates = np.ones(max(len(self.branches), 1), np.float32)
         if held_back is not None:
             gates[held_back] = 0.0
         keys = [*self.nodes, *self.parts]
-        return dict(zip(keys, self._fn(list(xs), tf.constant(gates))))  # a list out: its keys mix names and pairs
+        out = self._fn(list(xs), self.metric.spec(), tf.constant(gates))  # lists: their keys mix names and pairs
+        return Pass(dict(zip(keys, out[0])), dict(zip(keys, out[1])), out[2])
 
-    def _signals(self, xs: list, gates: Any) -> list[Any]:
+    def _signals(self, xs: list, spec: Any, gates: Any) -> tuple:
         recorded: dict[str, Any] = {}
         gate_of = {node: block for block, names in enumerate(self.branches) for node in names}
 
@@ -60,11 +72,39 @@ class Signals:
         inside: dict = {}
         with tf.GradientTape() as tape, hooked(self.engine, sorted({n for n, _ in self.parts}), record=inside):
             values, _ = self.engine._run(xs, {}, transforms=transforms)
-            total = tf.reduce_sum(self.metric.of(values[self.engine.logits_key]))
+            total = tf.reduce_sum(self.metric.of(values[self.engine.logits_key], spec))
         recorded.update({part: inside[part] for part in self.parts})
         keys = [*self.nodes, *self.parts]
         grads = tape.gradient(total, [recorded[k] for k in keys])
-        return [tf.zeros_like(recorded[k]) if g is None else g for k, g in zip(keys, grads)]
+        grads = [tf.zeros_like(recorded[k]) if g is None else g for k, g in zip(keys, grads)]
+        return grads, [recorded[k] for k in keys], values[self.engine.logits_key]
+
+
+def captured_forward(engine: Any, nodes: list[str], parts: list) -> Any:
+    """``fn(xs) -> (logits, [each node's output, each part's value])``, traced once per engine and parts."""
+
+    def forward(xs: list) -> tuple:
+        inside: dict = {}
+        with hooked(engine, sorted({n for n, _ in parts}), record=inside):
+            values, node_values = engine._run(xs, {})
+        return values[engine.logits_key], [node_values[n][0] for n in nodes] + [inside[p] for p in parts]
+
+    key = ("forward", tuple(nodes), tuple(parts))
+    return traced(engine, key, lambda: tf.function(forward, autograph=False, reduce_retracing=True))
+
+
+_TRACED: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # engine -> {key: traced function}
+_KEPT = 8  # traced functions kept per engine (each holds a graph of the model)
+
+
+def traced(engine: Any, key: tuple, make: Any) -> Any:
+    """The traced function ``key`` of ``engine``, made once: a second patching of the same parts traces nothing."""
+    kept = _TRACED.setdefault(engine, {})
+    if key not in kept:
+        while len(kept) >= _KEPT:
+            kept.pop(next(iter(kept)))
+        kept[key] = make()
+    return kept[key]
 
 
 def first_order(diff: Any, grad: Any) -> Any:

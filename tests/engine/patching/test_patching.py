@@ -153,7 +153,7 @@ def test_graddrop_holds_back_one_block_at_a_time(llama):
     metric = Metric.on_clean(llama, gs.Target(), "logit", values)
     signals = Signals(llama, metric, [b.attn for b in found], [b.branches for b in found])
     for held_back in range(len(found)):
-        grads = signals(feed(llama, CLEAN), held_back)
+        grads = signals(feed(llama, CLEAN), held_back).grads
         assert not np.any(grads[found[held_back].attn]) and np.any(grads[found[1 - held_back].attn])
     parts = [np.array([[1.0, -2.0]]), np.array([[-3.0, 0.5]]), np.array([[0.0, 1.5]])]
     np.testing.assert_allclose(graddrop(parts), np.array([[2.0, 2.0]]))
@@ -219,7 +219,7 @@ def test_agreement_counts_what_it_says():
 
 
 def test_bad_requests_are_one_line(llama):
-    with pytest.raises(InputError, match="must align"):
+    with pytest.raises(InputError, match="has 8 tokens, the corrupted one 7"):
         patch_effects(llama, feed(llama, CLEAN), feed(llama, CLEAN[:-1]))
     with pytest.raises(InputError, match="one of exact, atp, atp_star"):
         patch_effects(llama, feed(llama, CLEAN), feed(llama, CORRUPT), method="acdc")
