@@ -131,3 +131,21 @@ def test_a_bfloat16_folder_is_patched_as_it_runs():
         assert not got[:, :, :4].any()  # before the first difference: exactly 0, as in float32
         if method == "exact":
             assert r.by_component["resid"][-1, -1] == pytest.approx(r.corrupt_value - r.clean_value, abs=1e-6)
+
+
+@pytest.mark.slow  # ~30 s of Ray start-up: out of the default run, run by CI on its own (.ci/run)
+def test_ray_gives_the_grid_of_the_local_run():
+    pytest.importorskip("ray.data")
+    from gradscope.app.evaluation.on_ray import RayOptions
+
+    ids = [5, 9, 12, 30, 44, 7, 21, 3]
+    other = [5, 9, 12, 31, 44, 7, 21, 3]
+    how = dict(components="resid,attn", method="atp", compare=True)
+    local = gs.patch(HF / "llama", ids, other, **how)
+    remote = gs.patch(HF / "llama", ids, other, ray=RayOptions(num_cpus=2, actors=2), **how)
+    for component in ("resid", "attn"):
+        np.testing.assert_allclose(remote.exact[component], local.exact[component], atol=1e-6)
+        np.testing.assert_allclose(remote.effects[component], local.effects[component], atol=1e-6)
+        assert remote.agreement[component].correlation == pytest.approx(local.agreement[component].correlation)
+    exact = gs.patch(HF / "llama", ids, other, components="resid", method="exact", ray=RayOptions(num_cpus=2, actors=1))
+    np.testing.assert_allclose(exact.effects, local.exact["resid"], atol=1e-6)

@@ -163,6 +163,7 @@ class Explanation(RichDisplay):
             view=view,
             positions=positions,
             explained_token=self.sidecar.get("explained_token"),
+            alternate=self.sidecar.get("alternate"),
         )
 
 
@@ -213,11 +214,10 @@ def explain(
         node = engine.graph.embedding_of(engine.graph.token_input).id
     if target.kind == "class" and engine.is_language_model():  # a language model's class is its next token
         target = target.as_token()
-    other = None  # the input the plan's value rules read (substitute_value / patch_value with source "input")
+    other, other_source = None, None  # the input the plan's value rules read (source "input")
     if alternate is not None:
-        other = engine.checked_inputs(
-            list(model_input(engine, alternate, vocab=vocab, preprocessing=preprocessing).arrays)
-        )
+        fed_other = model_input(engine, alternate, vocab=vocab, preprocessing=preprocessing)
+        other, other_source = engine.checked_inputs(list(fed_other.arrays)), fed_other.source
     result = engine.backward(x, target, m.plan, capture=[node] if node else (), stats=False, alternate=other)
     if node is None:
         signal, forward = result.input_grad[0], result.inputs[0][0]
@@ -258,6 +258,7 @@ def explain(
         "plan": m.plan.to_dict(),
         "readout_node": node,
         "reduction": reduction or m.reduction,
+        "alternate": other_source,
     }
     if target.kind == "token":  # which token was explained, and how likely the model found it
         position = engine.token_position(target, x)

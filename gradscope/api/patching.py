@@ -30,6 +30,7 @@ def patch(
     preprocessing: str = "unit",
     progress: Callable[[int, int], None] | None = None,
     should_stop: Callable[[], bool] | None = None,
+    ray: Any = None,
     safe_mode: bool = True,
 ) -> PatchResult:
     """Patching effects of ``corrupt`` on ``clean`` (anything ``explain`` takes: text, token ids, an image; the two
@@ -38,6 +39,8 @@ def patch(
     "logit", "probability" or "loss". ``components`` of every transformer block ("resid", "attn", "mlp", "q",
     "k", "v"; comma-separated or a list), or ``nodes`` by id (any model: an image's ``grid`` x ``grid`` cells).
     ``method``: "exact", "atp", "atp_star"; ``compare``: the exact effects too, and the estimate's agreement.
+    ``ray``: a ``gradscope.app.evaluation.on_ray.RayOptions``: the exact rows on a Ray cluster (``model`` a path:
+    every worker loads it).
     Returns a ``PatchResult``: ``.effects`` (blocks, positions), a dict by component when there are several."""
     from gradscope.engine.patching import patch_effects
 
@@ -56,11 +59,27 @@ def patch(
     elif not isinstance(target, Target):
         target = Target(index=target)  # type: ignore[arg-type]
     names = [c.strip() for c in components.split(",") if c.strip()] if isinstance(components, str) else components
+    decode = vocab.decode if vocab is not None else None
+    if ray is not None:
+        import dataclasses
+
+        from gradscope.app.patching.on_ray import patch_on_ray
+
+        if not isinstance(model, (str, Path)) and not getattr(ray, "model", ""):
+            raise InputError("Patching on Ray loads the model in every worker: pass the model's file.")
+        options = ray if getattr(ray, "model", "") else dataclasses.replace(ray, model=str(model), safe_mode=safe_mode)
+        result = patch_on_ray(options, engine, xs[0], xs[1], target, metric=metric, components=tuple(names),
+                              nodes=list(nodes) if nodes else None, method=method, grid=grid, compare=compare,
+                              labels=fed[0].labels or None, decode=decode, progress=progress)  # fmt: skip
+        return _described(result, engine, model, fed)
     result = patch_effects(
         engine, xs[0], xs[1], target, metric=metric, components=tuple(names), nodes=nodes, method=method, grid=grid,
-        compare=compare, labels=fed[0].labels or None, decode=vocab.decode if vocab is not None else None,
-        progress=progress, should_stop=should_stop,
+        compare=compare, labels=fed[0].labels or None, decode=decode, progress=progress, should_stop=should_stop,
     )  # fmt: skip
+    return _described(result, engine, model, fed)
+
+
+def _described(result: PatchResult, engine: Any, model: Any, fed: list) -> PatchResult:
     result.sidecar.update(
         model=getattr(engine.model, "name", "model"),
         model_file=str(model) if isinstance(model, (str, Path)) else None,

@@ -27,7 +27,6 @@ from gradscope.app.models.feedback import Feedback
 from gradscope.app.models.history import READOUT_FIELDS
 from gradscope.app.models.inputs import Inputs
 from gradscope.app.models.jobs import Jobs
-from gradscope.app.models.patching import Patching
 from gradscope.app.models.reports import Reports
 from gradscope.app.models.results import Results, readout_node, signal_of
 from gradscope.app.models.rule_catalog import RuleCatalog
@@ -35,6 +34,7 @@ from gradscope.app.models.selection import Selection
 from gradscope.app.models.targeting import Targeting
 from gradscope.app.models.training_watch import TrainingWatch
 from gradscope.app.models.viewing import Viewing
+from gradscope.app.patching.model import Patching
 from gradscope.app.rendering.comparison import Comparison
 from gradscope.app.rendering.positions import position_images
 from gradscope.app.rendering.view import OverlayImages, ViewSettings, overlay_images

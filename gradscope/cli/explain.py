@@ -16,11 +16,12 @@ from gradscope.cli.common import (
     info,
     model_argument,
     model_options,
+    next_token_options,
+    next_token_target,
     open_engine,
     progress,
     warn,
 )
-from gradscope.cli.token_targets import next_token_options, next_token_target
 from gradscope.core.errors import EXIT_USER_ERROR, GradscopeError, ImageLoadError
 from gradscope.core.files import inside, is_file_named, safe_file_name, shorten
 from gradscope.core.targets import Target, describe_next_token
@@ -50,6 +51,12 @@ def add_parser(sub: Any) -> None:
     )
     p.add_argument("--method", help="method preset (see `gradscope methods`; default: gradient)")
     p.add_argument("--plan", help="plan JSON file (selector -> rule + params); overrides --method's plan")
+    p.add_argument(
+        "--alternate",
+        metavar="INPUT",
+        help="another input (a file, token ids or text) that the plan's value rules read: substitute_value and "
+        "patch_value with source 'input' take a node's value there",
+    )
     p.add_argument("--layer", help="read the map at this node id (default: the method's, else the input)")
     p.add_argument("--out", default="overlay.png", help="output PNG, or a folder for a folder of images")
     p.add_argument("--map-only", action="store_true", help="write the coloured map without the image under it")
@@ -214,6 +221,7 @@ def run(args: argparse.Namespace) -> int:
                 layer=args.layer,
                 preprocessing=args.preprocessing,
                 reduction=args.reduction,
+                alternate=args.alternate,
             )
         except ImageLoadError as exc:
             if not many:

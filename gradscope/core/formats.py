@@ -187,6 +187,7 @@ class SidecarFile(msgspec.Struct, forbid_unknown_fields=True):
     explained_token: SidecarNextToken | None = None  # a language model's next-token target
     generation: SidecarGeneration | None = None  # a generation attributed (the picture is its matrix)
     patching: SidecarPatching | None = None  # patching effects (the picture is their heat map)
+    alternate: str | None = None  # the other input the plan's value rules read (substitute_value, patch_value)
     export: dict[str, Any] = {}
     editor_schema: str | None = _EDITOR_SCHEMA
 

@@ -9,7 +9,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from gradscope.app.models.patching import plan_effect, with_cell
+from gradscope.app.patching.model import plan_effect, with_cell
 from gradscope.app.session import Session
 from gradscope.app.work.worker import InlineExecutor
 from gradscope.io.demo import demo_image_paths, demo_model_path
@@ -18,7 +18,7 @@ from tests.app.models.test_models import Told, events_of
 
 pytest.importorskip("keras_hub")
 
-HF = Path(__file__).resolve().parents[2] / "data" / "hf"
+HF = Path(__file__).resolve().parents[1] / "data" / "hf"
 
 
 @pytest.fixture

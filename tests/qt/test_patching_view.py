@@ -31,6 +31,8 @@ def test_a_language_model_patched_from_the_window(window, qtbot, wait_idle):
     action.trigger()
     assert window.patching_dock.isVisible() and action.shortcut().toString() == "Ctrl+Shift+P"
     panel = window.patching
+    next(b for b in panel.findChildren(type(panel.run_button)) if b.text() == "From the input").click()
+    assert panel.corrupt.text() == "the cat sat on the mat"  # to change a token or two
     panel.corrupt.setText("the cat sat in the mat")
     for name in ("attn", "mlp"):
         panel.components[name].setChecked(True)

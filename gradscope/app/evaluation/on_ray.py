@@ -76,7 +76,7 @@ class BatchWorker:
         return {"index": np.asarray(rows["index"]), "doc": np.asarray(docs, dtype=object)}
 
 
-def _ray() -> Any:
+def import_ray() -> Any:
     try:
         import ray
     except ImportError:
@@ -95,7 +95,7 @@ def run_batches_ray(
     should_stop: Callable[[], bool] | None = None,
 ) -> RunState:
     """``run_batches`` on Ray: the batches not on disk yet, written by this process as they arrive."""
-    ray = _ray()
+    ray = import_ray()
     chunks, todo, state = pending_batches(keys, settings, out)
     if not todo:
         return state

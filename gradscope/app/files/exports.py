@@ -46,15 +46,19 @@ def overlay_sidecar(
     view: ViewSettings,
     positions: list[dict[str, Any]] | None = None,
     explained_token: dict[str, Any] | None = None,
+    alternate: str | None = None,
 ) -> dict[str, Any]:
     """What the picture is: the schema ``render.save_png`` stamps with ``schema`` and ``gradscope_version``;
     ``positions``: per-token or per-feature scores of a text or tabular input (``position_rows``);
-    ``explained_token``: a language model's next token explained (``core.targets.next_token_summary``)."""
+    ``explained_token``: a language model's next token explained (``core.targets.next_token_summary``);
+    ``alternate``: the other input the plan's value rules read."""
     target_dict = dict(target.to_dict())
     target_dict["class_index"] = predicted_class  # the class actually explained (top-1 resolved)
     extra: dict[str, Any] = {"positions": positions} if positions else {}
     if explained_token:
         extra["explained_token"] = explained_token
+    if alternate:
+        extra["alternate"] = alternate
     return {
         **extra,
         "model": model_name,

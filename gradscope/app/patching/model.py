@@ -18,8 +18,6 @@ from typing import Any
 
 import numpy as np
 
-from gradscope.app.models.feedback import Feedback
-from gradscope.app.models.jobs import Jobs
 from gradscope.core.errors import GradscopeError, InputError
 from gradscope.core.events import Signal
 from gradscope.core.graph import LayerGraph
@@ -28,7 +26,8 @@ from gradscope.rules.plan import Plan, PlanEntry
 
 
 class Patching:
-    def __init__(self, document: Any, inputs: Any, targeting: Any, jobs: Jobs, feedback: Feedback) -> None:
+    def __init__(self, document: Any, inputs: Any, targeting: Any, jobs: Any, feedback: Any) -> None:
+        """``jobs``: the Session's ``Jobs``; ``feedback``: its ``Feedback`` (the models this one sits below)."""
         self._document, self._inputs, self._targeting = document, inputs, targeting
         self._jobs, self._feedback = jobs, feedback
         self.typed: str | None = None
@@ -36,8 +35,19 @@ class Patching:
         self.result: Any = None
         self.corrupt_changed = Signal("corrupt_changed")  # (described or None)
         self.finished = Signal("patching_finished")  # (PatchResult, or None: what was shown no longer holds)
+        self._computed_on: tuple | None = None  # the clean input the result was computed on (``_clean_key``)
         document.loaded.connect(lambda _graph: self._stale())
-        inputs.changed.connect(self._stale)
+        inputs.changed.connect(self._on_input)
+
+    def _clean_key(self) -> tuple:
+        fed = self._inputs
+        return fed.described, id(fed.image), id(fed.vocab), fed.preprocessing
+
+    def _on_input(self) -> None:
+        """Another clean input makes the result stale; the same one announced again (a tokenizer that finished
+        loading) does not."""
+        if self._computed_on != self._clean_key():
+            self._stale()
 
     def _stale(self) -> None:
         if self.result is not None:
@@ -131,6 +141,7 @@ class Patching:
         if corrupt is None:
             raise GradscopeError("Give the corrupted input first: type it, or choose a file.")
         clean, target, labels = self._inputs.batch, self._targeting.target, self._inputs.labels
+        computed_on = self._clean_key()
         decode = self._inputs.vocab.decode if self._inputs.vocab is not None else None
 
         def job(token: Any) -> Any:
@@ -147,7 +158,7 @@ class Patching:
             name = getattr(self._document.engine.model, "name", "model")
             result.sidecar.update(model=name, model_file=self._document.path,
                                   clean=self._inputs.described or "", corrupt=self.described or "")  # fmt: skip
-            self.result = result
+            self.result, self._computed_on = result, computed_on
             self.finished.emit(result)
             self._feedback.say(f"Patching ({method}): {result.metric}, {result.seconds:.2f} s")
 

@@ -26,7 +26,7 @@ from PySide6.QtWidgets import (
 )
 
 from gradscope.app.files.patches import patch_picture, patch_title
-from gradscope.app.models.patching import plan_effect, with_cell
+from gradscope.app.patching.model import plan_effect, with_cell
 from gradscope.qt.images import to_pixmap
 from gradscope.render.patch_grid import grid_layout, row_labels
 
@@ -76,6 +76,9 @@ class PatchingPanel(QWidget):
         self.corrupt = QLineEdit()
         self.corrupt.setPlaceholderText("corrupted input: token ids or words, as many tokens as the input shown")
         self.corrupt.returnPressed.connect(lambda: model.set_typed(self.corrupt.text()))
+        copy = QPushButton("From the input")
+        copy.setToolTip("Start from the input shown (its text or ids): change a token or two to make the corrupted one")
+        copy.clicked.connect(self.copy_input)
         browse = QPushButton("File…")
         browse.setToolTip("An image or a file of token ids / arrays as the corrupted input")
         browse.clicked.connect(self.choose_file)
@@ -110,6 +113,7 @@ class PatchingPanel(QWidget):
 
         row1 = QHBoxLayout()
         row1.addWidget(self.corrupt, 1)
+        row1.addWidget(copy)
         row1.addWidget(browse)
         row2 = QHBoxLayout()
         row2.addWidget(self.method)
@@ -133,6 +137,12 @@ class PatchingPanel(QWidget):
         model.finished.connect(self._on_finished)
         session.results.changed.connect(self._on_result)
         session.document.loaded.connect(self._on_model)
+
+    def copy_input(self) -> None:
+        fed = self.session.fed
+        ids = fed.fed.ids if fed.fed is not None else None
+        self.corrupt.setText(fed.typed or (" ".join(str(int(i)) for i in ids) if ids is not None else ""))
+        self.corrupt.setFocus()
 
     def choose_file(self) -> None:
         path, _ = QFileDialog.getOpenFileName(self, "Corrupted input", "", "Inputs (*.png *.jpg *.jpeg *.bmp *.webp "

@@ -135,7 +135,7 @@ def _source_value(params: ValueParams, a1: Any, source: Any, node: str, rule: st
     if source is None:
         raise RuleError(
             f"{rule} on node {node!r} takes its value from another input: give one (alternate= in Python, "
-            "--corrupt on the command line, the second input in the window)."
+            "--alternate on the command line, the corrupted input of the window's Patching view)."
         )
     source = tf.cast(source, a1.dtype)
     if not source.shape[1:].is_compatible_with(a1.shape[1:]):
