@@ -148,6 +148,31 @@ def model_options(p: argparse.ArgumentParser) -> None:
 PREPROCESSING = ["unit", "raw", "caffe", "minus_one_one"]
 
 
+def ray_options(p: argparse.ArgumentParser, what: str) -> None:
+    """``--ray [ADDRESS]`` and ``--ray-actors``: ``what`` runs on a Ray cluster (``ray_options_of`` reads them)."""
+    p.add_argument(
+        "--ray",
+        nargs="?",
+        const="",
+        metavar="ADDRESS",
+        help=f"{what} on a Ray cluster (ray://HOST:10001 or auto); without ADDRESS a local Ray instance",
+    )
+    p.add_argument("--ray-actors", type=int, help="Ray workers, each holding one model (default: one per CPU, max 8)")
+
+
+def ray_options_of(args: argparse.Namespace) -> Any:
+    """The ``RayOptions`` of ``--ray`` (None without it): every worker loads the model's file as this process does."""
+    if args.ray is None:
+        return None
+    from gradscope.app.evaluation.on_ray import RayOptions
+
+    if not args.model:
+        raise GradscopeError("--ray needs the model's file: each Ray worker loads it.")
+    return RayOptions(address=args.ray or None, model=str(args.model), safe_mode=not args.unsafe,
+                      custom_objects=list(args.custom_objects or []), rules=list(args.rules or []),
+                      actors=args.ray_actors)  # fmt: skip
+
+
 def next_token_options(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--next",

@@ -8,7 +8,17 @@ import time
 from pathlib import Path
 from typing import Any
 
-from gradscope.cli.common import PREPROCESSING, add_command, info, model_argument, model_options, open_engine, warn
+from gradscope.cli.common import (
+    PREPROCESSING,
+    add_command,
+    info,
+    model_argument,
+    model_options,
+    open_engine,
+    ray_options,
+    ray_options_of,
+    warn,
+)
 from gradscope.cli.interrupt import INTERRUPT_GRACE
 from gradscope.core.errors import EXIT_USER_ERROR
 
@@ -38,22 +48,8 @@ def _duration(seconds: float) -> str:
 def run(args: Any) -> int:
     """Run (or resume) an evaluation into ``--out``; print the table; list the images that could not be used."""
     from gradscope.api import evaluate
-    from gradscope.core.errors import GradscopeError
 
-    ray = None
-    if args.ray is not None:
-        from gradscope.app.evaluation.on_ray import RayOptions
-
-        if not args.model:
-            raise GradscopeError("--ray needs the model's file: each Ray worker loads it.")
-        ray = RayOptions(
-            address=args.ray or None,
-            model=str(args.model),
-            safe_mode=not args.unsafe,
-            custom_objects=list(args.custom_objects or []),
-            rules=list(args.rules or []),
-            actors=args.ray_actors,
-        )
+    ray = ray_options_of(args)
     INTERRUPT_GRACE["seconds"] = 120.0  # Ctrl-C: the batch in flight ends, the report of what is done is written
     engine = open_engine(args)  # also here: the settings are checked and the report is built in this process
     out = Path(args.out)
@@ -140,14 +136,7 @@ def add_parser(sub: Any) -> None:
     p.add_argument("--steps", type=int, default=20, help="deletion/insertion steps (default 20)")
     p.add_argument("--fidelity-samples", type=int, default=200, help="MuFidelity subsets per image (default 200)")
     p.add_argument("--seed", type=int, default=0, help="seed of random maps, subsets and the bootstrap (default 0)")
-    p.add_argument(
-        "--ray",
-        nargs="?",
-        const="",
-        metavar="ADDRESS",
-        help="run the batches on a Ray cluster (ray://HOST:10001 or auto); without ADDRESS a local Ray instance",
-    )
-    p.add_argument("--ray-actors", type=int, help="Ray workers, each holding one model (default: one per CPU, max 8)")
+    ray_options(p, "run the batches")
     model_options(p)
 
 

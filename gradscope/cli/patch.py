@@ -17,8 +17,9 @@ from gradscope.cli.common import (
     next_token_options,
     next_token_target,
     open_engine,
+    ray_options,
+    ray_options_of,
 )
-from gradscope.core.errors import GradscopeError
 
 
 def add_parser(sub: Any) -> None:
@@ -44,14 +45,7 @@ def add_parser(sub: Any) -> None:
     p.add_argument("--vocab", metavar="FILE", help="vocabulary for text (a checkpoint folder's tokenizer by default)")
     p.add_argument("--compare", action="store_true", help="also the exact effects, and the estimate's agreement")
     p.add_argument("--out", default="patching.png", help="the heat map PNG (+ _effects.csv and a JSON sidecar)")
-    p.add_argument(
-        "--ray",
-        nargs="?",
-        const="",
-        metavar="ADDRESS",
-        help="the exact rows on a Ray cluster (ray://HOST:10001 or auto); without ADDRESS a local Ray instance",
-    )
-    p.add_argument("--ray-actors", type=int, help="Ray workers, each holding one model (default: one per CPU, max 8)")
+    ray_options(p, "the exact rows")
     model_options(p)
 
 
@@ -65,15 +59,7 @@ def run(args: argparse.Namespace) -> int:
         found = find_vocabulary(args.model)
         args.vocab = str(found) if found is not None else None
     distinct_outputs({"--out": args.out}, [args.model, args.vocab])
-    ray = None
-    if args.ray is not None:
-        from gradscope.app.evaluation.on_ray import RayOptions
-
-        if not args.model:
-            raise GradscopeError("--ray needs the model's file: each Ray worker loads it.")
-        ray = RayOptions(address=args.ray or None, model=str(args.model), safe_mode=not args.unsafe,
-                         custom_objects=list(args.custom_objects or []), rules=list(args.rules or []),
-                         actors=args.ray_actors)  # fmt: skip
+    ray = ray_options_of(args)
     engine = open_engine(args)
     target = next_token_target(args, engine) or Target.parse(args.target)
 

@@ -17,23 +17,11 @@ from gradscope.core.patching import agreement
 from gradscope.engine.patching import blocks, patch_effects
 from gradscope.engine.patching.attribution import graddrop
 from tests.engine.fixtures import residual
+from tests.io.test_checkpoint_folders import FAMILIES
 
 pytest.importorskip("keras_hub")
 
 HF = Path(__file__).resolve().parents[2] / "data" / "hf"
-FAMILIES = (
-    "llama",
-    "gpt2",
-    "gemma",
-    "gemma2",
-    "gemma3",
-    "mistral",
-    "mixtral",
-    "qwen2",
-    "qwen3",
-    "qwen3_moe",
-    "smollm3",
-)
 #: keras_hub's Mistral converter stores the token embedding in float16 (its logits are 1.3e-3 off torch's already).
 TOLERANCE = {"mistral": 3e-3}
 CLEAN = [5, 9, 12, 30, 44, 7, 21, 3]
