@@ -42,6 +42,20 @@ def test_the_bundled_files_cli_block_runs_as_written(tmp_path, monkeypatch):
     assert bundled("--plan=demo:plan.json") == f"--plan={demo_dir() / 'plan.json'}" and bundled("x:demo:") == "x:demo:"
 
 
+def test_the_python_block_runs_as_written_from_another_folder(tmp_path):
+    """Outside the checkout (in a folder of its own, in a fresh interpreter), the README's Python example runs as
+    written: ``demo:`` names the bundled files in Python as on the command line."""
+    import subprocess
+    import sys
+
+    text = (ROOT / "README.md").read_text(encoding="utf-8")
+    block = text.split("**Python.**", 1)[1].split("```python", 1)[1].split("```", 1)[0]
+    run = subprocess.run([sys.executable, "-c", block], cwd=tmp_path, capture_output=True, text=True, timeout=600)
+    assert run.returncode == 0, run.stderr[-2000:]
+    assert (tmp_path / "overlay.png").is_file() and (tmp_path / "overlay.json").is_file()
+    assert "24 of 24 images scored" in run.stdout and "cmwp" in run.stdout
+
+
 def test_plan_model_fits_a_compiled_model_as_the_readme_shows():
     import keras
 

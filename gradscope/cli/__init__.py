@@ -103,13 +103,10 @@ def bundled(word: str) -> str:
     """``demo:NAME`` (or ``--flag=demo:NAME``) as the path of the bundled demo file or folder NAME, wherever
     gradscope is installed: ``gradscope explain demo:shapes_cnn.keras demo:images/circle_0.png`` runs from any
     folder (``resources/demo/...`` works only in a checkout); ``demo:`` alone is the demo folder."""
-    flag, eq, value = word.partition("=") if word.startswith("--") else ("", "", word)
-    if not value.startswith(DEMO_PREFIX):
-        return word
-    from gradscope.io.demo import demo_dir
+    from gradscope.core.resources import bundled as resolved
 
-    name = value[len(DEMO_PREFIX) :]
-    return f"{flag}{eq}{demo_dir() / name if name else demo_dir()}"
+    flag, eq, value = word.partition("=") if word.startswith("--") else ("", "", word)
+    return f"{flag}{eq}{resolved(value)}" if value.startswith(DEMO_PREFIX) else word
 
 
 def main(argv: Sequence[str] | None = None) -> int:

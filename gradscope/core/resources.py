@@ -6,7 +6,8 @@ from __future__ import annotations
 import sys
 from functools import cache
 from importlib import resources
-from pathlib import Path
+from pathlib import Path, PurePath
+from typing import Any
 
 
 @cache
@@ -21,6 +22,18 @@ def resource_root() -> Path:
         return Path(__file__).resolve().parents[2] / "resources"
     # Installs are plain folders (pip unpacks wheels): Keras and Qt need real paths, not a Traversable.
     return Path(str(root))
+
+
+DEMO_PREFIX = "demo:"
+
+
+def bundled(path: Any) -> Any:
+    """``demo:NAME`` as the path of the bundled demo file or folder NAME (``demo:`` alone: the demo folder), wherever
+    gradscope is installed, so the README's and the guides' examples run from any folder; anything else as it is."""
+    if isinstance(path, (str, PurePath)) and str(path).startswith(DEMO_PREFIX):
+        name = str(path)[len(DEMO_PREFIX) :]
+        return str(resource_path("demo", *PurePath(name).parts)) if name else str(resource_path("demo"))
+    return path
 
 
 def resource_path(*parts: str) -> Path:

@@ -22,6 +22,7 @@ import numpy as np
 from gradscope.core.errors import GradscopeError, ImageLoadError
 from gradscope.core.files import shorten
 from gradscope.core.json_text import read_json_file
+from gradscope.core.resources import bundled
 from gradscope.io.images import list_images, load_image, open_image, prepare_input
 
 BACKGROUND, IGNORE = -1, -2  # what mask pixels that name no class hold in ``Sample.mask``
@@ -50,7 +51,7 @@ class Layout:
 
 def find_layout(root: str | Path, split: str = "val") -> Layout:
     """The layout of the dataset folder ``root``; a ``GradscopeError`` naming the layouts looked for if none."""
-    root = Path(root).expanduser()
+    root = Path(bundled(root)).expanduser()
     if not root.is_dir():
         raise GradscopeError(f"The dataset folder {root} does not exist.")
     voc = _voc_root(root)

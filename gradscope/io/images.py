@@ -12,6 +12,7 @@ from typing import Any
 import numpy as np
 
 from gradscope.core.errors import ImageLoadError
+from gradscope.core.resources import bundled
 
 IMAGE_EXTENSIONS = (".png", ".jpg", ".jpeg", ".bmp", ".webp", ".tif", ".tiff")
 PREPROCESSING = ("unit", "raw", "caffe", "minus_one_one")
@@ -32,7 +33,7 @@ def load_image(path: str | Path, size: int | tuple[int, int] | None = None, mode
     """
     from PIL import Image, ImageOps, UnidentifiedImageError
 
-    p = Path(path).expanduser()
+    p = Path(bundled(path)).expanduser()
     if p.is_symlink() and not p.exists():
         raise ImageLoadError(f"{p} is a symbolic link that leads nowhere (its target is missing, or a loop).")
     if not p.exists():

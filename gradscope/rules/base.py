@@ -26,6 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from gradscope.core.errors import Cancelled, GradscopeError, PlanError, RuleError, RuleFileError
+from gradscope.core.resources import bundled
 from gradscope.rules.registry import (
     _REGISTRY,
     _SOURCES,
@@ -151,7 +152,7 @@ def load_rule_file(path: str | Path) -> list[str]:
     The file is code: it runs with the user's rights. Only files the user chose are ever loaded.
     """
     _ensure_loaded()
-    path = Path(path).expanduser().resolve()
+    path = Path(bundled(path)).expanduser().resolve()
     if not path.is_file():
         raise RuleFileError(f"Rule file not found: {path}")
     module_name = f"gradscope_user_rules_{abs(hash(str(path)))}"
