@@ -13,7 +13,12 @@ from gradscope.core.errors import EXIT_USER_ERROR, GradscopeError
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p = argparse.ArgumentParser(prog="gradscope gui", description="The gradscope desktop GUI.")
-    p.add_argument("model", nargs="?", help="a .keras/.h5 model or a .gradscope.json session (default: the demo)")
+    p.add_argument(
+        "model",
+        nargs="?",
+        help="a .keras/.h5 model, a checkpoint folder (Hugging Face: config.json + .safetensors; keras_hub preset), "
+        "or a .gradscope.json session (default: the demo)",
+    )
     p.add_argument(
         "image",
         nargs="?",

@@ -68,7 +68,7 @@ def build_menus(window: Any) -> None:
     )
     window.recent_menu = f.addMenu("Recent models")
     f.addSeparator()
-    act(f, "Open session…", window.open_session_dialog, "Ctrl+Shift+O", "Open a .gradscope.json session")
+    act(f, "Open session…", window.open_session_dialog, "Ctrl+Alt+O", "Open a .gradscope.json session")
     act(
         f,
         "&Save session…",

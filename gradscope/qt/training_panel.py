@@ -16,11 +16,9 @@ from typing import Any
 import numpy as np
 import pyqtgraph as pg
 from PySide6.QtCore import Qt, QTimer
-from PySide6.QtGui import QColor, QPen
 from PySide6.QtWidgets import (
     QCheckBox,
     QComboBox,
-    QGraphicsRectItem,
     QHBoxLayout,
     QLabel,
     QListWidget,
@@ -32,6 +30,7 @@ from PySide6.QtWidgets import (
 )
 
 from gradscope.app.session import Session
+from gradscope.render.charts import RED
 
 STATISTICS = {
     "mean |g|": "grad_mean_abs",
@@ -44,10 +43,17 @@ _MAX_ROW_LABELS = 60  # at most this many node names on the axis: every k-th is 
 _ROW_LABEL_PIXELS = 18  # the height one name needs
 
 
+#: Behind the heat map, where its cell is transparent: a zero white and a NaN/Inf red, as the HTML report and the
+#: notebook draw them (a zero drawn as the lowest level read as the smallest gradient, not as none).
+ZERO_RGBA, NONFINITE_RGBA = (255, 255, 255, 255), (*RED, 255)
+LEGEND = (
+    "white: 0 (no gradient) · red (x): NaN/Inf · red square: where an alert starts · orange dashed line: a loss spike"
+)
+
+
 def heat_values(matrix: np.ndarray, statistic: str) -> tuple[np.ndarray, tuple[float, float]]:
-    """What the heatmap draws: log10 of the statistic (zero fraction as is); a zero gets the lowest level, a
-    NaN/Inf stays NaN (drawn grey under its red x: coloured as the lowest level it read as a vanishing gradient).
-    Returns the values and their (low, high) levels."""
+    """What the heatmap draws: log10 of the statistic (zero fraction as is); a zero and a NaN/Inf are NaN, left
+    transparent over ``behind_cells``. Returns the values and their (low, high) levels."""
     m = np.asarray(matrix, np.float64)
     if statistic == "grad_zero_fraction":
         values = np.where(np.isfinite(m), m, 0.0)
@@ -55,13 +61,23 @@ def heat_values(matrix: np.ndarray, statistic: str) -> tuple[np.ndarray, tuple[f
     good = np.isfinite(m) & (m > 0)
     logs = np.full(m.shape, np.nan)
     logs[good] = np.log10(m[good])
-    finite = np.isfinite(m)
     if not good.any():
-        return np.where(finite, 0.0, np.nan), (0.0, 1.0)
+        return logs, (0.0, 1.0)
     lo, hi = float(np.nanmin(logs)), float(np.nanmax(logs))
     if hi <= lo:
         hi = lo + 1.0
-    return np.where(good, logs, np.where(finite, lo, np.nan)), (lo, hi)
+    return logs, (lo, hi)
+
+
+def behind_cells(matrix: np.ndarray, statistic: str) -> np.ndarray:
+    """(rows, steps, 4) uint8 drawn behind the heat map: white where the statistic is 0, red where it is NaN/Inf,
+    transparent elsewhere."""
+    m = np.asarray(matrix, np.float64)
+    out = np.zeros((*m.shape, 4), np.uint8)
+    if statistic != "grad_zero_fraction":
+        out[np.isfinite(m) & (m <= 0)] = ZERO_RGBA
+    out[~np.isfinite(m)] = NONFINITE_RGBA
+    return out
 
 
 class _Heatmap(pg.ImageItem):
@@ -120,9 +136,7 @@ class TrainingPanel(QWidget):
         self.heat_plot.setMouseEnabled(x=True, y=True)
         self.heat = _Heatmap(self._cell_clicked)
         self.heat.setColorMap(pg.colormap.get("viridis"))
-        self.no_value = QGraphicsRectItem(0, 0, 1, 1)  # behind the heatmap: a NaN/Inf cell (transparent) is grey
-        self.no_value.setBrush(QColor("#cfd8dc"))
-        self.no_value.setPen(QPen(Qt.PenStyle.NoPen))
+        self.no_value = pg.ImageItem()  # behind the heatmap, where its cell is transparent: 0 white, NaN/Inf red
         self.no_value.setZValue(-10)
         self.heat_plot.addItem(self.no_value)
         self.heat_plot.addItem(self.heat)
@@ -172,8 +186,16 @@ class TrainingPanel(QWidget):
         side_lay.addWidget(self.cell_label)
         side_lay.addWidget(self.hist_plot, 2)
         side_lay.addWidget(self.checkpoint_button)
+        self.legend = QLabel(LEGEND)
+        self.legend.setWordWrap(True)
+        self.legend.setStyleSheet("color:#546e7a")
+        heat = QWidget()
+        heat_lay = QVBoxLayout(heat)
+        heat_lay.setContentsMargins(0, 0, 0, 0)
+        heat_lay.addWidget(self.heat_plot, 1)
+        heat_lay.addWidget(self.legend)
         split = QSplitter(Qt.Orientation.Horizontal)
-        split.addWidget(self.heat_plot)
+        split.addWidget(heat)
         split.addWidget(self.flow_plot)
         split.addWidget(side)
         split.setSizes([620, 220, 360])
@@ -206,6 +228,7 @@ class TrainingPanel(QWidget):
         if n_steps:
             self.heat.setImage(values.T, levels=levels, autoLevels=False)  # pyqtgraph: image[x, y]
             self.heat.setRect(0, 0, n_steps, n_nodes)
+            self.no_value.setImage(behind_cells(log.matrix(statistic), statistic).transpose(1, 0, 2), autoLevels=False)
             self.no_value.setRect(0, 0, n_steps, n_nodes)
             self.colorbar.setLevels(levels)
             name = self.statistic.currentText()

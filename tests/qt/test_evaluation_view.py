@@ -78,6 +78,19 @@ def test_the_shortcuts_list_is_read_from_the_menus(window, monkeypatch):
     assert "Ctrl+Shift+L\tOpen training log…" in text and "Graph:" in text
 
 
+def test_every_shortcut_does_one_thing(window):
+    """Two actions on one key do nothing when it is pressed ("QAction::event: Ambiguous shortcut overload": Open
+    checkpoint folder and Open session both had Ctrl+Shift+O)."""
+    from PySide6.QtGui import QAction
+
+    keys: dict[str, list[str]] = {}
+    for action in window.findChildren(QAction):
+        for key in {s.toString() for s in action.shortcuts() if not s.isEmpty()}:  # ZoomOut is Ctrl+- here too
+            keys.setdefault(key, []).append(action.text())
+    assert keys and {k: v for k, v in keys.items() if len(v) > 1} == {}
+    assert keys["Ctrl+Shift+O"] == ["Open checkpoint &folder…"] and keys["Ctrl+Alt+O"] == ["Open session…"]
+
+
 def test_the_evaluate_view_draws_curves_and_shows_each_image_with_every_methods_map(window, qtbot, wait_idle, tmp_path):
     """Curves per method (deletion solid, insertion dashed); the images sortable by a score or the methods'
     spread; a clicked image shows each method's map with its point (hit or miss as scored) and opens in the main

@@ -119,3 +119,20 @@ def test_the_window_exports_the_training_report_it_shows(window, qtbot, blowup_l
     html = out.read_text(encoding="utf-8")
     assert "first NaN/Inf" in html and "<script" not in html
     assert window.status_label.text() == f"Wrote {out}"
+
+
+def test_the_heat_map_draws_a_zero_white_and_a_nan_red_as_the_report_does():
+    """A mean |g| of exactly 0 was drawn as the lowest level (the smallest gradient, not none); the report and the
+    notebook draw it white and a NaN/Inf red: the window now does too, and says so under the map."""
+    from gradscope.qt.training_panel import LEGEND, NONFINITE_RGBA, ZERO_RGBA, behind_cells, heat_values
+    from gradscope.render.charts import heatmap_picture
+
+    m = np.array([[0.0, 1e-3, np.nan], [1e-2, np.inf, 0.0]])
+    values, levels = heat_values(m, "grad_mean_abs")
+    assert levels == (-3.0, -2.0) and np.isnan(values[[0, 0, 1, 1], [0, 2, 1, 2]]).all() and values[0, 1] == -3.0
+    behind = behind_cells(m, "grad_mean_abs")
+    assert [tuple(behind[i, j]) for i, j in ((0, 0), (1, 2))] == [ZERO_RGBA] * 2
+    assert [tuple(behind[i, j]) for i, j in ((0, 2), (1, 1))] == [NONFINITE_RGBA] * 2 and behind[0, 1, 3] == 0
+    report = heatmap_picture(m, ["a", "b"], [1, 2, 3], title="t")  # the report's picture of the same matrix
+    colours = {tuple(int(v) for v in c) for c in report.reshape(-1, 3)}
+    assert NONFINITE_RGBA[:3] in colours and "white: 0" in LEGEND and "red square" in LEGEND
