@@ -65,6 +65,23 @@ def _xml(text: str) -> str:
     return html.escape(_NOT_XML.sub(lambda m: m.group().encode("unicode_escape", "backslashreplace").decode(), text))
 
 
+def elide_middle(text: str, limit: int) -> str:
+    """``text`` in at most ``limit`` characters, an ellipsis in the middle: node names differ at both ends
+    (``feedforward_intermediate_dense:pre`` and ``feedforward_intermediate_dense`` cut at the end read alike)."""
+    if len(text) <= limit:
+        return text
+    head = (limit - 1) // 2
+    return text[:head] + "…" + text[len(text) - (limit - 1 - head) :]
+
+
+def _subtitle(text: str, limit: int) -> str:
+    """``kind  shape`` in ``limit`` characters: the shape whole (``?x128`` cut read ``?x1``), the kind elided."""
+    kind, sep, shape = text.rpartition("  ")
+    if len(text) <= limit or not sep:
+        return elide_middle(text, limit)
+    return f"{elide_middle(kind, max(3, limit - len(shape) - 2))}  {shape}"
+
+
 def graph_svg(layout: GraphLayout, flow: dict[str, NodeFlow] | None = None, *, title: str = "") -> str:
     """The SVG text of ``layout``, filled by ``flow`` (node id -> ``NodeFlow``) where given."""
     x0, y0, x1, y1 = layout.bounds
@@ -107,9 +124,9 @@ def graph_svg(layout: GraphLayout, flow: dict[str, NodeFlow] | None = None, *, t
             f'<rect x="{x:.1f}" y="{y:.1f}" width="{box.w:.1f}" height="{box.h:.1f}" rx="5" fill="{fill}" '
             f'stroke="#546e7a"/>'
             f'<text x="{box.x + dx:.1f}" y="{box.y + dy - 3:.1f}" font-size="12" text-anchor="middle" '
-            f'fill="{ink}">{_xml(box.title[:26])}</text>'
+            f'fill="{ink}">{_xml(elide_middle(box.title, 26))}</text>'
             f'<text x="{box.x + dx:.1f}" y="{box.y + dy + 12:.1f}" font-size="10" text-anchor="middle" '
-            f'fill="{ink}">{_xml(box.subtitle[:30])}</text></g>'
+            f'fill="{ink}">{_xml(_subtitle(box.subtitle, 30))}</text></g>'
         )
     if flow:
         y = height - legend + 8

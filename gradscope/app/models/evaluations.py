@@ -62,7 +62,11 @@ class Evaluations:
         if engine is None:
             raise GradscopeError("Open a model first: the evaluation scores its maps.")
         plan = None
-        if with_plan:
+        edited = self._editor.plan
+        same = not edited.entries or edited.is_identity or self._editor.method_name in methods
+        if with_plan and same:  # the plain gradient, or a preset already listed: a second, identical row
+            self._feedback.say("The plan being edited is one of the methods listed (or the gradient): scored once.")
+        if with_plan and not same:
             import dataclasses
 
             plan = dataclasses.replace(self._editor.plan, name=plan_label(self._editor.method_name, self._editor.plan))

@@ -255,7 +255,9 @@ def flow_picture(report: FlowReport, baseline: FlowReport | None = None, baselin
     from PIL import Image, ImageDraw
 
     row_h, top, label_w, panel_w, flag_w = 16, 44, 8 + 7 * max((len(r.node) for r in report.rows), default=4), 300, 190
-    width = label_w + 2 * (panel_w + 20) + flag_w
+    # the weights' panel only when their gradients were taken (``gs.graph`` takes none: its panel was empty)
+    weighted = any(math.isfinite(r.weight_ratio) or r.weights_without_gradient for r in report.rows)
+    width = label_w + (2 if weighted else 1) * (panel_w + 20) + flag_w
     height = top + row_h * len(report.rows) + 24
     img = Image.new("RGB", (width, height), "white")
     draw = ImageDraw.Draw(img)
@@ -266,7 +268,7 @@ def flow_picture(report: FlowReport, baseline: FlowReport | None = None, baselin
     panels = [
         (label_w, _log_span(grads), "mean|g| (bar), max|g| (tick)"),
         (label_w + panel_w + 20, _log_span(ratios), "|grad W| / |W|"),
-    ]
+    ][: 2 if weighted else 1]
 
     def x_of(panel: tuple, v: float) -> float:
         x0, (lo, hi), _ = panel
@@ -282,7 +284,7 @@ def flow_picture(report: FlowReport, baseline: FlowReport | None = None, baselin
             draw.line([(x, top - 4), (x, height - 20)], fill=(225, 225, 225))
         draw.text((x0, height - 16), f"1e{int(lo)}", fill="gray")
         draw.text((x0 + panel_w - 30, height - 16), f"1e{int(hi)}", fill="gray")
-    for limit in (t.vanishing_ratio, t.exploding_ratio):
+    for limit in (t.vanishing_ratio, t.exploding_ratio) if weighted else ():
         if limit > 0:
             x = x_of(panels[1], limit)
             draw.line([(x, top - 4), (x, height - 20)], fill=(240, 160, 160))
@@ -302,12 +304,12 @@ def flow_picture(report: FlowReport, baseline: FlowReport | None = None, baselin
         if old is not None and math.isfinite(old) and old > 0:
             xb = x_of(panels[0], old)
             draw.line([(xb, y + 1), (xb, y + row_h - 1)], fill=(150, 150, 150), width=3)
-        if r.weight_paths and math.isfinite(r.weight_ratio) and r.weight_ratio > 0:
+        if weighted and r.weight_paths and math.isfinite(r.weight_ratio) and r.weight_ratio > 0:
             draw.rectangle([panels[1][0], y + 3, x_of(panels[1], r.weight_ratio), y + row_h - 3], fill=bar)
-        elif r.weights_without_gradient:
+        elif weighted and r.weights_without_gradient:
             draw.text((panels[1][0] + 2, y + 2), "none", fill="gray")
         if r.flags:
-            draw.text((label_w + 2 * (panel_w + 20), y + 2), " ".join(r.flags), fill=color)
+            draw.text((label_w + len(panels) * (panel_w + 20), y + 2), " ".join(r.flags), fill=color)
     return np.asarray(img, np.uint8)
 
 

@@ -360,3 +360,21 @@ def test_a_fitted_batch_flags_no_vanishing_and_says_why():
     assert "already fitted" in fitted.to_text()
     wrong = gradient_flow(model, x, labels=np.asarray(model(x)) + 1.0, loss="mse")
     assert "vanishing" in wrong.row("low").flags and "note" not in wrong.meta
+
+
+def test_the_picture_draws_the_weights_panel_only_when_their_gradients_were_taken():
+    """``gs.graph`` takes no weight gradients: its flow picture had an empty "|grad W| / |W|" panel."""
+    import dataclasses
+
+    from gradscope.engine.diagnostics.flow import flow_picture
+
+    x, y = data()
+    report = gradient_flow(dense_net(), x, labels=y, loss="crossentropy")
+    assert any(math.isfinite(r.weight_ratio) for r in report.rows)
+    without = dataclasses.replace(
+        report, rows=[dataclasses.replace(r, weight_ratio=math.nan, weight_paths=()) for r in report.rows], weights=[]
+    )
+    full, bare = flow_picture(report), flow_picture(without)
+    assert full.shape[0] == bare.shape[0] and full.shape[1] - bare.shape[1] == 320  # one panel and its gap
+    left = bare.shape[1] - 190  # the flags column follows the panels
+    np.testing.assert_array_equal(full[44:, :left], bare[44:, :left])  # the gradients' panel drawn alike
