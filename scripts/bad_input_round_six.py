@@ -42,7 +42,7 @@ def round_six(d: Path, demo: str, img: str) -> list[Case]:
         import re
 
         text = page.read_text() if page.is_file() else ""
-        pictures = [base64.b64decode(m) for m in re.findall(r'src="data:image/png;base64,([^"]+)"', text)]
+        pictures = [base64.b64decode(m) for m in re.findall(r'src="data:image/(?:png|jpeg);base64,([^"]+)"', text)]
         secret = Path("/etc/hostname").read_bytes() if Path("/etc/hostname").is_file() else b"\0"
         if not text:
             return "no page"

@@ -6,7 +6,8 @@ import dataclasses
 from pathlib import Path
 from typing import Any
 
-from gradscope.api.inputs import check_common, inputs_of, open_engine, resolve_method
+from gradscope.api.inputs import check_common, engine_for, inputs_of, resolve_method
+from gradscope.core.resources import bundled
 from gradscope.core.targets import Target
 from gradscope.rules.methods import Method
 from gradscope.rules.plan import Plan
@@ -30,7 +31,7 @@ def sanity(
     from gradscope.engine.diagnostics.sanity import sanity_checks
 
     check_common(method=method, plan=plan, target=target, safe_mode=safe_mode)
-    engine = open_engine(model, safe_mode=safe_mode)
+    engine = engine_for(model, safe_mode=safe_mode)
     _, x, target = inputs_of(engine, image, preprocessing, target)
     m = resolve_method(engine, method, plan)
     return sanity_checks(engine, x, target, m.plan, method=m.name, checks=checks, tolerance=tolerance)
@@ -76,7 +77,8 @@ def evaluate(
 
     from gradscope.app.evaluation.run import evaluation_settings, run_evaluation, source_of
 
-    engine = open_engine(model, safe_mode=safe_mode)
+    engine = engine_for(model, safe_mode=safe_mode)
+    data = bundled(data)  # demo:eval, from any folder
     settings = evaluation_settings(
         methods,
         metrics,

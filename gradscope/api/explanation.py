@@ -12,9 +12,9 @@ import numpy as np
 
 from gradscope.api.inputs import (
     check_common,
+    engine_for,
     inputs_of,
     model_input,
-    open_engine,
     refuse_sampling,
     resolve_method,
     vocabulary,
@@ -51,6 +51,11 @@ class Explanation(RichDisplay):
     fed: ModelInput | None = None  # what the model was fed (tokens and their words, feature names)
 
     _html_maker = "gradscope.app.display.explanations:explanation_html"
+
+    def summary(self) -> str:
+        what = f"class {self.predicted_class}" if not self.sidecar.get("explained_token") else "next token"
+        model = self.sidecar.get("model", "model")
+        return f"<Explanation: {model} · {self.method.name} · {what}; map {self.saliency.shape}>"
 
     @property
     def labels(self) -> tuple[str, ...]:
@@ -202,7 +207,7 @@ def explain(
     check_argument("layer", layer, (str, type(None)), "a node id or None")
     check_argument("method_options", method_options, (dict, type(None)), "a dict of the method's options or None")
     check_count("row", row, 0, 2**31)
-    engine = open_engine(model, safe_mode=safe_mode)
+    engine = engine_for(model, safe_mode=safe_mode)
     vocab = vocabulary(vocab, model, image)
     fed, x, target = inputs_of(engine, image, preprocessing, target, vocab=vocab, row=row)
     m = resolve_method(engine, method, plan, **(method_options or {}))

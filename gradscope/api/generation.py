@@ -8,7 +8,14 @@ from typing import Any
 
 import numpy as np
 
-from gradscope.api.inputs import check_common, model_input, open_engine, refuse_sampling, resolve_method, vocabulary
+from gradscope.api.inputs import (
+    check_common,
+    engine_for,
+    model_input,
+    refuse_sampling,
+    resolve_method,
+    vocabulary,
+)
 from gradscope.core.arguments import check_count
 from gradscope.core.display import RichDisplay
 from gradscope.core.errors import GraphError
@@ -28,6 +35,9 @@ class GenerationExplanation(RichDisplay):
     sidecar: dict[str, Any] = field(default_factory=dict)
 
     _html_maker = "gradscope.app.display.explanations:generation_html"
+
+    def summary(self) -> str:
+        return f"<GenerationExplanation: {len(self.generated)} tokens generated, attributed by {self.method.name}>"
 
     @property
     def matrix(self) -> np.ndarray:
@@ -97,7 +107,7 @@ def explain_generation(
 
     check_common(vocab=vocab, method=method, plan=plan, safe_mode=safe_mode)
     check_count("steps", steps, 1, MAX_GENERATE)
-    engine = open_engine(model, safe_mode=safe_mode)
+    engine = engine_for(model, safe_mode=safe_mode)
     vocab = vocabulary(vocab, model, prompt)
     fed = model_input(engine, prompt, vocab=vocab)
     if fed.kind != "tokens":

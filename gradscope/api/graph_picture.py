@@ -8,7 +8,7 @@ from typing import Any
 
 import numpy as np
 
-from gradscope.api.inputs import check_common, inputs_of, open_engine, vocabulary
+from gradscope.api.inputs import check_common, engine_for, inputs_of, vocabulary
 from gradscope.core.display import RichDisplay
 from gradscope.core.errors import GraphError
 from gradscope.core.targets import Target
@@ -69,7 +69,7 @@ def graph(
     from gradscope.render.graph_layout import compute_layout, default_collapsed
 
     check_common(vocab=vocab, safe_mode=safe_mode)
-    engine = open_engine(model, safe_mode=safe_mode)
+    engine = engine_for(model, safe_mode=safe_mode)
     groups = default_collapsed(engine.graph) if collapsed is None else set(collapsed)
     layout = compute_layout(engine.graph, groups, direction=direction)
     name = getattr(engine.model, "name", "model")

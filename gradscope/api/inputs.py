@@ -11,6 +11,7 @@ import numpy as np
 
 from gradscope.core.arguments import check_argument
 from gradscope.core.errors import GraphError, PlanError
+from gradscope.core.resources import bundled
 from gradscope.core.targets import Target
 from gradscope.io.model_inputs import ModelInput
 from gradscope.rules.methods import Method, build_method
@@ -30,6 +31,30 @@ def open_engine(model: Any, *, safe_mode: bool = True, custom_objects: dict | No
 
         model = load_model(model, safe_mode=safe_mode, custom_objects=custom_objects, dtype=dtype)
     return Engine(model)
+
+
+_OPENED: dict[tuple, Any] = {}  # the models the path-taking functions opened last (``engine_for``)
+_KEPT = 2
+
+
+def engine_for(model: Any, *, safe_mode: bool = True, dtype: str = "auto") -> Any:
+    """``open_engine`` for the front-door functions: a path opened by an earlier call (the same file or folder,
+    unchanged since, in the same mode) is reused, so a notebook's ``gs.explain(folder, ...)`` cells load the folder
+    once and its model keeps its name (Keras numbered each new copy ``gpt2_causal_lm_1``, ``_2``...). The two
+    most recent are kept; ``open_engine`` itself always opens anew."""
+    if not isinstance(model, (str, Path)):
+        return open_engine(model, safe_mode=safe_mode, dtype=dtype)
+    path = Path(bundled(model)).expanduser()
+    try:
+        stamp = max(f.stat().st_mtime_ns for f in ([path, *path.iterdir()] if path.is_dir() else [path]))
+        key = (str(path.resolve()), stamp, safe_mode, dtype)
+    except OSError:  # missing or unreadable: opening says why
+        return open_engine(model, safe_mode=safe_mode, dtype=dtype)
+    if key not in _OPENED:
+        _OPENED[key] = open_engine(model, safe_mode=safe_mode, dtype=dtype)
+        while len(_OPENED) > _KEPT:
+            _OPENED.pop(next(iter(_OPENED)))
+    return _OPENED[key]
 
 
 def resolve_method(engine: Any, method: str | Method | None, plan: Plan | None, **options: Any) -> Method:
@@ -76,6 +101,7 @@ def model_input(
 
     if isinstance(source, ModelInput):
         return source
+    source, vocab = bundled(source), bundled(vocab)  # demo:NAME: a bundled file, from any folder
     graph = engine.graph
     if isinstance(vocab, (str, Path)):
         vocab = Vocabulary.load(vocab)
@@ -131,7 +157,7 @@ def vocabulary(vocab: Any, model: Any, source: Any) -> Any:
 
     if vocab is not None:
         return Vocabulary.load(vocab) if isinstance(vocab, (str, Path)) else vocab
-    found = find_vocabulary(model) if isinstance(model, (str, Path)) else None
+    found = find_vocabulary(bundled(model)) if isinstance(model, (str, Path)) else None
     if found is None:
         return None
     try:

@@ -7,7 +7,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-from gradscope.api.inputs import check_common, model_input, open_engine, vocabulary
+from gradscope.api.inputs import check_common, engine_for, model_input, vocabulary
 from gradscope.core.arguments import check_argument
 from gradscope.core.errors import InputError
 from gradscope.core.patching import PatchResult
@@ -48,7 +48,7 @@ def patch(
     check_argument("metric", metric, (str,), "'logit', 'probability' or 'loss'")
     check_argument("method", method, (str,), "'exact', 'atp' or 'atp_star'")
     check_argument("compare", compare, (bool,), "True or False")
-    engine = open_engine(model, safe_mode=safe_mode)
+    engine = engine_for(model, safe_mode=safe_mode)
     vocab = vocabulary(vocab, model, clean)
     fed = [model_input(engine, source, vocab=vocab, preprocessing=preprocessing) for source in (clean, corrupt)]
     if fed[0].kind != fed[1].kind:

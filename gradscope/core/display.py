@@ -36,8 +36,23 @@ class RichDisplay:
 
     _html_maker: ClassVar[str] = ""  # "module:function" (result) -> HTML fragment
 
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        # IPython takes the first class of the MRO that defines ``_repr_pretty_`` or ``__repr__``: a dataclass
+        # defines ``__repr__`` itself, so the one-line text must be on each class, not only on this mixin
+        super().__init_subclass__(**kwargs)
+        cls._repr_pretty_ = RichDisplay._repr_pretty_
+
     def _repr_html_(self) -> str:
         return drawing_function(self._html_maker)(self)
+
+    def _repr_pretty_(self, printer: Any, cycle: bool) -> None:
+        """The ``text/plain`` IPython stores beside the HTML: one line, not the dataclass's every array (an
+        ``Explanation``'s repr was 13 KB, a ``TrainingLog``'s 60 KB, and each notebook kept both)."""
+        printer.text(self.summary())
+
+    def summary(self) -> str:
+        """What the result is, in one line (its class's name; results say more)."""
+        return f"<{type(self).__name__}>"
 
     def show(self, path: str | Path | None = None) -> Path | None:
         """In a notebook: display it. Elsewhere: write it as a self-contained HTML page (``path``, or a temporary

@@ -59,6 +59,10 @@ class PatchResult(RichDisplay):
     _html_maker = "gradscope.app.display.patching:patch_html"  # in a notebook (gradscope.core.display)
     _writer = "gradscope.app.files.patches:write_patch_result"  # named, as the display is: core imports no app
 
+    def summary(self) -> str:
+        shapes = ", ".join(f"{c} {e.shape}" for c, e in self.by_component.items())
+        return f"<PatchResult: {self.method}, {self.metric}; {shapes}>"
+
     def save(self, path: str | Path, *, inputs: Any = ()) -> Path:
         """The heat map as PNG, the effects as ``<name>_effects.csv`` and the JSON sidecar, written together."""
         import importlib

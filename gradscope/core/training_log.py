@@ -157,6 +157,9 @@ class TrainingLog(RichDisplay):
     replicas: int = 1  # replicas in sync (tf.distribute)
     writer: dict = field(default_factory=dict)  # the run's host, pid, start (its meta's "run")
 
+    def summary(self) -> str:
+        return f"<TrainingLog: {self.model_name}, {len(self.records)} records, every {self.every} steps>"
+
     @property
     def steps(self) -> list[int]:
         return [r.step for r in self.records]

@@ -25,6 +25,7 @@ from gradscope.core.display import RichDisplay
 from gradscope.core.errors import PlanError
 from gradscope.core.formats import PLAN_SCHEMA, PlanDocument, PlanFile, decode, read_file
 from gradscope.core.graph import LayerGraph, NodeSpec
+from gradscope.core.resources import bundled
 from gradscope.rules.base import Rule, get_rule_class, make_params
 
 _KINDS = ("node", "type", "activation", "name", "group")
@@ -115,6 +116,12 @@ class Plan(RichDisplay):
     """Ordered selector -> rule entries (later entries win); data, saved as JSON. Shows itself in a notebook."""
 
     _html_maker = "gradscope.app.display.reports:plan_html"  # in a notebook (gradscope.core.display)
+
+    def summary(self) -> str:
+        entries = "; ".join(f"{e.select} -> {e.rule}" for e in self.entries[:4]) + (
+            " ..." if len(self.entries) > 4 else ""
+        )
+        return f"<Plan {self.name!r}: {entries or 'no entries (the gradient)'}>"
 
     entries: tuple[PlanEntry, ...] = ()
     name: str = ""
@@ -219,6 +226,7 @@ class Plan(RichDisplay):
     @classmethod
     def load(cls, path: str | Path) -> Plan:
         """A plan file (UTF-8, a byte-order mark allowed), checked like ``from_dict``."""
+        path = bundled(path)
         return cls._from_document(read_file(path, PlanDocument, what="plan file", error=PlanError), str(path))
 
     def save(self, path: str | Path) -> None:

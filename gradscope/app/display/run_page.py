@@ -19,6 +19,7 @@ from gradscope.core.files import write_text_atomic
 MAX_EXPLANATIONS = 200  # pictures in one page (a folder of more says how many it left out)
 LEFT_OUT = "left out"  # the settings key under which a section lists the files it did not show
 MAX_PICTURE_BYTES = 64 << 20  # an exported map is at most 8192 px on its long side: a few MiB
+SHOWN_SIDE = 480  # px: a page shows its pictures in columns of ~300-600 px
 
 
 def run_kind(run: Path) -> str:
@@ -62,7 +63,9 @@ def _picture(png: Path) -> np.ndarray:
         with open_image(png) as image:
             if image.format != "PNG":
                 raise InputError(f"{png.name} is not a PNG")
-            return np.asarray(image.convert("RGB"))
+            image = image.convert("RGB")
+            image.thumbnail((SHOWN_SIDE, SHOWN_SIDE))  # drawn at the width a page shows it (six maps were 2 MB)
+            return np.asarray(image)
     except GradscopeError as exc:
         raise InputError(str(exc)) from None
     except (OSError, ValueError, Image.DecompressionBombError) as exc:
@@ -131,13 +134,14 @@ def _explanations(run: Path) -> tuple[str, str, dict]:
             what = f"class {index}" if index is not None else "top class"
         source = Path(str(sidecar.get("image") or "")).name
         caption = " · ".join(str(p) for p in (png.name, model, method, what, f"input {source}" if source else "") if p)
-        parts.append(figure(pixels, caption))
+        cell = [figure(pixels, caption, photo=not patching)]  # a map over an image; a heat map stays PNG
         for component, a in (patching.get("agreement") or {}).items():  # how far an estimate held against exact
             words = f"{component}: {patching['method']} against exact, correlation {float(a['correlation']):.3f}"
-            parts.append(f"<div class='note'>{esc(words)}</div>")
+            cell.append(f"<div class='note'>{esc(words)}</div>")
         plan = (sidecar.get("plan") or {}).get("rules") or (sidecar.get("plan") or {}).get("entries")
         if plan:
-            parts.append(f"<div class='note'>plan: {esc(json.dumps(plan, sort_keys=True)[:400])}</div>")
+            cell.append(f"<div class='note'>plan: {esc(json.dumps(plan, sort_keys=True)[:400])}</div>")
+        parts.append(f"<div>{''.join(cell)}</div>")
     if skipped:
         parts.append(f"<div class='note'>{len(skipped)} file(s) left out: {esc('; '.join(skipped))}</div>")
     if len(pngs) > MAX_EXPLANATIONS:
@@ -150,7 +154,9 @@ def _explanations(run: Path) -> tuple[str, str, dict]:
         LEFT_OUT: skipped,
     }
     name = run.name if run.is_dir() else run.stem
-    return f"Explanations: {name}", "".join(parts), settings
+    cells = [p for p in parts if p.startswith("<div>")]
+    notes = [p for p in parts if not p.startswith("<div>")]
+    return f"Explanations: {name}", f'<div class="grid">{"".join(cells)}</div>' + "".join(notes), settings
 
 
 class WrittenReport(NamedTuple):

@@ -37,6 +37,9 @@ HIGHER_IS_BETTER = {
 class EvalReport(RichDisplay):
     _html_maker = "gradscope.app.display.reports:evaluation_html"  # in a notebook (gradscope.core.display)
 
+    def summary(self) -> str:
+        return f"<EvalReport: {', '.join(self.methods)} x {', '.join(self.metrics)}, {self.images} images>"
+
     settings: dict
     header: dict
     methods: list[str]

@@ -74,7 +74,9 @@ def test_a_report_of_exported_explanations(tmp_path):
     assert main(["report", str(folder), "--out", str(out), "--quiet"]) == 0
     html = out.read_text(encoding="utf-8")
     _self_contained(html)
-    assert html.count("data:image/png;base64,") == 2 and "shapes_cnn" in html and "gradient" in html
+    # maps over photographs as JPEG, in a grid of columns: six such maps made a 1.7 MB page of one column
+    assert html.count("data:image/jpeg;base64,") == 2 and "shapes_cnn" in html and "gradient" in html
+    assert '<div class="grid">' in html and len(html) < 120_000
 
 
 def test_a_report_of_what_is_no_run_says_what_it_reads(tmp_path, capsys):
