@@ -69,3 +69,20 @@ def __getattr__(name: str) -> Any:
 
         return getattr(importlib.import_module(_LAZY[name]), name)
     raise AttributeError(f"module 'gradscope' has no attribute {name!r}")
+
+
+def _early_in_a_kernel() -> None:
+    """In a Jupyter kernel, TensorFlow now, quietly: the kernel shows what C++ writes to fd 2 as red blocks under
+    the cell, and the notebook's next ``import keras`` would load TensorFlow loudly (absl's start-up lines ignore
+    TF_CPP_MIN_LOG_LEVEL). A notebook loads it on its first call anyway; scripts keep ``import gradscope`` cheap.
+    Where TensorFlow was imported before gradscope, its lines were already written."""
+    import sys
+
+    if "ipykernel" in sys.modules and "tensorflow" not in sys.modules:
+        import contextlib
+
+        with contextlib.suppress(GradscopeError):  # no TensorFlow, or one of the wrong version: said on first use
+            import gradscope.backend  # noqa: F401 - imported for its quiet start-up
+
+
+_early_in_a_kernel()

@@ -48,12 +48,12 @@ def version_problem(name: str, version: str, bounds: tuple[tuple[int, int], tupl
     return False, ""
 
 
-def _import_quietly():
-    """Import TensorFlow with C++ start-up chatter (oneDNN notices, absl warnings) kept off the terminal.
-
-    TF 2.21 prints these through absl before its log level applies, so only redirecting fd 2 hides them.
-    Python errors still propagate (they are exceptions, not fd-2 writes).
-    """
+@contextmanager
+def quiet_native_stderr():
+    """What C++ writes to fd 2 inside the block goes nowhere: TensorFlow's start-up chatter (oneDNN notices, absl
+    warnings, printed before its log level applies) and the runtime's own lines (a check_numerics abort logged by
+    ``local_rendezvous``), which a terminal shows and a Jupyter kernel turns into red blocks under a cell. Python
+    errors still propagate (they are exceptions, not fd-2 writes)."""
     import sys
 
     saved = None
@@ -63,9 +63,19 @@ def _import_quietly():
         devnull = os.open(os.devnull, os.O_WRONLY)
         os.dup2(devnull, 2)
         os.close(devnull)
-    except OSError:  # no usable fd 2 (e.g. some embedded interpreters): import loudly
+    except OSError:  # no usable fd 2 (e.g. some embedded interpreters): loudly
         saved = None
     try:
+        yield
+    finally:
+        if saved is not None:
+            os.dup2(saved, 2)
+            os.close(saved)
+
+
+def _import_quietly():
+    """Import TensorFlow and Keras with TensorFlow's C++ start-up chatter kept off the terminal."""
+    with quiet_native_stderr():
         try:
             import tensorflow as tf_module
         except ImportError as exc:
@@ -79,10 +89,6 @@ def _import_quietly():
         import keras as keras_module
 
         tf_module.constant(0.0)  # the first op initialises the runtime, which logs too
-    finally:
-        if saved is not None:
-            os.dup2(saved, 2)
-            os.close(saved)
     return keras_module, tf_module
 
 

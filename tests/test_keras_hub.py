@@ -118,7 +118,9 @@ def test_a_keras_hub_model_where_keras_hub_is_missing_says_to_install_it(bert):
         "try:\n    load_model(sys.argv[1])\nexcept ModelLoadError as exc:\n    print('ERROR', exc)\n"
     )
     out = subprocess.run([sys.executable, "-c", code, str(bert)], capture_output=True, text=True, timeout=300)
-    assert "ERROR" in out.stdout and "built from keras_hub's" in out.stdout and "pip install keras-hub" in out.stdout
+    assert (
+        "ERROR" in out.stdout and "built from keras_hub's" in out.stdout and "pip install 'gradscope[hf]'" in out.stdout
+    )
 
 
 def test_a_keras_hub_vit_opens_its_blocks_and_keeps_its_true_gradient():
@@ -168,3 +170,22 @@ def test_a_tokenizer_that_fails_to_load_lets_the_typed_input_go_on(tmp_path, ber
     executor.run_all()
     assert not s.fed.loading_vocab and s.fed.vocab is None and said == ["Cannot read the vocabulary"]
     assert s.fed.fed is not None and s.fed.fed.ids.tolist()[:3] == [2, 5, 9]  # the ids went on, shown as ids
+
+
+def test_a_checkpoint_folder_where_keras_hub_cannot_import_names_the_module_and_the_one_fix():
+    """keras-hub installed with --no-deps fails on ``regex``: the message named keras_hub and a command that did not
+    help; it names the missing module and the extra that brings everything."""
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    folder = Path(__file__).resolve().parent / "data" / "hf" / "gpt2"
+    code = (
+        "import sys; sys.modules['regex'] = None\n"
+        "from gradscope.core.errors import GradscopeError\n"
+        "from gradscope.io.models import load_model\n"
+        "try:\n    load_model(sys.argv[1])\nexcept GradscopeError as exc:\n    print('ERROR', exc)\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code, str(folder)], capture_output=True, text=True, timeout=300)
+    assert "ERROR" in out.stdout and "Hugging Face checkpoint folder" in out.stdout, out.stdout + out.stderr[-2000:]
+    assert "'regex'" in out.stdout and "pip install 'gradscope[hf]'" in out.stdout

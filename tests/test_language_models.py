@@ -245,3 +245,36 @@ def test_typed_text_through_a_bpe_tokenizer_explains_the_next_word(tmp_path, cap
     # byte-level pieces read as the text they stand for ("Ġcat" is " cat")
     assert [p["label"] for p in side["positions"]] == ["<|endoftext|>", "the", " cat"]
     assert side["explained_token"]["label"] == " cat" and side["explained_token"]["id"] == 11
+
+
+def test_front_door_calls_on_one_folder_open_it_once_until_it_changes(tmp_path):
+    """A notebook's ``gs.explain(folder, ...)`` cells each loaded the folder again, and Keras numbered every copy
+    (``gpt2_causal_lm_1``, ``_2``...): the sidecar named a different model each time."""
+    import shutil
+
+    from gradscope.api.inputs import engine_for
+
+    folder = tmp_path / "gpt2"
+    shutil.copytree(DATA.parent / "hf" / "gpt2", folder)
+    first = gs.explain(folder, "the cat sat on the", method="gradient")
+    again = gs.explain(str(folder), "the cat sat", method="gradient")
+    assert first.sidecar["model"] == again.sidecar["model"]
+    engine = engine_for(folder)
+    assert engine_for(str(folder)) is engine and gs.open_engine(folder) is not engine  # open_engine: a new copy
+    (folder / "config.json").write_text((folder / "config.json").read_text() + "\n")  # changed on disk: reopened
+    assert engine_for(folder) is not engine
+
+
+def test_the_bundled_language_model_finishes_its_sentences_and_its_map_points_at_the_subject(tmp_path, monkeypatch):
+    """``demo:tiny_gpt2`` (scripts/demo_language_model.py) opens from any folder; a word for ``--next`` is the token
+    that continues a text (" mat") when the bare word is not one token."""
+    monkeypatch.chdir(tmp_path)
+    e = gs.explain("demo:tiny_gpt2", "the dog and the bird slept near the", method="attnlrp")
+    told = e.sidecar["explained_token"]
+    assert told["label"] == " tree" and told["probability"] > 0.5  # the nearer subject names the place
+    words = [w.strip() for w in e.labels]
+    assert words[int(np.argmax(e.saliency))] == "bird"
+    from gradscope.api.inputs import vocabulary
+
+    vocab = vocabulary(None, "demo:tiny_gpt2", "the cat")
+    assert vocab.token_id("tree") == vocab.token_id(" tree") == told["id"] != vocab.token_id("0")

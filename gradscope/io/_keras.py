@@ -12,6 +12,16 @@ def import_keras() -> Any:
     return keras
 
 
+HF_INSTALL = "pip install 'gradscope[hf]'"  # keras-hub and what its tokenizers and converters import
+
+
+def missing_hf(what: str, exc: ImportError) -> str:
+    """Why ``what`` cannot be opened, naming the module that failed to import (keras-hub installed with --no-deps
+    lacked ``regex``: the old message, "needs keras_hub", came back after its own command) and the one fix."""
+    name = getattr(exc, "name", None) or str(exc)
+    return f"{what} needs keras_hub, whose import failed on the module {name!r}: `{HF_INSTALL}` installs it all."
+
+
 def import_keras_hub() -> Any:
     """keras_hub (ImportError where it is not installed), without the warning its progress bars print in a
     notebook that lacks ipywidgets (tqdm.auto's "IProgress not found", shown above every first map)."""

@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from gradscope.core.errors import CustomObjectError, GradscopeError, ModelLoadError, UnsafeModelError
+from gradscope.core.resources import bundled
 from gradscope.io._keras import import_keras
 from gradscope.io.archives import WEIGHTS, read_member, weights_store
 from gradscope.io.checkpoints import check_dtype, checkpoint_kind, load_checkpoint_folder, refuse_remote
@@ -66,6 +67,7 @@ def load_model(
     Raises ``ModelLoadError`` (missing, not a model, corrupt, unsupported), ``CustomObjectError`` (a custom
     class or function is not available) or ``UnsafeModelError`` (the file needs ``safe_mode=False``).
     """
+    path = bundled(path)
     folder = _checkpoint_folder(path, dtype)
     if folder is not None:
         return load_checkpoint_folder(folder, dtype)
@@ -651,7 +653,7 @@ def _translate_error(
             return ModelLoadError(
                 f"{p.name} is built from {library}'s {name!r}"
                 + (f" (layer {found_layer!r})" if found_layer else "")
-                + f", and {library} is not installed here: `pip install {library.replace('_', '-')}`."
+                + f", and {library} is not installed here: `{_install_command(library)}`."
             )
         noun = "custom layer/class" if kind == "class" else "custom function"
         where = f" (used by layer {found_layer!r})" if found_layer else ""
@@ -670,3 +672,12 @@ def _translate_error(
         f"Could not load the model in {p.name}: {type(exc).__name__}: {first_line}. The file may be damaged, "
         "written by an incompatible Keras version, or use custom code that does not rebuild from its config."
     )
+
+
+def _install_command(library: str) -> str:
+    """What installs ``library``: keras_hub through gradscope's extra (its tokenizers' modules come with it)."""
+    if library == "keras_hub":
+        from gradscope.io._keras import HF_INSTALL
+
+        return HF_INSTALL
+    return f"pip install {library.replace('_', '-')}"

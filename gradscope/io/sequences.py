@@ -23,6 +23,7 @@ from gradscope.core.errors import InputError
 from gradscope.core.files import shorten
 from gradscope.core.json_text import parse_json
 from gradscope.core.numbers import int_or_none, is_whole
+from gradscope.core.resources import bundled
 
 UNKNOWN_TOKENS = ("[UNK]", "<unk>", "<UNK>", "[unk]", "<oov>", "[OOV]")
 _WORDS = re.compile(r"\w+|[^\w\s]")
@@ -40,6 +41,7 @@ class Vocabulary:
     @classmethod
     def load(cls, path: str | Path) -> Vocabulary:
         """A vocabulary file, or a keras_hub tokenizer: a preset folder (or its ``tokenizer.json``)."""
+        path = bundled(path)
         if is_hub_tokenizer(path):
             return HubVocabulary.load_tokenizer(path)
         p = _readable(path, "vocabulary")
@@ -162,12 +164,12 @@ class HubVocabulary(Vocabulary):
         module = config.get("module", "") if isinstance(config, dict) else ""
         if not module.startswith("keras_hub."):  # only keras_hub's own classes, never a module a file names
             raise InputError(f"{config_file} is not a keras_hub tokenizer (its module is {module!r}).")
-        from gradscope.io._keras import import_keras_hub
+        from gradscope.io._keras import import_keras_hub, missing_hf
 
         try:
             import_keras_hub()  # registers its classes
         except ImportError as exc:
-            raise InputError(f"{folder} holds a keras_hub tokenizer: `pip install keras-hub` to use it.") from exc
+            raise InputError(missing_hf(f"The keras_hub tokenizer in {folder}", exc)) from exc
         from gradscope.io._keras import import_keras
 
         try:
@@ -185,14 +187,14 @@ class HubVocabulary(Vocabulary):
     def _from_transformers_folder(cls, folder: Path) -> HubVocabulary:
         """A Hugging Face folder's tokenizer, converted by keras_hub's converter of its family (data: vocabulary,
         merges or a SentencePiece model; nothing in the folder runs)."""
-        from gradscope.io._keras import import_keras_hub
+        from gradscope.io._keras import import_keras_hub, missing_hf
         from gradscope.io.checkpoints.files import check_folder_files
 
         check_folder_files(folder)  # vocab.json -> /dev/zero, a FIFO: one line before keras_hub reads them
         try:
             keras_hub = import_keras_hub()
         except ImportError as exc:
-            raise InputError(f"{folder} holds a Hugging Face tokenizer: `pip install keras-hub` to use it.") from exc
+            raise InputError(missing_hf(f"The Hugging Face tokenizer in {folder}", exc)) from exc
         try:
             tokenizer = keras_hub.tokenizers.Tokenizer.from_preset(str(folder.resolve()))
             tokens = tokens_by_id(tokenizer)
@@ -204,15 +206,23 @@ class HubVocabulary(Vocabulary):
         return cls(tokens, str(folder), tokenizer, wrap, readable_tokens(tokenizer, tokens))
 
     def token_id(self, text: str) -> int:
-        """A continuation as the tokenizer splits it (``" cat"`` is one token of a BPE vocabulary): an id, a token
-        as the vocabulary writes it, or a word that the tokenizer makes one token of."""
+        """A continuation as the tokenizer splits it: an id, a word that continues a text as one token (``mat``:
+        " mat", as a byte-pair vocabulary writes a word after a space, not the bare piece "mat"), a token as the
+        vocabulary writes it, or text the tokenizer makes one token of."""
+        if text and not text[0].isspace() and not is_whole(text):
+            spaced = self._ids(" " + text)
+            if len(spaced) == 1:
+                return spaced[0]
         if is_whole(text) or text in self._index:
             return super().token_id(text) if text not in self._index else self._index[text]
-        ids = [int(i) for i in np.asarray(self.tokenizer.tokenize(unicode_text(text))).reshape(-1)]
+        ids = self._ids(text)
         if len(ids) != 1:
             pieces = " ".join(self.decode(ids))
             raise InputError(f"{shorten(text)!r} is {len(ids)} tokens ({shorten(pieces)}); give one token or its id.")
         return ids[0]
+
+    def _ids(self, text: str) -> list[int]:
+        return [int(i) for i in np.asarray(self.tokenizer.tokenize(unicode_text(text))).reshape(-1)]
 
     def encode(self, text: str) -> np.ndarray:
         ids = [int(i) for i in np.asarray(self.tokenizer.tokenize(unicode_text(text))).reshape(-1)]

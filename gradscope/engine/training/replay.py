@@ -9,7 +9,7 @@ from typing import Any
 
 import numpy as np
 
-from gradscope.backend import keras, tf
+from gradscope.backend import keras, quiet_native_stderr, tf
 from gradscope.engine.training.node_measures import node_measures
 from gradscope.engine.training.statistics import weight_gradient, weight_rows
 
@@ -83,13 +83,15 @@ def locate_first_nonfinite(monitor: Any, data: Any) -> dict[str, Any]:
         logger.setLevel("WARNING")  # not "Enabled check-numerics callback" in the user's output (or notebook)
         tf.debugging.enable_check_numerics()
         try:
-            with tf.GradientTape() as tape:
-                y_pred, _ = monitor._forward(x, on_step=on_step)
-                where["node"] = None
-                alert["phase"] = "loss"
-                loss = model._compute_loss(x=x, y=y, y_pred=y_pred, sample_weight=sample_weight)
-            alert["phase"] = "backward"
-            tape.gradient(loss, monitor._variables)
+            # the abort is an exception here; TensorFlow also logs it from C++ (a red block under a notebook cell)
+            with quiet_native_stderr():
+                with tf.GradientTape() as tape:
+                    y_pred, _ = monitor._forward(x, on_step=on_step)
+                    where["node"] = None
+                    alert["phase"] = "loss"
+                    loss = model._compute_loss(x=x, y=y, y_pred=y_pred, sample_weight=sample_weight)
+                alert["phase"] = "backward"
+                tape.gradient(loss, monitor._variables)
             alert["phase"] = None
             alert["message"] = _not_made_again(model, step)
         finally:

@@ -81,21 +81,19 @@ def load_checkpoint_folder(folder: Path, dtype: str = "auto") -> Any:
     else:
         weights = [p for p in (folder / "model.weights.h5",) if p.is_file()]
     check_buildable(folder, config, weights, wanted)
-    from gradscope.io._keras import import_keras_hub
+    from gradscope.io._keras import HF_INSTALL, import_keras_hub, missing_hf
 
     try:
         keras_hub = import_keras_hub()
     except ImportError as exc:
-        raise ModelLoadError(
-            f"{folder} is a {'Hugging Face' if kind == 'transformers' else 'keras_hub'} checkpoint folder: opening it "
-            "needs keras_hub and safetensors (`pip install --no-deps keras-hub safetensors`, see the README)."
-        ) from exc
+        kind_name = "Hugging Face" if kind == "transformers" else "keras_hub"
+        raise ModelLoadError(missing_hf(f"{folder} is a {kind_name} checkpoint folder: opening it", exc)) from exc
     preset = str(folder.resolve())  # a path that exists: never read as a preset name to download
     try:
         with _default_dtype_policy(wanted):
             model = _from_preset(keras_hub, preset, options)
     except ImportError as exc:  # keras_hub reads safetensors through the package of that name
-        raise ModelLoadError(f"Opening {folder} needs safetensors: `pip install safetensors`. ({exc})") from exc
+        raise ModelLoadError(f"Opening {folder} needs {exc.name or exc}: `{HF_INSTALL}` installs it.") from exc
     except ModelLoadError:
         raise
     except Exception as exc:  # noqa: BLE001 - a folder keras_hub cannot read is the user's input: one line
