@@ -278,3 +278,27 @@ def test_the_bundled_language_model_finishes_its_sentences_and_its_map_points_at
 
     vocab = vocabulary(None, "demo:tiny_gpt2", "the cat")
     assert vocab.token_id("tree") == vocab.token_id(" tree") == told["id"] != vocab.token_id("0")
+
+
+def test_the_window_exports_a_token_strip_as_the_cli_does(tmp_path):
+    """One export for both: the window's was a 1024 px strip without its heading, three quarters white."""
+    from PIL import Image
+
+    from gradscope.app.session import Session
+    from gradscope.app.work.worker import InlineExecutor
+    from gradscope.core.resources import resource_path
+
+    folder = resource_path("demo", "tiny_gpt2")
+    text = "the cat sat near the"
+    assert main(["explain", str(folder), "--text", text, "--method", "attnlrp", "--out", str(tmp_path / "cli.png")]) == 0
+    s = Session(InlineExecutor())
+    s.document.open(str(folder))
+    s.fed.set_typed(text)
+    assert s.editor.apply_method("attnlrp")
+    window = s.exports.overlay(tmp_path / "window.png")
+    cli_picture, window_picture = (np.asarray(Image.open(p).convert("RGB")) for p in (tmp_path / "cli.png", window))
+    np.testing.assert_array_equal(window_picture, cli_picture)
+    assert window_picture.shape[1] < 600  # six tokens and the heading, not 1024 px
+    cli_sidecar, window_sidecar = (json.loads(p.with_suffix(".json").read_text()) for p in (tmp_path / "cli.png", window))
+    assert window_sidecar["explained_token"] == pytest.approx(cli_sidecar["explained_token"])
+    assert window_sidecar["explained_token"]["label"] == " mat"

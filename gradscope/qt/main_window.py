@@ -552,7 +552,11 @@ class MainWindow(QMainWindow):
         return out
 
     def open_path(self, path: str) -> None:
-        """Open whatever was dropped or passed: model, image, session or rule file, by extension."""
+        """Open whatever was dropped or passed: model, image, session or rule file, by extension (``demo:NAME``: a
+        bundled one)."""
+        from gradscope.core.resources import bundled
+
+        path = str(bundled(path))
         low = path.lower()
         if low.endswith(SESSION_SUFFIX):
             self.load_session(path)

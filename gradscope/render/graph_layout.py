@@ -277,13 +277,24 @@ def _grandalf_positions(
     from grandalf.graphs import Edge, Graph, Vertex
     from grandalf.layouts import SugiyamaLayout
 
-    vs = {i: Vertex(i) for i in ids}
-    for v in vs.values():
-        v.view = _View(*size)
+    # grandalf keeps vertices and edges in sets, which iterate in the order of their hashes: the objects'
+    # addresses, so one model was laid out two ways from run to run (GPT-2's inputs left or right of its
+    # blocks). Hashed by their creation order instead, the same graph always gets the same layout.
+    class OrderedVertex(Vertex):
+        def __hash__(self) -> int:
+            return self.order
+
+    class OrderedEdge(Edge):
+        def __hash__(self) -> int:
+            return self.order
+
+    vs = {i: OrderedVertex(i) for i in ids}
+    for k, v in enumerate(vs.values()):
+        v.view, v.order = _View(*size), k
     es = []
-    for a, b in edges:
-        e = Edge(vs[a], vs[b])
-        e.view = _EdgeView()
+    for k, (a, b) in enumerate(edges):
+        e = OrderedEdge(vs[a], vs[b])
+        e.view, e.order = _EdgeView(), k
         es.append(e)
     g = Graph(list(vs.values()), es)
     positions: dict[str, tuple[float, float]] = {}

@@ -437,6 +437,25 @@ def test_fit_keeps_a_tall_graph_legible_and_shows_its_top(window, qtbot, wait_id
             assert not box.intersects(view.legend.geometry()), item.box.title
 
 
+def test_a_language_model_opens_with_its_main_path_in_sight_at_1280x720(window, qtbot, wait_idle):
+    """Wider than the graph pane at a legible zoom: centred on its bounds, GPT-2 opened with its token embedding
+    and its attention mask both cut; the column most boxes are in is shown whole instead."""
+    window.resize(1280, 720)
+    window.open_path("demo:tiny_gpt2")
+    wait_idle(window)
+    view = window.graph_view
+    # the graph is drawn from the config first, then again once the weights are in: measure the second
+    qtbot.waitUntil(lambda: window.session.result is not None and window.session.jobs.busy is None, timeout=60_000)
+    qtbot.wait(100)
+    view.fit_all()
+    x0, _, x1, _ = view.layout_data.bounds
+    assert (x1 - x0) * view.transform().m11() > view.viewport().width()  # the case: it does not fit across
+    shown = view.viewport().rect()
+    for node in ("token_ids", "gpt2_backbone/token_embedding"):
+        item = view.items_by_id.get(node) or next(i for k, i in view.items_by_id.items() if k.endswith(node))
+        assert shown.contains(view.mapFromScene(item.sceneBoundingRect()).boundingRect()), node
+
+
 def test_view_menu_lays_the_graph_out_left_to_right(window, qtbot, wait_idle, model_file, image_file):
     _open(window, qtbot, wait_idle, model_file, image_file)
     window.lr_action.trigger()

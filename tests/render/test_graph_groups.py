@@ -75,3 +75,32 @@ def test_left_to_right_layout_runs_along_x_without_overlaps():
     for edge in layout.edges:  # edges leave a box on its right side and enter the next on its left side
         assert edge.points[0][0] == layout.boxes[edge.src].x + first.w / 2
         assert edge.points[-1][0] == layout.boxes[edge.dst].x - first.w / 2
+
+
+def test_the_same_graph_is_laid_out_the_same_in_every_process(tmp_path):
+    """grandalf iterates sets of its vertices and edges, hashed by address: GPT-2's inputs opened left of its
+    blocks in one run and right of them in the next."""
+    import pickle
+    import subprocess
+    import sys
+
+    import gradscope as gs
+
+    graph = gs.open_engine("demo:tiny_gpt2").graph
+    (tmp_path / "graph.pkl").write_bytes(pickle.dumps(graph))
+    code = (
+        "import pickle, sys\n"
+        "from gradscope.render.graph_layout import compute_layout, default_collapsed\n"
+        "graph = pickle.loads(open(sys.argv[1], 'rb').read())\n"
+        "from grandalf.graphs import Edge, Vertex\n"
+        "taken = [Vertex(i) for i in range(int(sys.argv[2]))]  # other objects at other addresses\n"
+        "taken += [Edge(taken[0], taken[0]) for _ in range(int(sys.argv[2]) // 2)] if taken else []\n"
+        "layout = compute_layout(graph, default_collapsed(graph))\n"
+        "print(sorted((k, round(b.x), round(b.y)) for k, b in layout.boxes.items()))\n"
+    )
+    command = [sys.executable, "-c", code, str(tmp_path / "graph.pkl")]
+    runs = {
+        subprocess.run([*command, str(n)], capture_output=True, text=True, timeout=120, check=True).stdout
+        for n in (0, 1, 7, 100, 1001, 5003)
+    }
+    assert len(runs) == 1 and "token_ids" in next(iter(runs))

@@ -19,7 +19,7 @@ STYLE = """
 .gs{font-family:system-ui,-apple-system,"Segoe UI",Roboto,"Noto Sans",sans-serif;font-size:14px;color:#222;
   line-height:1.4;max-width:100%}
 .gs h2{font-size:18px;margin:16px 0 6px}.gs h3{font-size:15px;margin:12px 0 4px}
-.gs figure{margin:6px 0}.gs figure img{max-width:100%;height:auto;display:block}
+.gs figure{margin:6px 0}.gs figure img{max-width:100%;height:auto;display:block}.gs figure img.chart{max-width:none}
 .gs .grid{display:grid;grid-template-columns:repeat(auto-fill,minmax(280px,1fr));gap:10px 16px;align-items:start}
 .gs figcaption,.gs .note{color:#555;font-size:13px;margin-top:4px}
 .gs .scroll{overflow-x:auto;max-width:100%}
@@ -67,11 +67,20 @@ def img(png: bytes | np.ndarray, alt: str, *, width: int | None = None, photo: b
 
 
 def figure(
-    png: bytes | np.ndarray, caption: str, *, alt: str = "", width: int | None = None, photo: bool = False
+    png: bytes | np.ndarray,
+    caption: str,
+    *,
+    alt: str = "",
+    width: int | None = None,
+    photo: bool = False,
+    chart: bool = False,
 ) -> str:
-    return (
-        f"<figure>{img(png, alt or caption, width=width, photo=photo)}<figcaption>{esc(caption)}</figcaption></figure>"
-    )
+    """``chart``: a picture with text in it (a flow chart, a heat map's labels) shown at its own size, scrolling
+    sideways where the column is narrower: shrunk to a docs column or a phone, its 11 px labels were 5 px."""
+    picture = img(png, alt or caption, width=width, photo=photo)
+    if chart:
+        picture = '<div class="scroll">' + picture.replace("<img ", '<img class="chart" ', 1) + "</div>"
+    return f"<figure>{picture}<figcaption>{esc(caption)}</figcaption></figure>"
 
 
 def table(header: Sequence[str], rows: Iterable[Sequence[Any]], *, css: str = "") -> str:

@@ -10,7 +10,7 @@ from gradscope.app.files.patches import patch_picture, patch_title
 
 
 def patch_body(result: Any) -> str:
-    parts = [figure(patch_picture(result), patch_title(result))]
+    parts = [figure(patch_picture(result), patch_title(result), chart=True)]
     if not result.signed:
         parts.append(
             "<div class='note'>AtP* gives magnitudes (GradDrop's (1/(L-1)) Σ|estimate|): how much each cell matters, "

@@ -75,21 +75,25 @@ def evaluation_body(report: Any) -> str:
                 ]
             )
         )
+    def scored(method: str, metric: str) -> str:
+        row = next((r for r in report.table if r["method"] == method and r["metric"] == metric), None)
+        value = _num(row["value"], ".3f") if row is not None else ""
+        return f"{value} [{_num(row['ci_low'], '.3f')}, {_num(row['ci_high'], '.3f')}]" if value else ""
+
+    # a metric no method has a value for (pointing_difficult without difficult images) is a note, not a column
+    # of dashes that pushed deletion out of a 1280 px page's column
+    shown = [m for m in report.metrics if any(scored(method, m) for method in report.methods)]
     rows = []
     for method in report.methods:
-        cells = [method]
-        for metric in report.metrics:
-            row = next((r for r in report.table if r["method"] == method and r["metric"] == metric), None)
-            value = _num(row["value"], ".4f") if row is not None else ""
-            interval = f" [{_num(row['ci_low'], '.4f')}, {_num(row['ci_high'], '.4f')}]" if value else ""
-            cells.append(value + interval if value else "–")
+        cells = [method, *(scored(method, metric) or "–" for metric in shown)]
         cells.append(f"{report.seconds.get(method, 0.0):.1f} s" if report.seconds else "")
         rows.append(cells)
-    header = ["method", *(f"{m} {'↑' if HIGHER_IS_BETTER.get(m, True) else '↓'}" for m in report.metrics), "time"]
+    header = ["method", *(f"{m} {'↑' if HIGHER_IS_BETTER.get(m, True) else '↓'}" for m in shown), "time"]
     parts.append(table(header, rows))
+    empty = [m for m in report.metrics if m not in shown]
     parts.append(
         f"<div class='note'>value [{CONFIDENCE:.0%} bootstrap interval over images]; ↑ higher is better, "
-        "↓ lower is better</div>"
+        "↓ lower is better" + (f"; no value for {', '.join(empty)}" if empty else "") + "</div>"
     )
     clear = [d for d in report.differences if d["ci_low"] is not None and (d["ci_low"] > 0 or d["ci_high"] < 0)]
     if clear:
@@ -110,7 +114,7 @@ def evaluation_body(report: Any) -> str:
         )
     if report.curves:
         png = curves_png(report.curves, x_label="fraction of pixels changed", y_label="class probability")
-        parts.append(figure(png, "Mean deletion / insertion curves over the images"))
+        parts.append(figure(png, "Mean deletion / insertion curves over the images", chart=True))
     return "".join(parts)
 
 
@@ -126,7 +130,9 @@ def flow_body(report: Any, baseline: Any = None, baseline_name: str = "") -> str
     caption = f"Gradient flow of {report.model_name}, target {report.target}"
     if report.loss_value is not None:
         caption += f" (loss {report.loss_value:.6g})"
-    return alerts(flagged, ok="no node flagged") + figure(flow_picture(report, baseline, baseline_name), caption)
+    return alerts(flagged, ok="no node flagged") + figure(
+        flow_picture(report, baseline, baseline_name), caption, chart=True
+    )
 
 
 def flow_html(report: Any) -> str:
@@ -180,14 +186,18 @@ def training_body(log: Any, *, live: bool = False) -> str:
         stop_text=stop_text,
     )
     parts.append(
-        figure(loss_picture, f"Loss over {len(steps)} steps" + (f"; red line: {stop_text}" if stop_text else ""))
+        figure(
+            loss_picture,
+            f"Loss over {len(steps)} steps" + (f"; red line: {stop_text}" if stop_text else ""),
+            chart=True,
+        )
     )
     if log.records:
         names = [n.id for n in log.nodes]
         matrix = log.matrix("grad_mean_abs")
         what = "RMS of g" if log.statistics == "magnitude" else "mean |g|"
         heat = heatmap_picture(matrix, names, log.steps, title=f"{what} per layer (rows) and record (columns)")
-        parts.append(figure(heat, f"{what} of every node's gradient at each recorded step"))
+        parts.append(figure(heat, f"{what} of every node's gradient at each recorded step", chart=True))
         finite = [r for r in log.records if r.finite] or log.records
         first, last = finite[0], finite[-1]  # the flow of a NaN record is NaN everywhere: the last before it
         if last is not log.records[-1]:

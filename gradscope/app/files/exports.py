@@ -135,9 +135,19 @@ def export_picture(
         # a heat map strip keeps its cells; a blend over a photo is smoothed
         resample = Image.Resampling.NEAREST if images.blend is None or map_only else Image.Resampling.BILINEAR
         picture = np.asarray(Image.fromarray(picture).resize(size, resample))
+    if images.labels and images.blend is None:  # a token strip ends where its tokens do (not 1024 px, most white)
+        picture = _trimmed_right(picture)
     if colorbar:
         picture = _with_colorbar(picture, view, images.saliency)
     return picture
+
+
+def _trimmed_right(picture: np.ndarray, margin: int = 6, least: int = 320) -> np.ndarray:
+    """``picture`` without the white columns at its right beyond ``margin``, at least ``least`` wide (the colour
+    bar's labels and the heading need some width)."""
+    ink = np.flatnonzero((picture[..., :3] < 250).any(axis=(0, 2)))
+    width = max(least, int(ink[-1]) + 1 + margin) if ink.size else picture.shape[1]
+    return picture[:, : min(width, picture.shape[1])]
 
 
 def clip_value(values: np.ndarray, normalization: str, percentile: float = 99.0) -> float | None:

@@ -63,8 +63,26 @@ class Exporter:
             changed_nodes=result.rules if result is not None else (),
             view=s.shown_view,
             positions=positions,
+            explained_token=self._explained_token(result),
         )
         return sidecar
+
+    def _explained_token(self, result: Any) -> dict[str, Any] | None:
+        """A language model's next token, as ``gradscope explain`` records it (its export is headed by it)."""
+        from gradscope.core.targets import next_token_summary
+
+        s = self._s
+        if result is None or "token_position" not in result.meta or result.predictions.ndim != 3:
+            return None  # the engine records the position of a language model's next token (its default target)
+        position = int(result.meta["token_position"])
+        vocab = s.fed.vocab
+        return next_token_summary(
+            result.logits[0, position],
+            position,
+            int(result.target_indices[0]),
+            s.target.contrast,
+            vocab.decode if vocab is not None else None,
+        )
 
     def flow_csv(self, path: str | Path) -> Path:
         """Per-node statistics of baseline and current plan, one row per node in graph order."""

@@ -254,7 +254,9 @@ def flow_picture(report: FlowReport, baseline: FlowReport | None = None, baselin
     tick (the live monitor's first record under its last), named ``baseline_name`` in the title."""
     from PIL import Image, ImageDraw
 
-    row_h, top, label_w, panel_w, flag_w = 16, 44, 8 + 7 * max((len(r.node) for r in report.rows), default=4), 300, 190
+    row_h, top, label_w, panel_w = 16, 44, 8 + 7 * max((len(r.node) for r in report.rows), default=4), 240
+    # as wide as its longest flags (a fixed 190 px cut "zero_gradient weights_zero_gradient"; none: a margin)
+    flag_w = min(320, max(40, 10 + 7 * max((len(" ".join(r.flags)) for r in report.rows), default=0)))
     # the weights' panel only when their gradients were taken (``gs.graph`` takes none: its panel was empty)
     weighted = any(math.isfinite(r.weight_ratio) or r.weights_without_gradient for r in report.rows)
     width = label_w + (2 if weighted else 1) * (panel_w + 20) + flag_w

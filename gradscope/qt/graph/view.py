@@ -7,6 +7,7 @@ view only draws it and keeps the colours, badges and selection in step with the 
 from __future__ import annotations
 
 import math
+import statistics
 
 from PySide6.QtCore import QEvent, QPointF, QRectF, Qt, QTimer, Signal
 from PySide6.QtGui import (
@@ -470,7 +471,21 @@ class GraphView(QGraphicsView):
         if self.layout_data.direction == "LR":  # a long row: from its start
             self.centerOn(x0 - 20 + vw / 2 / zoom, (y0 + y1) / 2 - band / 2 / zoom)
         else:  # (fitting a tall graph's height instead zoomed a 24-node chain in to 4 boxes)
-            self.centerOn((x0 + x1) / 2, y0 - 20 - band / zoom + (vh + band) / 2 / zoom)
+            self.centerOn(self._spine_x(zoom), y0 - 20 - band / zoom + (vh + band) / 2 / zoom)
+
+    def _spine_x(self, zoom: float) -> float:
+        """Where a tall graph's view is centred across: its bounds' middle when its width fits, else the column
+        most of the boxes in sight at its top are in (GPT-2: its token ids, embedding and their sum; the
+        padding mask beside them scrolls into view), kept inside the bounds. Centred on the bounds, GPT-2 opened
+        with its token embedding and its attention mask both cut."""
+        x0, y0, x1, _ = self.layout_data.bounds
+        half = max(self.viewport().width(), 1) / 2 / zoom
+        if (x1 - x0 + 40) / 2 <= half:
+            return (x0 + x1) / 2
+        bottom = y0 + max(self.viewport().height(), 1) / zoom
+        top = [b.x for b in self.layout_data.boxes.values() if b.y - b.h / 2 < bottom]  # x: a box's centre
+        middle = statistics.median(top or [b.x for b in self.layout_data.boxes.values()])
+        return min(max(middle, x0 - 20 + half), x1 + 20 - half)
 
     def wheelEvent(self, event) -> None:  # noqa: N802
         delta = event.angleDelta().y()

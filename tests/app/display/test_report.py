@@ -56,12 +56,14 @@ def test_a_training_log_report(training_log, tmp_path):
 def test_an_evaluation_report_and_its_display_agree(tmp_path):
     run = tmp_path / "eval"
     report = gs.evaluate(demo_model_path(), demo_dir() / "eval", methods=("gradient",), metrics=("pointing",), out=run)
+    assert "pointing_difficult" in report.metrics  # scored with pointing; the demo has no difficult image
     out = tmp_path / "evaluation.html"
     assert main(["report", str(run), "--out", str(out), "--quiet"]) == 0
     html = out.read_text(encoding="utf-8")
     _self_contained(html)
     value = report.value("gradient", "pointing")
-    assert f"{value:.4f} [" in html and f"{value:.4f} [" in report._repr_html_()  # the same numbers
+    assert f"{value:.3f} [" in html and f"{value:.3f} [" in report._repr_html_()  # the same numbers
+    assert "<th>pointing_difficult" not in html and "no value for pointing_difficult" in html  # a note, not dashes
     assert "methods" in html and "images+masks" in html and "shapes_cnn.keras" in html  # the run's settings
     assert_drawn(screenshot(out, tmp_path / "evaluation.png", 1280, 900), min_colours=20)
 

@@ -375,6 +375,6 @@ def test_the_picture_draws_the_weights_panel_only_when_their_gradients_were_take
         report, rows=[dataclasses.replace(r, weight_ratio=math.nan, weight_paths=()) for r in report.rows], weights=[]
     )
     full, bare = flow_picture(report), flow_picture(without)
-    assert full.shape[0] == bare.shape[0] and full.shape[1] - bare.shape[1] == 320  # one panel and its gap
-    left = bare.shape[1] - 190  # the flags column follows the panels
-    np.testing.assert_array_equal(full[44:, :left], bare[44:, :left])  # the gradients' panel drawn alike
+    assert full.shape[0] == bare.shape[0] and full.shape[1] - bare.shape[1] == 260  # one panel and its gap
+    left = 8 + 7 * max(len(r.node) for r in report.rows) + 240  # the labels and the gradients' panel
+    np.testing.assert_array_equal(full[44:, :left], bare[44:, :left])  # drawn alike
