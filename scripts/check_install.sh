@@ -4,7 +4,10 @@
 #   - a fresh venv that already holds the OLDEST supported `tensorflow` (the GPU-capable distribution, not
 #     -cpu) and the oldest supported Keras; install the wheel; TensorFlow and Keras must be left as they were;
 #   - from a folder outside the repository: `gradscope --version`, `explain` on the bundled demo, the GUI
-#     offscreen with --screenshot, and the identity == tape tests against the installed package.
+#     offscreen with --screenshot, and the identity == tape tests against the installed package;
+#   - a second fresh venv with the newest supported `tensorflow` (the full build, as most users have it): the wheel
+#     with `[notebook,hf]`, which must leave TensorFlow as it was, then from a folder of its own the bundled
+#     language model explained by the CLI and the example notebook run by nbclient (no error, no stderr output).
 # Usage: scripts/check_install.sh [TF_VERSION [KERAS_VERSION]]   (defaults: the oldest supported pair)
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -24,7 +27,8 @@ fi
 whl=$(ls "$work"/dist/*.whl)
 .venv/bin/python -m zipfile -l "$whl" > "$work/wheel.txt"
 for member in gradscope/resources/demo/shapes_cnn.keras gradscope/resources/icons/gradscope.svg \
-  gradscope/resources/rules/weight_aware_example.py gradscope/resources/demo/images/circle_0.png; do
+  gradscope/resources/rules/weight_aware_example.py gradscope/resources/demo/images/circle_0.png \
+  gradscope/resources/demo/tiny_gpt2/model.safetensors gradscope/resources/demo/tiny_gpt2/tokenizer.json; do
   grep -q "$member" "$work/wheel.txt" || fail "the wheel lacks $member"
 done
 
@@ -53,4 +57,34 @@ say "identity == tape checks against the installed package"
 cp -r "$repo/tests" "$work/tests"
 printf '[pytest]\naddopts = -p no:cacheprovider\nfilterwarnings = ignore::DeprecationWarning\n' > "$work/pytest.ini"
 QT_QPA_PLATFORM=offscreen "$py" -m pytest -q "$work/tests/engine/backward/test_identity.py"
+
+NEW_TF=2.21.0
+say "a second fresh venv with tensorflow==$NEW_TF; the wheel with [notebook,hf] (language models, Jupyter)"
+python3 -m venv "$work/venv-hf"
+hpy="$work/venv-hf/bin/python"
+"$hpy" -m pip install -qq "tensorflow==$NEW_TF"
+"$hpy" -m pip freeze | grep -iE '^(tensorflow|tensorflow-cpu|tensorflow_cpu)==' | sort > "$work/before-hf.txt"
+"$hpy" -m pip install -qq "$whl[notebook,hf]"
+"$hpy" -m pip freeze | grep -iE '^(tensorflow|tensorflow-cpu|tensorflow_cpu)==' | sort > "$work/after-hf.txt"
+diff "$work/before-hf.txt" "$work/after-hf.txt" || fail "installing gradscope[hf] changed the user's TensorFlow"
+mkdir "$work/outside" && cd "$work/outside"
+"$work/venv-hf/bin/gradscope" explain demo:tiny_gpt2 --text "the cat sat near the" --method attnlrp \
+  --out "$work/outside/strip.png" 2>&1 | tee "$work/outside/said.txt"
+grep -q "' mat'" "$work/outside/said.txt" || fail "the bundled language model did not explain ' mat'"
+"$hpy" -m pip install -qq nbclient nbformat  # the runner, as Jupyter runs a notebook (not a gradscope extra)
+cp "$repo/docs/examples/gradscope_in_a_notebook.ipynb" "$work/outside/"
+"$hpy" - "$work/outside/gradscope_in_a_notebook.ipynb" <<'PY'
+import sys
+
+import nbclient
+import nbformat
+
+nb = nbformat.read(sys.argv[1], as_version=4)
+nbclient.NotebookClient(nb, timeout=600, kernel_name="python3", resources={"metadata": {"path": "."}}).execute()
+for cell in nb.cells:
+    for out in cell.get("outputs", []):
+        if out.output_type == "error" or (out.output_type == "stream" and out.get("text", "").strip()):
+            sys.exit(f"the notebook printed or failed in {cell.source[:60]!r}: {out}")
+print("the example notebook ran from", sys.argv[1])
+PY
 say "passed"
