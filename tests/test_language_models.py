@@ -290,7 +290,9 @@ def test_the_window_exports_a_token_strip_as_the_cli_does(tmp_path):
 
     folder = resource_path("demo", "tiny_gpt2")
     text = "the cat sat near the"
-    assert main(["explain", str(folder), "--text", text, "--method", "attnlrp", "--out", str(tmp_path / "cli.png")]) == 0
+    assert (
+        main(["explain", str(folder), "--text", text, "--method", "attnlrp", "--out", str(tmp_path / "cli.png")]) == 0
+    )
     s = Session(InlineExecutor())
     s.document.open(str(folder))
     s.fed.set_typed(text)
@@ -299,6 +301,8 @@ def test_the_window_exports_a_token_strip_as_the_cli_does(tmp_path):
     cli_picture, window_picture = (np.asarray(Image.open(p).convert("RGB")) for p in (tmp_path / "cli.png", window))
     np.testing.assert_array_equal(window_picture, cli_picture)
     assert window_picture.shape[1] < 600  # six tokens and the heading, not 1024 px
-    cli_sidecar, window_sidecar = (json.loads(p.with_suffix(".json").read_text()) for p in (tmp_path / "cli.png", window))
+    cli_sidecar, window_sidecar = (
+        json.loads(p.with_suffix(".json").read_text()) for p in (tmp_path / "cli.png", window)
+    )
     assert window_sidecar["explained_token"] == pytest.approx(cli_sidecar["explained_token"])
     assert window_sidecar["explained_token"]["label"] == " mat"

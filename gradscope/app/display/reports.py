@@ -75,6 +75,7 @@ def evaluation_body(report: Any) -> str:
                 ]
             )
         )
+
     def scored(method: str, metric: str) -> str:
         row = next((r for r in report.table if r["method"] == method and r["metric"] == metric), None)
         value = _num(row["value"], ".3f") if row is not None else ""
