@@ -101,15 +101,16 @@ def test_the_cli_explains_a_chosen_continuation_and_says_which_token_and_how_lik
     from gradscope.core.targets import describe_next_token
     from gradscope.render.positions import with_heading
 
-    strip = gs.explain(
+    from gradscope.app.files.exports import export_picture
+
+    e = gs.explain(
         str(DATA / "llama.keras"), PROMPT, method="attnlrp", target=gs.Target(kind="token", index=5, contrast=7)
-    ).images()
-    headed = with_heading(strip.picture, describe_next_token(side["explained_token"]).capitalize())
-    png = np.asarray(Image.open(out).convert("RGB"))
-    assert png.shape == headed.shape and png.shape[0] > strip.picture.shape[0]
-    np.testing.assert_array_equal(
-        png[: headed.shape[0] - strip.picture.shape[0]], headed[: png.shape[0] - strip.picture.shape[0]]
     )
+    strip = export_picture(e.images(), e.view())  # the strip as wide as its tokens
+    headed = with_heading(strip, describe_next_token(side["explained_token"]).capitalize())
+    png = np.asarray(Image.open(out).convert("RGB"))
+    assert png.shape == headed.shape and png.shape[0] > strip.shape[0]
+    np.testing.assert_array_equal(png[: headed.shape[0] - strip.shape[0]], headed[: png.shape[0] - strip.shape[0]])
     assert main(["explain", "--next", "3", "--out", str(tmp_path / "cnn.png")]) == 2  # the demo CNN is no LM
     assert "for language models" in capsys.readouterr().err
     assert (
