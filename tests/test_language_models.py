@@ -98,10 +98,9 @@ def test_the_cli_explains_a_chosen_continuation_and_says_which_token_and_how_lik
     # the PNG is headed by the pair it explains (issue 51: it did not say "rather than 7")
     from PIL import Image
 
+    from gradscope.app.files.exports import export_picture
     from gradscope.core.targets import describe_next_token
     from gradscope.render.positions import with_heading
-
-    from gradscope.app.files.exports import export_picture
 
     e = gs.explain(
         str(DATA / "llama.keras"), PROMPT, method="attnlrp", target=gs.Target(kind="token", index=5, contrast=7)
