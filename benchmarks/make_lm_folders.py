@@ -5,11 +5,13 @@ Runs in a torch venv (torch is never a dependency of gradscope; the same venv as
     /tmp/torchvenv/bin/python benchmarks/make_lm_folders.py --out /tmp/lm_folders
 
 Writes ``llama3_1b/`` (Llama-3.2-1B's shape: 16 blocks of width 2048, 32 query / 8 key-value heads, MLP 8192,
-vocabulary 128,256, tied head, llama3 rope scaling: 1.24 B parameters) and ``gemma3_1b/`` (Gemma-3-1B's shape: 26
-blocks of width 1152, 4 query / 1 key-value head of 256, MLP 6912, vocabulary 262,144, tied, sliding windows of
-512: 1.0 B parameters), each ``save_pretrained`` in bfloat16 (``torch_dtype: bfloat16``, one safetensors file per
-5 GB) with weights drawn N(0, 0.02) as transformers initialises them. No tokenizer: the benchmark feeds token ids.
-``benchmarks/bench_language_model.py --folder DIR`` measures them.
+vocabulary 128,256, tied head, llama3 rope scaling: 1.24 B parameters), ``llama3_8b/`` (Llama-3-8B's shape: 32
+blocks of width 4096, 32 query / 8 key-value heads, MLP 14,336, untied head: 8.0 B parameters, 16 GB in shards of
+2 GB with their index; only with ``--only llama3_8b``: it needs 18 GB of memory to write) and ``gemma3_1b/``
+(Gemma-3-1B's shape: 26 blocks of width 1152, 4 query / 1 key-value head of 256, MLP 6912, vocabulary 262,144,
+tied, sliding windows of 512: 1.0 B parameters), each ``save_pretrained`` in bfloat16 (``torch_dtype: bfloat16``,
+one safetensors file per 5 GB) with weights drawn N(0, 0.02) as transformers initialises them. No tokenizer: the
+benchmark feeds token ids. ``benchmarks/bench_language_model.py --folder DIR`` measures them.
 """
 
 from __future__ import annotations
@@ -45,6 +47,23 @@ SHAPES = {
             torch_dtype="bfloat16",
         )
     ),
+    "llama3_8b": lambda: LlamaForCausalLM(
+        LlamaConfig(
+            vocab_size=128_256,
+            hidden_size=4096,
+            intermediate_size=14_336,
+            num_hidden_layers=32,
+            num_attention_heads=32,
+            num_key_value_heads=8,
+            max_position_embeddings=8192,
+            rms_norm_eps=1e-5,
+            rope_theta=500_000.0,
+            tie_word_embeddings=False,
+            bos_token_id=128_000,
+            eos_token_id=128_001,
+            torch_dtype="bfloat16",
+        )
+    ),
     "gemma3_1b": lambda: Gemma3ForCausalLM(
         Gemma3TextConfig(
             vocab_size=262_144,
@@ -74,10 +93,10 @@ def main() -> None:
     torch.manual_seed(0)
     torch.set_default_dtype(torch.bfloat16)  # built in bfloat16: a float32 copy is never made
     for name, build in SHAPES.items():
-        if args.only in (None, name):
+        if args.only == name or args.only is None and name != "llama3_8b":
             model = build()
             folder = args.out / name
-            model.save_pretrained(folder, safe_serialization=True)
+            model.save_pretrained(folder, safe_serialization=True, max_shard_size="2GB" if "8b" in name else "5GB")
             count = sum(p.numel() for p in model.parameters())
             print(f"{folder}: {count / 1e9:.2f} B parameters, {model.dtype}")
             del model

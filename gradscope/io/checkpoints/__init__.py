@@ -19,6 +19,7 @@ from typing import Any
 
 from gradscope.core.errors import ModelLoadError
 from gradscope.io.checkpoints.files import INDEX, check_folder_files, read_config, weight_files
+from gradscope.io.checkpoints.safetensors_file import read_by_tensor
 from gradscope.io.checkpoints.size import check_buildable
 from gradscope.io.memory import return_freed_memory
 
@@ -88,9 +89,11 @@ def load_checkpoint_folder(folder: Path, dtype: str = "auto") -> Any:
     except ImportError as exc:
         kind_name = "Hugging Face" if kind == "transformers" else "keras_hub"
         raise ModelLoadError(missing_hf(f"{folder} is a {kind_name} checkpoint folder: opening it", exc)) from exc
+    from gradscope.backend import weights_written_once
+
     preset = str(folder.resolve())  # a path that exists: never read as a preset name to download
     try:
-        with _default_dtype_policy(wanted):
+        with _default_dtype_policy(wanted), weights_written_once(), read_by_tensor():
             model = _from_preset(keras_hub, preset, options)
     except ImportError as exc:  # keras_hub reads safetensors through the package of that name
         raise ModelLoadError(f"Opening {folder} needs {exc.name or exc}: `{HF_INSTALL}` installs it.") from exc
