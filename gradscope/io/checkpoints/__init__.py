@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from gradscope.core.errors import ModelLoadError
+from gradscope.io.checkpoints.faithful import faithful_conversion
 from gradscope.io.checkpoints.files import INDEX, check_folder_files, read_config, weight_files
 from gradscope.io.checkpoints.safetensors_file import read_by_tensor
 from gradscope.io.checkpoints.size import check_buildable
@@ -93,7 +94,7 @@ def load_checkpoint_folder(folder: Path, dtype: str = "auto") -> Any:
 
     preset = str(folder.resolve())  # a path that exists: never read as a preset name to download
     try:
-        with _default_dtype_policy(wanted), weights_written_once(), read_by_tensor():
+        with _default_dtype_policy(wanted), faithful_conversion(str(folder)), weights_written_once(), read_by_tensor():
             model = _from_preset(keras_hub, preset, options)
     except ImportError as exc:  # keras_hub reads safetensors through the package of that name
         raise ModelLoadError(f"Opening {folder} needs {exc.name or exc}: `{HF_INSTALL}` installs it.") from exc

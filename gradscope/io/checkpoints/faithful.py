@@ -1,0 +1,181 @@
+"""A Hugging Face config carried into keras_hub's backbone as transformers runs it, or refused in one line.
+
+keras_hub 0.32's converters read a fixed set of fields and build the rest from their own defaults: Llama 3 and
+Gemma's ``rms_norm_eps`` were never read (every real Llama 3.x sets 1e-5; keras_hub built 1e-6: 6e-2 of the largest
+logit on a 1 B shape), GPT-2's ``layer_norm_epsilon`` neither, Gemma 2 and 3 replace a ``query_pre_attn_scalar``
+that is neither ``head_dim`` nor ``hidden_size / heads`` by one of those, and Mistral's converter rounds a float32
+checkpoint to float16. Here, at the seam (the backbone's arguments, and attributes set after it is built), every
+field that changes the arithmetic is carried over where keras_hub's layers can take it; where they cannot, the
+folder is refused with the field, its value and what keras_hub builds. ``tests/io/test_faithful_conversion.py``
+holds each against transformers' logits.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import threading
+from collections.abc import Iterator
+from typing import Any
+
+import numpy as np
+
+from gradscope.core.errors import ModelLoadError
+
+_ONE_AT_A_TIME = threading.Lock()
+_SILU = ("silu", "swish")
+_TANH_GELU = ("gelu_new", "gelu_pytorch_tanh")
+_SWIGLU_FAMILIES = ("llama", "mistral", "mixtral", "qwen2", "qwen2_moe", "qwen3", "qwen3_moe", "smollm3")
+#: Families whose converter never reads ``rope_scaling``: any scaling but the default changes positions silently.
+_ROPE_SCALING_IGNORED = ("mistral", "mixtral", "qwen2", "qwen2_moe", "qwen3", "qwen3_moe", "gemma", "gemma2")
+
+
+class Conversion:
+    """What keras_hub's converter leaves out for one config: backbone arguments to add, layer attributes to set
+    once the backbone is built, and the first field it cannot build (``refused``)."""
+
+    def __init__(self, model_type: str, config: dict) -> None:
+        self.model_type = model_type
+        self.config = config
+        self.arguments: dict[str, Any] = {}
+        self.norm_epsilon: float | None = None  # every norm layer's, set after the build
+        self.query_by_head_dim: bool | None = None  # Gemma 2 / 3: each attention layer's, set after the build
+        self.refused: str | None = None
+        self._read()
+
+    def _refuse(self, field: str, value: Any, builds: str) -> None:
+        if self.refused is None:
+            self.refused = f"{field} = {value!r}, and keras_hub's {self.model_type} builds {builds}"
+
+    def _read(self) -> None:
+        c, kind = self.config, self.model_type
+        if kind in ("gemma3", "gemma3_text") and isinstance(c.get("text_config"), dict):
+            c = c["text_config"]
+        if kind != "gpt2":  # every norm of the model: Qwen 3's query/key norms were built with 1e-5 whatever it says
+            self.norm_epsilon = c.get("rms_norm_eps", 1e-6)
+        if kind in _SWIGLU_FAMILIES and c.get("hidden_act", "silu") not in _SILU:
+            self._refuse("hidden_act", c["hidden_act"], "a SiLU-gated MLP")
+        scaling = c.get("rope_scaling")
+        if kind in _ROPE_SCALING_IGNORED and scaling and scaling.get("rope_type", scaling.get("type")) != "default":
+            self._refuse("rope_scaling", scaling, "unscaled rotary positions")
+        if kind == "llama":
+            self.arguments["layer_norm_epsilon"] = self.norm_epsilon
+            for field in ("attention_bias", "mlp_bias"):
+                if c.get(field):
+                    self._refuse(field, c[field], "its projections without biases")
+            heads = c.get("num_attention_heads") or 1
+            if c.get("head_dim") not in (None, c.get("hidden_size", 0) // heads):
+                self._refuse("head_dim", c["head_dim"], "heads of hidden_size / num_attention_heads")
+        elif kind in ("gemma", "gemma2"):
+            self.arguments["layer_norm_epsilon"] = self.norm_epsilon
+            self._gemma_common(c, rope=10_000.0)
+            if kind == "gemma2":
+                self._query_scalar(c)
+                self._layer_types(c, lambda i: i % 2 == 0)
+        elif kind in ("gemma3", "gemma3_text"):
+            self._gemma_common(c, rope=1_000_000.0)
+            if c.get("rope_local_base_freq", 10_000.0) != 10_000.0:
+                self._refuse("rope_local_base_freq", c["rope_local_base_freq"], "local rotary wavelengths of 10000")
+            if scaling and scaling.get("rope_type", scaling.get("type")) not in ("default", "linear"):
+                self._refuse("rope_scaling", scaling, "linear rotary scaling only")
+            self._query_scalar(c)
+            self._layer_types(c, lambda i: i % 6 < 5)
+        elif kind == "gpt2":
+            self.norm_epsilon = c.get("layer_norm_epsilon", 1e-5)
+            if c.get("activation_function", "gelu_new") not in _TANH_GELU:
+                self._refuse("activation_function", c["activation_function"], "the tanh approximation of GELU")
+            if c.get("n_inner") not in (None, 4 * c.get("n_embd", 0)):
+                self._refuse("n_inner", c["n_inner"], "an MLP of 4 x n_embd")
+            if c.get("scale_attn_weights", True) is not True or c.get("scale_attn_by_inverse_layer_idx"):
+                self._refuse("scale_attn_weights", c.get("scale_attn_weights"), "attention scaled by 1/sqrt(head)")
+
+    def _gemma_common(self, c: dict, rope: float) -> None:
+        if c.get("rope_theta", rope) != rope:
+            self._refuse("rope_theta", c["rope_theta"], f"rotary wavelengths of {rope:g}")
+        if c.get("attention_bias"):
+            self._refuse("attention_bias", c["attention_bias"], "its projections without biases")
+        if c.get("tie_word_embeddings", True) is False:
+            self._refuse("tie_word_embeddings", False, "a head tied to the token embedding")
+
+    def _query_scalar(self, c: dict) -> None:
+        head_dim = c.get("head_dim", 256)
+        scalar = c.get("query_pre_attn_scalar", 256)
+        per_head = c.get("hidden_size", 0) // max(c.get("num_attention_heads") or 1, 1)
+        self.query_by_head_dim = scalar == head_dim
+        if scalar not in (head_dim, per_head):
+            self._refuse(
+                "query_pre_attn_scalar",
+                scalar,
+                f"queries scaled by head_dim ({head_dim}) or hidden_size / num_attention_heads ({per_head}) only",
+            )
+
+    def _layer_types(self, c: dict, sliding: Any) -> None:
+        types = c.get("layer_types")
+        if not types or not c.get("sliding_window"):
+            return
+        built = ["sliding_attention" if sliding(i) else "full_attention" for i in range(len(types))]
+        if list(types) != built:
+            self._refuse("layer_types", types, f"the pattern {built}")
+
+    def check(self, where: str) -> None:
+        if self.refused:
+            raise ModelLoadError(
+                f"{where}: its config sets {self.refused}; opening it would explain another model than the one "
+                "transformers runs, so gradscope does not."
+            )
+
+    def finish(self, backbone: Any) -> None:
+        """What the backbone's arguments cannot carry, set on its built layers (before any call traces them): the norm
+        epsilon (GPT-2's backbone takes none; Gemma's passes its own to the final norm only, never to the blocks;
+        Qwen 3's query and key norms keep 1e-5),
+        and Gemma's query scaling, which keras_hub 0.32's decoder blocks pass to their attention as
+        ``query_head_dim_normalize=True`` whatever the backbone was given (Gemma 2 27B scales by hidden / heads)."""
+        for layer in backbone._flatten_layers(include_self=False, recursive=True):
+            if self.norm_epsilon is not None and "Norm" in type(layer).__name__ and hasattr(layer, "epsilon"):
+                layer.epsilon = float(self.norm_epsilon)
+            if self.query_by_head_dim is not None and hasattr(layer, "query_head_dim_normalize"):
+                layer.query_head_dim_normalize = self.query_by_head_dim
+
+
+class _KeptPrecision(np.ndarray):
+    """A checkpoint tensor whose ``astype(float16)`` is the tensor itself: Mistral's converter rounds every weight
+    to float16 before it is assigned, so a float32 or bfloat16 checkpoint lost precision it had."""
+
+    def astype(self, dtype: Any, *args: Any, **kwargs: Any) -> Any:
+        if np.dtype(dtype) == np.float16 and self.dtype != np.float16:
+            return self
+        return np.ndarray.astype(self, dtype, *args, **kwargs)
+
+
+@contextlib.contextmanager
+def faithful_conversion(where: str) -> Iterator[None]:
+    """Inside: keras_hub's Hugging Face loader builds each backbone with :class:`Conversion`'s additions (or
+    raises its refusal naming ``where``), and never rounds a float32 or bfloat16 tensor to float16."""
+    try:
+        from keras_hub.src.utils.transformers import preset_loader, safetensor_utils
+    except ImportError:
+        yield
+        return
+    loader_cls, tensors = preset_loader.TransformersPresetLoader, safetensor_utils.SafetensorLoader
+    load_backbone, port_weight = loader_cls.load_backbone, tensors.port_weight
+
+    def faithful_backbone(self: Any, cls: Any, load_weights: bool, **kwargs: Any) -> Any:
+        conversion = Conversion(str(self.config.get("model_type")), self.config)
+        conversion.check(where)
+        backbone = load_backbone(self, cls, load_weights, **{**kwargs, **conversion.arguments})
+        conversion.finish(backbone)
+        return backbone
+
+    def kept_port_weight(self: Any, keras_variable: Any, hf_weight_key: str, hook_fn: Any = None) -> None:
+        if hook_fn is None or keras_variable.dtype == "float16":
+            return port_weight(self, keras_variable, hf_weight_key, hook_fn)
+        tensor = self.get_tensor(hf_weight_key)
+        value = hook_fn(np.asarray(tensor).view(_KeptPrecision), list(keras_variable.shape))
+        keras_variable.assign(value.view(np.ndarray) if isinstance(value, np.ndarray) else value)
+        return None
+
+    with _ONE_AT_A_TIME:
+        loader_cls.load_backbone, tensors.port_weight = faithful_backbone, kept_port_weight
+        try:
+            yield
+        finally:
+            loader_cls.load_backbone, tensors.port_weight = load_backbone, port_weight

@@ -1,0 +1,93 @@
+"""Checkpoint configs carried over as transformers runs them (issue 61): tiny folders written by transformers with one
+field off its default (``tests/data/hf_variants``, ``scripts/hf_checkpoints.py --variants``), each either opening
+with torch's float64 logits or refused in one line naming the field; a float32 checkpoint stays float32."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import gradscope.api as gs
+from gradscope.core.errors import ModelLoadError
+from gradscope.io.checkpoints.faithful import Conversion
+
+pytest.importorskip("keras_hub")
+
+DATA = Path(__file__).resolve().parents[1] / "data"
+VARIANTS = DATA / "hf_variants"
+CARRIED = (
+    "llama_rms_norm_eps",
+    "gemma_rms_norm_eps",
+    "gemma2_rms_norm_eps",
+    "gemma3_rms_norm_eps",
+    "gpt2_layer_norm_epsilon",
+)
+REFUSED = {
+    "llama_attention_bias": "attention_bias = True",
+    "gemma2_query_pre_attn_scalar": "query_pre_attn_scalar = 256",
+    "gemma3_query_pre_attn_scalar": "query_pre_attn_scalar = 256",
+    "gpt2_activation_function": "activation_function = 'relu'",
+}
+
+
+def _logits(engine, ids: np.ndarray) -> np.ndarray:
+    return np.asarray(engine.model({"token_ids": ids[None], "padding_mask": np.ones((1, len(ids)), "int32")}))[0]
+
+
+@pytest.mark.parametrize("name", CARRIED)
+def test_a_field_keras_hubs_converter_drops_is_carried_over(name):
+    ref = np.load(VARIANTS / f"{name}.npz")
+    engine = gs.open_engine(VARIANTS / name)
+    logits = _logits(engine, ref["ids"])
+    want = ref["logits"]
+    np.testing.assert_allclose(logits, want, atol=1e-5 * np.abs(want).max(), rtol=0)
+
+
+def test_without_the_carried_field_the_logits_would_differ():
+    """The test above can fail: the Llama folder built with keras_hub's own epsilon is off torch's logits."""
+    config = json.loads((VARIANTS / "llama_rms_norm_eps" / "config.json").read_text())
+    conversion = Conversion("llama", config)
+    assert conversion.arguments == {"layer_norm_epsilon": 1e-5}
+    import keras_hub
+
+    model = keras_hub.models.CausalLM.from_preset(str(VARIANTS / "llama_rms_norm_eps"), preprocessor=None)
+    ref = np.load(VARIANTS / "llama_rms_norm_eps.npz")
+    want = ref["logits"]
+    assert np.abs(_logits(type("E", (), {"model": model}), ref["ids"]) - want).max() > 1e-4 * np.abs(want).max()
+
+
+@pytest.mark.parametrize("name", sorted(REFUSED))
+def test_a_field_keras_hub_cannot_build_refuses_the_folder_in_one_line(name):
+    with pytest.raises(ModelLoadError) as err:
+        gs.open_engine(VARIANTS / name)
+    message = str(err.value)
+    assert "\n" not in message and REFUSED[name] in message and name in message and "keras_hub" in message
+
+
+def test_a_float32_mistral_stays_float32():
+    """keras_hub's Mistral converter rounds every tensor to float16 before it assigns it (1.3e-3 of the largest logit
+    off torch); gradscope keeps the checkpoint's precision."""
+    ref = np.load(DATA / "hf" / "mistral.npz")
+    engine = gs.open_engine(DATA / "hf" / "mistral")
+    assert {v.dtype for v in engine.model.weights} == {"float32"}
+    want = ref["logits"]
+    np.testing.assert_allclose(_logits(engine, ref["ids"]), want, atol=1e-5 * np.abs(want).max(), rtol=0)
+
+
+def test_an_unscaled_family_refuses_rope_scaling_and_a_gpt2_norm_epsilon_reaches_every_norm(tmp_path):
+    folder = tmp_path / "qwen2_scaled"
+    shutil.copytree(DATA / "hf" / "qwen2", folder)
+    config = json.loads((folder / "config.json").read_text())
+    config["rope_scaling"] = {"rope_type": "yarn", "factor": 4.0}
+    (folder / "config.json").write_text(json.dumps(config))
+    with pytest.raises(ModelLoadError, match=r"rope_scaling = .*yarn.*unscaled rotary positions"):
+        gs.open_engine(folder)
+    engine = gs.open_engine(VARIANTS / "gpt2_layer_norm_epsilon")
+    import keras
+
+    norms = [la for la in engine.model._flatten_layers() if isinstance(la, keras.layers.LayerNormalization)]
+    assert norms and {la.epsilon for la in norms} == {1e-3}
