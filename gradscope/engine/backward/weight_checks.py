@@ -27,11 +27,23 @@ def weight_problems(graph: LayerGraph, step_of: dict[str, Any]) -> list[str]:
     return problems
 
 
+_LARGE = 1 << 20  # elements: from here one TensorFlow pass on the variable itself beats a host copy
+
+
 def _non_finite_counts(variable: Any) -> tuple[int, int]:
-    """NaN and Inf counts of a variable. A float64 sum of finite float32 values cannot overflow, so one NumPy
-    pass decides (on ResNet50's 320 variables ~15 ms; two eager TensorFlow ops each took ~100 ms in a first
-    result); the counts only when it says some value is not finite."""
+    """NaN and Inf counts of a variable; one pass decides whether any value is not finite, the counts only when
+    one is. A small variable: a float64 NumPy sum of it (a sum of finite float32 values cannot overflow; ResNet50's
+    320 variables ~15 ms, where two eager TensorFlow ops each took ~100 ms in a first result). A large one:
+    ``is_finite`` and ``reduce_all`` where it lies, no host copy (a 1 B bfloat16 Llama's weights 0.33 s, where
+    the copy and the sum through ml_dtypes took 2.9 s of its first map)."""
+    if int(np.prod(variable.shape)) >= _LARGE:
+        from gradscope.backend import tf
+
+        if bool(tf.reduce_all(tf.math.is_finite(tf.convert_to_tensor(variable)))):
+            return 0, 0
+    else:
+        value = np.asarray(variable)
+        if np.isfinite(np.sum(value, dtype=np.float64)):
+            return 0, 0
     value = np.asarray(variable)
-    if np.isfinite(np.sum(value, dtype=np.float64)):
-        return 0, 0
     return int(np.count_nonzero(np.isnan(value))), int(np.count_nonzero(np.isinf(value)))
