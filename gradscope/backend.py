@@ -246,17 +246,19 @@ _WRITTEN_ONCE_LOCK = threading.Lock()  # the patch is the process's: two opens a
 
 
 @contextmanager
-def weights_written_once() -> Iterator[None]:
-    """Inside: every Keras variable this thread creates with an initializer waits for its first ``assign`` (or for
-    the end of the block) to take memory; other threads' variables are created as usual (the window computes maps
-    while a model opens). Keras' TensorFlow backend only; elsewhere a plain block."""
+def weights_written_once(held: list[Any] | None = None, *, finish: bool = True) -> Iterator[list[Any]]:
+    """Inside: every Keras variable this thread creates with an initializer waits for its first ``assign`` to take
+    memory (other threads' variables are created as usual: the window computes maps while a model opens). Yields
+    the list of waiting variables (``held``: continue an earlier block's). At the end, with ``finish``, a variable
+    nothing assigned gets its initializer, unless the block raised (a cancelled open: the model is thrown away);
+    without, they keep waiting for a later block. Keras' TensorFlow backend only; elsewhere a plain block."""
+    held = [] if held is None else held
     try:
         from keras.src.backend.common.variables import Variable as KerasVariable
         from keras.src.backend.tensorflow.core import Variable
     except ImportError:  # another Keras layout: open as keras_hub does
-        yield
+        yield held
         return
-    held: list[Any] = []
     opener = threading.get_ident()
     initialize_with = Variable._initialize_with_initializer
     assign = KerasVariable.assign
@@ -284,10 +286,14 @@ def weights_written_once() -> Iterator[None]:
         Variable._initialize_with_initializer = hold
         KerasVariable.assign = write
         try:
-            yield
+            yield held
+        except BaseException:
+            finish = False
+            raise
         finally:
             Variable._initialize_with_initializer = initialize_with
             KerasVariable.assign = assign
+        if finish:
             for variable in held:  # what the converter did not write: its initializer, as Keras would have run it
                 if variable._value is None:
                     initialize_with(variable, variable._gradscope_held)

@@ -219,3 +219,18 @@ def test_ctrl_c_inside_a_c_function_is_an_interrupt_not_an_internal_error(monkey
     assert "interrupted" in err and "internal error" not in err
     monkeypatch.setattr(methods, "available_methods", lambda: (_ for _ in ()).throw(SystemError("a real bug")))
     assert main(["methods"]) == 3 and "internal error" in capsys.readouterr().err
+
+
+def test_a_large_folders_weights_show_their_progress_on_stderr(capsys):
+    """A 16 GB folder reads for a minute: the CLI says how much is read (in a log, a line per quarter)."""
+    from gradscope.cli.common import weights_progress
+
+    show = weights_progress("llama3_8b")
+    total = 16 << 30
+    for done in range(0, total + 1, total // 64):
+        show(done, total)
+    lines = capsys.readouterr().err.splitlines()
+    assert lines == [f"Opening llama3_8b: {gb:.1f} of 16.0 GB of weights read" for gb in (0, 4, 8, 12, 16)]
+    small = weights_progress("tiny")
+    small(10, 20)
+    assert capsys.readouterr().err == ""

@@ -4,6 +4,7 @@ as the model's batch, the vocabulary that reads it, and the type checks of commo
 from __future__ import annotations
 
 import numbers
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -18,10 +19,17 @@ from gradscope.rules.methods import Method, build_method
 from gradscope.rules.plan import Plan
 
 
-def open_engine(model: Any, *, safe_mode: bool = True, custom_objects: dict | None = None, dtype: str = "auto") -> Any:
+def open_engine(
+    model: Any,
+    *,
+    safe_mode: bool = True,
+    custom_objects: dict | None = None,
+    dtype: str = "auto",
+    progress: Callable[[int, int], None] | None = None,
+) -> Any:
     """An ``Engine`` for a model object, an ``Engine`` (returned as is), a path to a ``.keras``/``.h5`` file or a
     checkpoint folder (Hugging Face, keras_hub; ``dtype``: "auto", the checkpoint's own, or float32, bfloat16,
-    float16)."""
+    float16; ``progress(bytes read, bytes in all)`` while its weights are read)."""
     from gradscope.engine.backward.runner import Engine
 
     if isinstance(model, Engine):
@@ -29,7 +37,7 @@ def open_engine(model: Any, *, safe_mode: bool = True, custom_objects: dict | No
     if isinstance(model, (str, Path)):
         from gradscope.io.models import load_model
 
-        model = load_model(model, safe_mode=safe_mode, custom_objects=custom_objects, dtype=dtype)
+        model = load_model(model, safe_mode=safe_mode, custom_objects=custom_objects, dtype=dtype, progress=progress)
     return Engine(model)
 
 

@@ -8,6 +8,7 @@ import argparse
 import sys
 import time
 from collections.abc import Callable, Iterable, Sequence
+from pathlib import Path
 from typing import Any
 
 from gradscope.core.errors import GradscopeError
@@ -53,7 +54,10 @@ def open_engine(args: argparse.Namespace) -> Any:
 
     model = args.model or demo_model()
     dtype = getattr(args, "dtype", "auto")
-    engine = open_model(model, safe_mode=not args.unsafe, custom_objects=_custom_objects(args), dtype=dtype)
+    shown = None if getattr(args, "quiet", False) else weights_progress(Path(str(model)).name)
+    engine = open_model(
+        model, safe_mode=not args.unsafe, custom_objects=_custom_objects(args), dtype=dtype, progress=shown
+    )
     settle_after_load()  # one model per process: full collections skip it from here on (see app.work.heap)
     return engine
 
@@ -83,6 +87,24 @@ def warn(args: argparse.Namespace, message: str) -> None:
 def info(args: argparse.Namespace, message: str) -> None:
     if not getattr(args, "quiet", False):
         print(message, file=sys.stderr)
+
+
+def weights_progress(name: str) -> Callable[[int, int], None]:
+    """``progress(bytes read, bytes in all)`` for a checkpoint folder's weights on stderr: one line rewritten on a
+    terminal, a line per quarter in a log (a 16 GB folder reads for a minute; it must not look frozen)."""
+    tty = sys.stderr.isatty()
+    shown = [-1]
+
+    def show(done: int, total: int) -> None:
+        step = int(100 * done / max(total, 1)) if tty else 25 * (4 * done // max(total, 1))
+        if step == shown[0] or total < 256 << 20:  # a small folder reads in a blink
+            return
+        shown[0] = step
+        line = f"Opening {name}: {done / 2**30:.1f} of {total / 2**30:.1f} GB of weights read"
+        sys.stderr.write(f"\r{line}" + ("\n" if done >= total else "") if tty else f"{line}\n")
+        sys.stderr.flush()
+
+    return show
 
 
 def progress(items: Sequence[Any], label: Callable[[Any], str], enabled: bool = True) -> Iterable[Any]:

@@ -25,7 +25,13 @@ from gradscope.core.errors import CustomObjectError, GradscopeError, ModelLoadEr
 from gradscope.core.resources import bundled
 from gradscope.io._keras import import_keras
 from gradscope.io.archives import WEIGHTS, read_member, weights_store
-from gradscope.io.checkpoints import check_dtype, checkpoint_kind, load_checkpoint_folder, refuse_remote
+from gradscope.io.checkpoints import (
+    check_dtype,
+    checkpoint_kind,
+    load_checkpoint_folder,
+    load_checkpoint_folder_in_steps,
+    refuse_remote,
+)
 
 SUPPORTED_EXTENSIONS = (".keras", ".h5", ".hdf5")
 
@@ -57,6 +63,7 @@ def load_model(
     custom_objects: dict[str, Any] | None = None,
     compile: bool = False,
     dtype: str = "auto",
+    progress: Callable[[int, int], None] | None = None,
 ) -> Any:
     """Open a ``.keras`` or legacy ``.h5``/``.hdf5`` model file and return the ``keras.Model``.
 
@@ -66,11 +73,12 @@ def load_model(
 
     Raises ``ModelLoadError`` (missing, not a model, corrupt, unsupported), ``CustomObjectError`` (a custom
     class or function is not available) or ``UnsafeModelError`` (the file needs ``safe_mode=False``).
+    ``progress(bytes read, bytes in all)``: called while a checkpoint folder's weights are read.
     """
     path = bundled(path)
     folder = _checkpoint_folder(path, dtype)
     if folder is not None:
-        return load_checkpoint_folder(folder, dtype)
+        return load_checkpoint_folder(folder, dtype, progress)
     if not compile:  # the steps are faster: no initializers run, the weights read in place
         model, load_weights = load_model_in_steps(path, safe_mode=safe_mode, custom_objects=custom_objects)
         load_weights()
@@ -84,7 +92,7 @@ def load_model(
 
 def load_model_in_steps(
     path: str | Path, *, safe_mode: bool = True, custom_objects: dict[str, Any] | None = None, dtype: str = "auto"
-) -> tuple[Any, Callable[[], None]]:
+) -> tuple[Any, Callable[..., None]]:
     """``load_model`` in the two steps Keras takes, with a pause between them: returns the model built from
     its config (every layer and connection; its variables not yet given values: no initializer runs, and
     reading one in between gives its initializer's values) and a function that loads the saved weights into
@@ -93,11 +101,12 @@ def load_model_in_steps(
 
     Same checks, errors and result as ``load_model``; files the steps do not cover (``.h5``, archives with
     assets or ``.npz`` weights, a Keras without these internals) load whole in the first step, and the second
-    does nothing.
+    does nothing. A Hugging Face folder's second step takes ``progress(bytes read, bytes in all)`` (it may raise
+    ``Cancelled`` to stop; the model is then unusable).
     """
     folder = _checkpoint_folder(path, dtype)
-    if folder is not None:  # keras_hub converts it in one step
-        return load_checkpoint_folder(folder, dtype), lambda: None
+    if folder is not None:  # keras_hub builds it, then its tensors are read into it
+        return load_checkpoint_folder_in_steps(folder, dtype)
     p, config, objects = _prepare(path, custom_objects, safe_mode)
     keras = import_keras()
     from gradscope.backend import build_without_initializers, loaded_in_place
@@ -106,7 +115,7 @@ def load_model_in_steps(
     if saving_lib is None:
         with _translated(p, config, objects, safe_mode):
             model = keras.saving.load_model(p, custom_objects=objects, compile=False, safe_mode=safe_mode)
-        return _checked_model(keras, model, p), lambda: None
+        return _checked_model(keras, model, p), lambda progress=None: None
     with zipfile.ZipFile(p) as zf:
         config_json = read_member(zf, "config.json", p)
     with _translated(p, config, objects, safe_mode):
@@ -116,7 +125,7 @@ def load_model_in_steps(
         )
     model = _checked_model(keras, model, p)
 
-    def load_weights() -> None:
+    def load_weights(progress: Callable[[int, int], None] | None = None) -> None:  # noqa: ARG001 - a file: seconds
         with _translated(p, config, objects, safe_mode), weights_store(saving_lib, p, model) as store:
             failed: set = set()
             errors: dict = {}

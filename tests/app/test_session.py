@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import threading
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -402,6 +403,22 @@ def test_a_model_is_drawn_while_its_weights_load_and_withdrawn_if_they_fail(tmp_
     s.document._preview({"graph": graph, "layout": layout})  # as a load drawing its graph would; then Esc
     s.cancel()
     assert seen[-1][1:3] == (None, None) and not s.document.previewing and s.graph is graph
+
+
+def test_a_checkpoint_folder_is_drawn_before_its_weights_are_read_and_shows_how_much_is_read():
+    folder = Path(__file__).resolve().parents[1] / "data" / "hf" / "llama"
+    s = Session(InlineExecutor())
+    rec = Recorder(s)
+    seen: list[tuple] = []
+    s.document.previewed.connect(lambda graph, layout: seen.append(("preview", graph is not None)))
+    s.document.loaded.connect(lambda graph: seen.append(("loaded", graph is not None)))
+    busy: list[str] = []
+    s.jobs.busy_changed.connect(lambda label: busy.append(label))
+    s.open_model(folder)
+    assert seen == [("preview", True), ("loaded", True)] and not rec.errors()
+    read = [m for m in busy if m and m.startswith("Loading the weights... ") and " of " in m]
+    done, total = read[-1].removeprefix("Loading the weights... ").split(" of ")
+    assert len(read) > 3 and done.endswith(" MB") and float(done[:-3]) > 0.9 * float(total[:-3])
 
 
 def test_exports_and_session_file_round_trip(tmp_path, model, image):

@@ -7,13 +7,14 @@ from __future__ import annotations
 import json
 import struct
 import threading
+from pathlib import Path
 
 import ml_dtypes
 import numpy as np
 import pytest
 
 from gradscope.backend import keras, laid_out, tf, weights_written_once
-from gradscope.core.errors import ModelLoadError
+from gradscope.core.errors import Cancelled, ModelLoadError
 from gradscope.io.checkpoints.safetensors_file import SafetensorsFile, safe_open
 
 safetensors_numpy = pytest.importorskip("safetensors.numpy")
@@ -114,3 +115,38 @@ def test_variables_are_created_once_from_what_the_converter_assigns():
     np.testing.assert_allclose(np.asarray(layer(x)), x @ kernel + 1)
     layer.kernel.assign(np.zeros((3, 4), np.float32))  # after the block: a plain variable again
     assert float(tf.reduce_sum(layer.kernel)) == 0.0
+
+
+HF = Path(__file__).resolve().parents[1] / "data" / "hf"
+
+
+def test_a_folder_opens_in_two_steps_with_its_graph_first_and_progress_in_bytes():
+    """The window draws the graph of a folder's model before its weights arrive, shows how much is read, and a
+    Cancel stops between two tensors; the model then opens again from the start."""
+    from gradscope.engine.backward.runner import Engine
+    from gradscope.io.checkpoints import load_checkpoint_folder_in_steps
+
+    folder = HF / "llama"
+    model, load_weights = load_checkpoint_folder_in_steps(folder)
+    assert all(v._value is None for v in model.weights)  # built from the config: no memory, no random numbers
+    graph = Engine(model).graph  # walked (and drawn) before any weight is read
+    assert graph.token_input is not None
+    seen: list[tuple[int, int]] = []
+    load_weights(lambda done, total: seen.append((done, total)))
+    total = sum(p.stat().st_size for p in folder.glob("*.safetensors"))
+    assert seen[-1][1] == total and [d for d, _ in seen] == sorted(d for d, _ in seen)
+    assert 0.9 * total < seen[-1][0] <= total  # every tensor's bytes (the header is the rest)
+    ref = np.load(HF / "llama.npz")
+    ids = ref["ids"]
+    logits = np.asarray(model({"token_ids": ids[None], "padding_mask": np.ones((1, len(ids)), "int32")}))[0]
+    np.testing.assert_allclose(logits, ref["logits"], atol=1e-6 * np.abs(ref["logits"]).max(), rtol=0)
+
+    def cancel(done: int, total: int) -> None:
+        raise Cancelled()
+
+    model, load_weights = load_checkpoint_folder_in_steps(folder)
+    with pytest.raises(Cancelled):
+        load_weights(cancel)
+    again, load_weights = load_checkpoint_folder_in_steps(folder)  # nothing of the cancelled open is held
+    load_weights()
+    assert all(v._value is not None for v in again.weights)

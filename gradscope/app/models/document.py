@@ -80,7 +80,12 @@ class ModelDocument:
             built = self._build(model, token)
             token.preview(built)  # the graph is drawn while the weights load
             token.report("Loading the weights...")
-            load_weights()
+
+            def weights_read(done: int, total: int) -> None:
+                token.check()  # Cancel stops between two tensors of a large folder
+                token.report(f"Loading the weights... {_size(done)} of {_size(total)}")
+
+            load_weights(weights_read)
             token.check()
             return {**built, "custom_objects_file": objects_file}
 
@@ -241,3 +246,7 @@ class ModelDocument:
         names = self.class_names
         known = isinstance(index, numbers.Integral) and 0 <= index < len(names)
         return f"{index} {names[index]}" if known else str(index)
+
+
+def _size(nbytes: int) -> str:
+    return f"{nbytes / 2**30:.1f} GB" if nbytes >= 2**30 else f"{nbytes / 2**20:.1f} MB"

@@ -13,11 +13,11 @@ safe mode.
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
-from gradscope.core.errors import ModelLoadError
+from gradscope.core.errors import Cancelled, ModelLoadError
 from gradscope.io.checkpoints.faithful import faithful_conversion
 from gradscope.io.checkpoints.files import INDEX, check_folder_files, read_config, weight_files
 from gradscope.io.checkpoints.safetensors_file import read_by_tensor
@@ -67,11 +67,25 @@ def _kind(config: dict | None) -> str | None:
     return None
 
 
-def load_checkpoint_folder(folder: Path, dtype: str = "auto") -> Any:
+#: ``progress(bytes read, bytes in all)`` while a folder's weights are read, after each tensor; raising stops it.
+Progress = Callable[[int, int], None]
+
+
+def load_checkpoint_folder(folder: Path, dtype: str = "auto", progress: Progress | None = None) -> Any:
     """The keras.Model in a checkpoint folder: a causal LM with its head (the family's keras_hub ``CausalLM``),
     else its backbone, in ``dtype`` ("auto": as the checkpoint is stored, so a bfloat16 model takes half the
     memory of a float32 copy; keras_hub alone would widen it to float32). ``ModelLoadError`` naming what is
     missing or not convertible."""
+    model, load_weights = load_checkpoint_folder_in_steps(folder, dtype)
+    load_weights(progress)
+    return model
+
+
+def load_checkpoint_folder_in_steps(folder: Path, dtype: str = "auto") -> tuple[Any, Callable[..., None]]:
+    """``load_checkpoint_folder`` in two steps, as the window opens a large folder: the model built from the
+    config (its variables wait for their tensors: nothing is drawn at random, no memory is taken; its graph can be
+    walked and drawn), then ``load_weights(progress=None)``, which reads each tensor into the variable made from it.
+    A keras_hub preset folder loads whole in the first step."""
     config = _config(folder) or {}
     kind = _kind(config)
     wanted = _stored_dtype(config) if check_dtype(dtype) == "auto" else dtype
@@ -83,7 +97,7 @@ def load_checkpoint_folder(folder: Path, dtype: str = "auto") -> Any:
     else:
         weights = [p for p in (folder / "model.weights.h5",) if p.is_file()]
     check_buildable(folder, config, weights, wanted)
-    from gradscope.io._keras import HF_INSTALL, import_keras_hub, missing_hf
+    from gradscope.io._keras import import_keras_hub, missing_hf
 
     try:
         keras_hub = import_keras_hub()
@@ -93,12 +107,54 @@ def load_checkpoint_folder(folder: Path, dtype: str = "auto") -> Any:
     from gradscope.backend import weights_written_once
 
     preset = str(folder.resolve())  # a path that exists: never read as a preset name to download
+    deferred: list[Callable[[], None]] | None = [] if kind == "transformers" else None
+    with (
+        _one_line_errors(folder, config, keras_hub),
+        _default_dtype_policy(wanted),
+        faithful_conversion(str(folder), deferred),
+        weights_written_once(finish=deferred is None) as held,
+        read_by_tensor(),
+    ):
+        model = _from_preset(keras_hub, preset, options, deferred)
+    if kind == "transformers":
+        _check_head_kept(folder, config, model)
+    if not deferred:
+        return_freed_memory()
+        return model, lambda progress=None: None
+    total = sum(p.stat().st_size for p in weights)
+
+    def load_weights(progress: Progress | None = None) -> None:
+        read = [0]
+
+        def on_read(nbytes: int) -> None:
+            read[0] += nbytes
+            if progress is not None:
+                progress(min(read[0], total), total)
+
+        with (
+            _one_line_errors(folder, config, keras_hub),
+            _default_dtype_policy(wanted),
+            faithful_conversion(str(folder)),
+            weights_written_once(held),
+            read_by_tensor(on_read),
+        ):
+            for step in deferred:
+                step()
+        return_freed_memory()  # the converter's copies of each weight (1.2 B bfloat16 parameters: GBs) go back
+
+    return model, load_weights
+
+
+@contextlib.contextmanager
+def _one_line_errors(folder: Path, config: dict, keras_hub: Any) -> Iterator[None]:
+    """What keras_hub raises for a folder it cannot read, as one line naming the folder (the user's input)."""
+    from gradscope.io._keras import HF_INSTALL
+
     try:
-        with _default_dtype_policy(wanted), faithful_conversion(str(folder)), weights_written_once(), read_by_tensor():
-            model = _from_preset(keras_hub, preset, options)
+        yield
     except ImportError as exc:  # keras_hub reads safetensors through the package of that name
         raise ModelLoadError(f"Opening {folder} needs {exc.name or exc}: `{HF_INSTALL}` installs it.") from exc
-    except ModelLoadError:
+    except (ModelLoadError, Cancelled):
         raise
     except Exception as exc:  # noqa: BLE001 - a folder keras_hub cannot read is the user's input: one line
         model_type = config.get("model_type")
@@ -108,18 +164,16 @@ def load_checkpoint_folder(folder: Path, dtype: str = "auto") -> Any:
                 f"{model_type!r}. Causal language models that open: {', '.join(CAUSAL_LM_TYPES)}."
             ) from exc
         raise ModelLoadError(f"Cannot open the checkpoint folder {folder}: {type(exc).__name__}: {exc}") from exc
-    if kind == "transformers":
-        _check_head_kept(folder, config, model)
-    return_freed_memory()  # the converter's copies of each weight (1.2 B bfloat16 parameters: GBs) go back
-    return model
 
 
-def _from_preset(keras_hub: Any, preset: str, options: dict) -> Any:
+def _from_preset(keras_hub: Any, preset: str, options: dict, deferred: list | None) -> Any:
     try:
         return keras_hub.models.CausalLM.from_preset(preset, preprocessor=None, **options)
     except ValueError as exc:
         if "no converter" in str(exc).lower():
             raise
+        if deferred:
+            deferred.clear()  # the weights of the causal LM that could not be built
         return keras_hub.models.Backbone.from_preset(preset, **options)  # not a causal LM: its backbone
 
 

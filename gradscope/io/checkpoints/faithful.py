@@ -13,8 +13,9 @@ holds each against transformers' logits.
 from __future__ import annotations
 
 import contextlib
+import functools
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import numpy as np
@@ -146,10 +147,20 @@ class _KeptPrecision(np.ndarray):
         return np.ndarray.astype(self, dtype, *args, **kwargs)
 
 
+def _convert_weights(loader: Any, backbone: Any) -> None:
+    """What keras_hub's ``TransformersPresetLoader.load_backbone`` does after building when it loads weights."""
+    from keras_hub.src.utils.transformers import safetensor_utils
+
+    with safetensor_utils.SafetensorLoader(loader.preset) as tensors:
+        loader.converter.convert_weights(backbone, tensors, loader.config)
+
+
 @contextlib.contextmanager
-def faithful_conversion(where: str) -> Iterator[None]:
+def faithful_conversion(where: str, deferred: list[Callable[[], None]] | None = None) -> Iterator[None]:
     """Inside: keras_hub's Hugging Face loader builds each backbone with :class:`Conversion`'s additions (or
-    raises its refusal naming ``where``), and never rounds a float32 or bfloat16 tensor to float16."""
+    raises its refusal naming ``where``), and never rounds a float32 or bfloat16 tensor to float16. With
+    ``deferred``, a backbone is only built: reading its weights is appended there, to run later inside this
+    context again (the window draws the graph in between)."""
     try:
         from keras_hub.src.utils.transformers import preset_loader, safetensor_utils
     except ImportError:
@@ -161,8 +172,11 @@ def faithful_conversion(where: str) -> Iterator[None]:
     def faithful_backbone(self: Any, cls: Any, load_weights: bool, **kwargs: Any) -> Any:
         conversion = Conversion(str(self.config.get("model_type")), self.config)
         conversion.check(where)
-        backbone = load_backbone(self, cls, load_weights, **{**kwargs, **conversion.arguments})
+        later = deferred is not None and load_weights
+        backbone = load_backbone(self, cls, load_weights and not later, **{**kwargs, **conversion.arguments})
         conversion.finish(backbone)
+        if later:
+            deferred.append(functools.partial(_convert_weights, self, backbone))  # type: ignore[union-attr]
         return backbone
 
     def kept_port_weight(self: Any, keras_variable: Any, hf_weight_key: str, hook_fn: Any = None) -> None:

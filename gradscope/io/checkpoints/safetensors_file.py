@@ -12,11 +12,12 @@ in the tests.
 from __future__ import annotations
 
 import contextlib
+import functools
 import json
 import math
 import os
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -54,8 +55,9 @@ class SafetensorsFile:
     """One ``.safetensors`` file: ``keys()`` and ``get_tensor(name)`` as ``safe_open(path, framework="np")`` has
     them, each tensor a fresh little-endian numpy array."""
 
-    def __init__(self, path: str | os.PathLike[str]) -> None:
+    def __init__(self, path: str | os.PathLike[str], on_read: Callable[[int], None] | None = None) -> None:
         self.path = Path(path)
+        self._on_read = on_read
         self._file = open(self.path, "rb", buffering=0)  # noqa: SIM115 - closed by close(); unbuffered: one copy
         try:
             self._entries, self._data_start = self._read_header()
@@ -107,6 +109,8 @@ class SafetensorsFile:
         self._file.seek(offset)
         if self._file.readinto(memoryview(array.reshape(-1).view(np.uint8))) != length:
             raise self._fail(f"tensor {name!r} ends early (the file changed while it was read)")
+        if self._on_read is not None:
+            self._on_read(length)
         return array
 
     def close(self) -> None:
@@ -119,16 +123,23 @@ class SafetensorsFile:
         self.close()
 
 
-def safe_open(path: str | os.PathLike[str], framework: str = "np", device: str = "cpu") -> SafetensorsFile:
+def safe_open(
+    path: str | os.PathLike[str],
+    framework: str = "np",
+    device: str = "cpu",
+    *,
+    on_read: Callable[[int], None] | None = None,
+) -> SafetensorsFile:
     """``safetensors.safe_open`` for numpy on the CPU, the only way keras_hub's converters call it."""
     if framework not in ("np", "numpy") or device != "cpu":
         raise ValueError(f"gradscope reads safetensors as numpy on the CPU, not framework={framework!r} on {device!r}")
-    return SafetensorsFile(path)
+    return SafetensorsFile(path, on_read)
 
 
 @contextlib.contextmanager
-def read_by_tensor() -> Iterator[None]:
-    """Inside: keras_hub's converters read safetensors files through :class:`SafetensorsFile`."""
+def read_by_tensor(on_read: Callable[[int], None] | None = None) -> Iterator[None]:
+    """Inside: keras_hub's converters read safetensors files through :class:`SafetensorsFile`, calling
+    ``on_read(bytes)`` after each tensor (it may raise: the open stops there)."""
     import types
 
     try:
@@ -138,8 +149,9 @@ def read_by_tensor() -> Iterator[None]:
         return
     with _ONE_AT_A_TIME:
         saved = safetensor_utils.safetensors, convert_gemma3.safe_open
-        safetensor_utils.safetensors = types.SimpleNamespace(safe_open=safe_open)
-        convert_gemma3.safe_open = safe_open
+        opened = functools.partial(safe_open, on_read=on_read)
+        safetensor_utils.safetensors = types.SimpleNamespace(safe_open=opened)
+        convert_gemma3.safe_open = opened
         try:
             yield
         finally:
