@@ -90,7 +90,15 @@ def test_a_transposed_tensor_is_laid_out_as_numpy_lays_it_out(dtype):
     base = np.arange(2 * 3 * 4 * 5, dtype=np.float32).reshape(2, 3, 4, 5).astype(dtype)
     for view in (base.transpose(1, 0, 2, 3), base.transpose(3, 1, 0, 2), base[:, 1:], base.T, base[..., ::2]):
         np.testing.assert_array_equal(np.asarray(laid_out(view)), np.ascontiguousarray(view))
-    assert laid_out(base) is base
+    np.testing.assert_array_equal(np.asarray(laid_out(base)), base)
+    unaligned = np.empty(base.size + 1, dtype)[1:].reshape(base.shape)  # 2 or 4 bytes past an aligned start
+    unaligned[...] = base
+    got = laid_out(unaligned)
+    assert got.dtype == tf.as_dtype(dtype)
+    np.testing.assert_array_equal(np.asarray(got), base)
+    flags = np.array([True, False])
+    np.testing.assert_array_equal(np.asarray(laid_out(flags)), flags)  # what DLPack does not carry: converted
+    assert laid_out(7) == 7
 
 
 def test_variables_are_created_once_from_what_the_converter_assigns():

@@ -105,7 +105,9 @@ class SafetensorsFile:
 
     def get_tensor(self, name: str) -> np.ndarray:
         dtype, shape, offset, length = self._entries[name]
-        array = np.empty(shape, dtype.newbyteorder("<"))
+        from gradscope.backend import aligned_empty  # read where TensorFlow can take it over as it lies
+
+        array = aligned_empty(shape, dtype.newbyteorder("<"))
         self._file.seek(offset)
         if self._file.readinto(memoryview(array.reshape(-1).view(np.uint8))) != length:
             raise self._fail(f"tensor {name!r} ends early (the file changed while it was read)")
