@@ -9,6 +9,8 @@
     .venv/bin/python benchmarks/bench_language_model.py --folder F/llama3_1b F/gemma3_1b   # checkpoint folders
                                    # (benchmarks/make_lm_folders.py): open, AttnLRP, RSS, window against Keras' load
     .venv/bin/python benchmarks/bench_language_model.py --long 2048          # AttnLRP on 2,048 tokens: time, memory
+    .venv/bin/python benchmarks/bench_language_model.py --folder F/llama3_1b --lxt /tmp/torchvenv/bin/python
+                                   # against LXT 2.1 on transformers (lxt_language_model.py in the torch venv)
 
 Random weights (nothing downloaded), prompt of 64 tokens, batch 1, this machine's CPU. The Llama-3 shape: 16
 blocks of width 1024, 16 query / 4 key-value heads, MLP 4096, vocabulary 32,000 (309 M parameters, untied head);
@@ -258,6 +260,88 @@ def open_saved(path: Path, presets: tuple[str, ...] = ()) -> None:
     _report(row)
 
 
+def api_open(folder: Path, tokens: int = PROMPT) -> None:
+    """gradscope's side of the comparison with LXT (``lxt_language_model.py``), as a Python user meets it in this
+    fresh process: ``open_engine(folder)``, then AttnLRP's map of the most likely next token (the bare gradient
+    ``explain`` asks for: no statistics, no node's signal) on a prompt, the same prompt again, another prompt."""
+    from gradscope.api import open_engine
+
+    t0 = time.perf_counter()
+    engine = open_engine(folder)
+    loaded, started = time.perf_counter() - t0, time.perf_counter() - STARTED
+    rng = np.random.default_rng(0)  # the prompts of lxt_language_model.py
+    plan = build_method("attnlrp", engine.graph).plan
+
+    def feed(ids: np.ndarray) -> list:
+        return [ids if i == "token_ids" else np.ones_like(ids) for i in engine.graph.input_ids]
+
+    ids = rng.integers(2, 1000, (1, tokens))
+    row: dict = {"load_s": loaded, "started_to_loaded_s": started, "load_peak_mb": _peak_mb()}
+    for case, prompt in (("first_map_s", ids), ("again_s", ids), ("other_prompt_s", rng.integers(2, 1000, ids.shape))):
+        t0 = time.perf_counter()
+        result = engine.backward(feed(prompt), Target(kind="token"), plan, stats=False)
+        row[case] = time.perf_counter() - t0
+        row[case.replace("_s", "_mode")] = result.meta["mode"]
+    row |= {
+        "started_to_first_map_s": started + row["first_map_s"],
+        "peak_mb": _peak_mb(),
+        "weights_mb": _weights_mb(engine.model),
+    }
+    _report(row)
+
+
+def bench_against_lxt(folders: list[Path], python: str, tokens: int = PROMPT) -> list[dict]:
+    """Issue 60: each folder opened and explained by LXT 2.1 on transformers (``python``: the torch venv's) and by
+    gradscope's Python API, each in a fresh process, one after the other on this machine."""
+    import subprocess
+
+    rows = []
+    for folder in folders:
+        out = subprocess.run(
+            [python, str(Path(__file__).with_name("lxt_language_model.py")), str(folder), "--tokens", str(tokens)],
+            capture_output=True,
+            text=True,
+            check=False,
+        )
+        found = [json.loads(line[7:]) for line in out.stdout.splitlines() if line.startswith("RESULT ")]
+        if out.returncode or not found:
+            raise SystemExit(f"LXT on {folder} failed:\n{out.stderr[-3000:]}")
+        peer = found[0]
+        print(f"  LXT: {peer}", flush=True)
+        ours, _ = _child("--api-open", str(folder), "--tokens", str(tokens))
+
+        def record(case: str, value: float, reference: float, goal: str, unit: str = "s", name=folder.name) -> None:
+            rows.append({"model": name, "case": case, "value": value, "ratio": value / reference, "note": goal})
+            print(f"{name:<10} {case:<44} {value:9.2f} {unit:<3} {value / reference:6.2f}x  {goal}", flush=True)
+
+        record("LXT: process start -> loaded", peer["started_to_loaded_s"], peer["started_to_loaded_s"], "")
+        record("LXT: process start -> first AttnLRP map", peer["started_to_first_map_s"], 1, "= 1 x below")
+        record("LXT: another prompt", peer["other_prompt_s"], 1, "= 1 x below")
+        record("LXT: peak RSS", peer["peak_mb"], peer["weights_mb"], "x the weights", "MB")
+        record("gradscope: process start -> loaded", ours["started_to_loaded_s"], peer["started_to_loaded_s"], "")
+        record(
+            "gradscope: process start -> first AttnLRP map",
+            ours["started_to_first_map_s"],
+            peer["started_to_first_map_s"],
+            "goal <= 1.5x LXT's",
+        )
+        record(
+            "gradscope: the same plan and prompt again", ours["again_s"], ours["first_map_s"], "goal <= 1x its first"
+        )
+        record(
+            "gradscope: another prompt",
+            ours["other_prompt_s"],
+            peer["other_prompt_s"],
+            f"goal <= 1x LXT's; {ours['other_prompt_mode']}",
+        )
+        record("gradscope: peak RSS (open)", ours["load_peak_mb"], ours["weights_mb"], "x the weights", "MB")
+        record(
+            "gradscope: peak RSS", ours["peak_mb"], ours["weights_mb"], "x the weights; goal <= 1.2x (8 B: 1.15x)", "MB"
+        )
+        record("gradscope: peak RSS against LXT's", ours["peak_mb"], peer["peak_mb"], "", "MB")
+    return rows
+
+
 def keras_load(folder: Path, dtype: str) -> None:
     """The floor of opening a checkpoint folder: keras_hub's own load of it (what a user's script does) in the
     dtype gradscope opens it in, then the compiled plain gradient of the next token's logit, its first call (trace
@@ -424,7 +508,12 @@ def main() -> None:
     parser.add_argument("--presets", default="", help="with --open: presets to time after the first map (a,b)")
     parser.add_argument("--folder", nargs="+", type=Path, metavar="DIR", help="checkpoint folders (make_lm_folders.py)")
     parser.add_argument("--dtype", default="bfloat16", help="with --folder: the dtype Keras' own load is given")
+    parser.add_argument(
+        "--lxt", metavar="PYTHON", help="with --folder: against LXT 2.1 run by this torch venv's python"
+    )
     parser.add_argument("--keras-load", type=Path, metavar="DIR", help=argparse.SUPPRESS)
+    parser.add_argument("--api-open", type=Path, metavar="DIR", help=argparse.SUPPRESS)
+    parser.add_argument("--tokens", type=int, default=PROMPT, help="with --lxt: the prompt's length")
     parser.add_argument("--long", type=int, metavar="TOKENS", help="AttnLRP on a prompt of TOKENS (fresh processes)")
     parser.add_argument("--phase", choices=("plain", "attnlrp"), help=argparse.SUPPRESS)
     args = parser.parse_args()
@@ -432,10 +521,15 @@ def main() -> None:
         return open_saved(Path(args.open), tuple(p for p in args.presets.split(",") if p))
     if args.keras_load:
         return keras_load(args.keras_load, args.dtype)
+    if args.api_open:
+        return api_open(args.api_open, args.tokens)
     if args.long and args.phase:
         return long_prompt(args.long, args.phase, args.layers or 16)
     if args.long:
         return _write(f"language_model_long{args.long}", bench_long(args.long, args.layers or 16), {})
+    if args.folder and args.lxt:
+        stem = "language_model_lxt" + (f"_{args.tokens}" if args.tokens != PROMPT else "")
+        return _write(stem, bench_against_lxt(args.folder, args.lxt, args.tokens), {"tokens": args.tokens})
     if args.folder:
         return _write("language_model_folders", bench_folders(args.folder, args.dtype), {})
     keras.utils.set_random_seed(0)

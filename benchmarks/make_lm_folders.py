@@ -11,7 +11,9 @@ blocks of width 4096, 32 query / 8 key-value heads, MLP 14,336, untied head: 8.0
 (Gemma-3-1B's shape: 26 blocks of width 1152, 4 query / 1 key-value head of 256, MLP 6912, vocabulary 262,144,
 tied, sliding windows of 512: 1.0 B parameters), each ``save_pretrained`` in bfloat16 (``torch_dtype: bfloat16``,
 one safetensors file per 5 GB) with weights drawn N(0, 0.02) as transformers initialises them. No tokenizer: the
-benchmark feeds token ids. ``benchmarks/bench_language_model.py --folder DIR`` measures them.
+benchmark feeds token ids. ``llama3_309m/`` is the 309 M Llama-3 shape of ``bench_language_model.py`` in float32
+(16 blocks of width 1024, vocabulary 32,000, untied), for 2,048-token prompts against LXT.
+``benchmarks/bench_language_model.py --folder DIR`` measures them.
 """
 
 from __future__ import annotations
@@ -64,6 +66,21 @@ SHAPES = {
             torch_dtype="bfloat16",
         )
     ),
+    "llama3_309m": lambda: LlamaForCausalLM(  # bench_language_model.py's Keras Llama shape, for long prompts
+        LlamaConfig(
+            vocab_size=32_000,
+            hidden_size=1024,
+            intermediate_size=4096,
+            num_hidden_layers=16,
+            num_attention_heads=16,
+            num_key_value_heads=4,
+            max_position_embeddings=8192,
+            rms_norm_eps=1e-5,
+            rope_theta=500_000.0,
+            tie_word_embeddings=False,
+            torch_dtype="float32",
+        )
+    ),
     "gemma3_1b": lambda: Gemma3ForCausalLM(
         Gemma3TextConfig(
             vocab_size=262_144,
@@ -94,6 +111,7 @@ def main() -> None:
     torch.set_default_dtype(torch.bfloat16)  # built in bfloat16: a float32 copy is never made
     for name, build in SHAPES.items():
         if args.only == name or args.only is None and name != "llama3_8b":
+            torch.set_default_dtype(torch.float32 if name == "llama3_309m" else torch.bfloat16)
             model = build()
             folder = args.out / name
             model.save_pretrained(folder, safe_serialization=True, max_shard_size="2GB" if "8b" in name else "5GB")
