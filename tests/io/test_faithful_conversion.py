@@ -91,3 +91,20 @@ def test_an_unscaled_family_refuses_rope_scaling_and_a_gpt2_norm_epsilon_reaches
 
     norms = [la for la in engine.model._flatten_layers() if isinstance(la, keras.layers.LayerNormalization)]
     assert norms and {la.epsilon for la in norms} == {1e-3}
+
+
+@pytest.mark.parametrize(
+    ("family", "edit", "named"),
+    [
+        ("qwen3", {"attention_bias": True}, "attention_bias = True"),
+        ("qwen2", {"use_sliding_window": True, "sliding_window": 4, "max_window_layers": 1}, "max_window_layers = 1"),
+    ],
+)
+def test_what_a_family_cannot_build_is_named_before_any_weight_is_read(tmp_path, family, edit, named):
+    folder = tmp_path / family
+    shutil.copytree(DATA / "hf" / family, folder)
+    config = json.loads((folder / "config.json").read_text())
+    config.pop("layer_types", None)  # transformers derives it from the fields edited here
+    (folder / "config.json").write_text(json.dumps(config | edit))
+    with pytest.raises(ModelLoadError, match=named):
+        gs.open_engine(folder)

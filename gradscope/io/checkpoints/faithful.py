@@ -58,6 +58,10 @@ class Conversion:
         scaling = c.get("rope_scaling")
         if kind in _ROPE_SCALING_IGNORED and scaling and scaling.get("rope_type", scaling.get("type")) != "default":
             self._refuse("rope_scaling", scaling, "unscaled rotary positions")
+        if kind in ("qwen3", "qwen3_moe", "mistral", "mixtral") and c.get("attention_bias"):
+            self._refuse("attention_bias", c["attention_bias"], "its attention projections without biases")
+        if kind in ("qwen2", "qwen2_moe", "qwen3", "qwen3_moe"):
+            self._all_or_no_sliding(c)
         if kind == "llama":
             self.arguments["layer_norm_epsilon"] = self.norm_epsilon
             for field in ("attention_bias", "mlp_bias"):
@@ -107,6 +111,21 @@ class Conversion:
                 "query_pre_attn_scalar",
                 scalar,
                 f"queries scaled by head_dim ({head_dim}) or hidden_size / num_attention_heads ({per_head}) only",
+            )
+
+    def _all_or_no_sliding(self, c: dict) -> None:
+        """keras_hub's Qwen backbones slide every layer's window when ``use_sliding_window`` says so, else none;
+        transformers slides the layers from ``max_window_layers`` on (its ``layer_types``)."""
+        layers = int(c.get("num_hidden_layers") or 0)
+        slides = bool(c.get("use_sliding_window")) and c.get("sliding_window") is not None
+        types = c.get("layer_types") or [
+            "sliding_attention" if slides and i >= c.get("max_window_layers", 28) else "full_attention"
+            for i in range(layers)
+        ]
+        built = ["sliding_attention" if c.get("use_sliding_window") else "full_attention"] * layers
+        if list(types) != built:
+            self._refuse(
+                "max_window_layers", c.get("max_window_layers"), f"sliding windows in every layer or none ({built})"
             )
 
     def _layer_types(self, c: dict, sliding: Any) -> None:
