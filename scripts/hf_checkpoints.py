@@ -150,6 +150,9 @@ VARIANTS = {
 }
 
 
+#: Variants gradscope refuses: no map to compare.
+LXT_REFUSED = ("llama_attention_bias", "gemma3_query_pre_attn_scalar", "gpt2_activation_function")
+
 LXT_FAMILIES = ("llama", "qwen2", "qwen3", "gemma3", "gpt2", "smollm3", "mixtral", "qwen3_moe")
 
 
@@ -195,6 +198,7 @@ def _constant_routers(model) -> None:
 
 
 def lxt_relevance(folder: Path, family: str, preset: str, dtype: str, token: int) -> np.ndarray:
+    """``folder``'s prompt is ``<folder>.npz`` beside it; ``family`` names transformers' module and LXT's map."""
     """LXT's relevance per token for ``preset`` with the model in ``dtype`` (one call a process: LXT patches
     the family's classes), as its examples compute it: the target logit's backward, embeddings x their gradient."""
     import importlib
@@ -213,7 +217,7 @@ def lxt_relevance(folder: Path, family: str, preset: str, dtype: str, token: int
     monkey_patch(module, lxt_map(family, preset, module), verbose=False)
     model = AutoModelForCausalLM.from_pretrained(folder, torch_dtype=getattr(torch, dtype), attn_implementation="eager")
     _constant_routers(model)
-    ids = torch.tensor(np.load(folder.parent / f"{family}.npz")["ids"][None])
+    ids = torch.tensor(np.load(folder.parent / f"{folder.name}.npz")["ids"][None])
     embeds = model.get_input_embeddings()(ids).detach().requires_grad_(True)
     model(inputs_embeds=embeds, use_cache=False).logits[0, -1, token].backward()
     return (embeds * embeds.grad).double().sum(-1)[0].detach().numpy()
@@ -232,38 +236,46 @@ def main() -> None:
     )
     parser.add_argument("--variants", action="store_true", help="the folders of VARIANTS instead (issue 61)")
     parser.add_argument("--lxt", action="store_true", help="also LXT 2.1's relevances in float64 and bfloat16")
-    parser.add_argument("--lxt-one", nargs=4, metavar=("FAMILY", "PRESET", "DTYPE", "TOKEN"), help=argparse.SUPPRESS)
+    parser.add_argument(
+        "--lxt-one", nargs=5, metavar=("NAME", "FAMILY", "PRESET", "DTYPE", "TOKEN"), help=argparse.SUPPRESS
+    )
     args = parser.parse_args()
     if args.lxt_one:
-        family, preset, dtype, token = args.lxt_one
+        name, family, preset, dtype, token = args.lxt_one
         np.save(
-            args.out / f"{family}_{preset}_{dtype}.npy",
-            lxt_relevance(args.out / family, family, preset, dtype, int(token)),
+            args.out / f"{name}_{preset}_{dtype}.npy",
+            lxt_relevance(args.out / name, family, preset, dtype, int(token)),
         )
         return
     if args.lxt:
-        for family in [f for f in args.families.split(",") if f in LXT_FAMILIES]:
-            token = int(np.load(args.out / f"{family}.npz")["logits"][-1].argmax())
+        if args.variants:  # the carried fields of the families LXT has a map for, in float64 (float32 is held to it)
+            named = {n: f for n, (f, _) in VARIANTS.items() if f in LXT_FAMILIES and (args.out / f"{n}.npz").exists()}
+            named = {n: f for n, f in named.items() if n not in LXT_REFUSED}
+        else:
+            named = {f: f for f in args.families.split(",") if f in LXT_FAMILIES}
+        for name, family in named.items():
+            token = int(np.load(args.out / f"{name}.npz")["logits"][-1].argmax())
             found = {"token": token}
             for preset in ("attnlrp", "cp_lrp"):
-                for dtype in ("float64", "bfloat16"):
+                for dtype in ("float64",) if args.variants else ("float64", "bfloat16"):
                     cmd = [
                         sys.executable,
                         __file__,
                         "--out",
                         str(args.out),
                         "--lxt-one",
+                        name,
                         family,
                         preset,
                         dtype,
                         str(token),
                     ]
                     subprocess.run(cmd, check=True)
-                    part = args.out / f"{family}_{preset}_{dtype}.npy"
+                    part = args.out / f"{name}_{preset}_{dtype}.npy"
                     found[f"{preset}_{dtype}"] = np.load(part)
                     part.unlink()
-            np.savez(args.out / f"{family}_lxt.npz", **found)
-            print(family, "LXT", {k: float(np.abs(v).max()) for k, v in found.items() if k != "token"})
+            np.savez(args.out / f"{name}_lxt.npz", **found)
+            print(name, "LXT", {k: float(np.abs(v).max()) for k, v in found.items() if k != "token"})
         return
     names = list(VARIANTS) if args.variants else args.families.split(",")
     for family in names:

@@ -47,6 +47,20 @@ def test_a_field_keras_hubs_converter_drops_is_carried_over(name):
     np.testing.assert_allclose(logits, want, atol=1e-5 * np.abs(want).max(), rtol=0)
 
 
+@pytest.mark.parametrize("name", ["llama_rms_norm_eps", "gemma3_rms_norm_eps", "gpt2_layer_norm_epsilon"])
+def test_attnlrp_and_cp_lrp_on_a_carried_field_equal_lxt(name):
+    """LXT 2.1's float64 relevance on the transformers model with that field (hf_checkpoints.py --variants --lxt)."""
+    from gradscope.core.targets import Target
+
+    ref, prompt = np.load(VARIANTS / f"{name}_lxt.npz"), np.load(VARIANTS / f"{name}.npz")
+    engine = gs.open_engine(VARIANTS / name)
+    for method in ("attnlrp", "cp_lrp"):
+        target = Target(kind="token", index=int(ref["token"]))
+        got = np.asarray(gs.explain(engine, prompt["ids"], method=method, target=target).saliency, float)
+        want = ref[f"{method}_float64"]
+        assert np.linalg.norm(got - want) / np.linalg.norm(want) < 1e-4, method
+
+
 def test_without_the_carried_field_the_logits_would_differ():
     """The test above can fail: the Llama folder built with keras_hub's own epsilon is off torch's logits."""
     config = json.loads((VARIANTS / "llama_rms_norm_eps" / "config.json").read_text())
