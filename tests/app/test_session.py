@@ -418,7 +418,7 @@ def test_a_checkpoint_folder_is_drawn_before_its_weights_are_read_and_shows_how_
     assert seen == [("preview", True), ("loaded", True)] and not rec.errors()
     read = [m for m in busy if m and m.startswith("Loading the weights... ") and " of " in m]
     done, total = read[-1].removeprefix("Loading the weights... ").split(" of ")
-    assert len(read) > 3 and done.endswith(" MB") and float(done[:-3]) > 0.9 * float(total[:-3])
+    assert len(read) > 3 and done.endswith(" MB") and float(done[:-3]) >= 0.9 * float(total[:-3]) > 0
 
 
 def test_exports_and_session_file_round_trip(tmp_path, model, image):

@@ -249,4 +249,6 @@ class ModelDocument:
 
 
 def _size(nbytes: int) -> str:
-    return f"{nbytes / 2**30:.1f} GB" if nbytes >= 2**30 else f"{nbytes / 2**20:.1f} MB"
+    if nbytes >= 2**30:
+        return f"{nbytes / 2**30:.1f} GB"
+    return f"{nbytes / 2**20:.0f} MB" if nbytes >= 100 * 2**20 else f"{nbytes / 2**20:.1f} MB"
