@@ -96,9 +96,6 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-DEMO_PREFIX = "demo:"
-
-
 def bundled(word: str) -> str:
     """``demo:NAME`` (or ``--flag=demo:NAME``) as the path of the bundled demo file or folder NAME, wherever
     gradscope is installed: ``gradscope explain demo:shapes_cnn.keras demo:images/circle_0.png`` runs from any
@@ -106,7 +103,7 @@ def bundled(word: str) -> str:
     from gradscope.core.resources import bundled as resolved
 
     flag, eq, value = word.partition("=") if word.startswith("--") else ("", "", word)
-    return f"{flag}{eq}{resolved(value)}" if value.startswith(DEMO_PREFIX) else word
+    return f"{flag}{eq}{resolved(value)}"  # anything but demo:NAME comes back as it was
 
 
 def main(argv: Sequence[str] | None = None) -> int:

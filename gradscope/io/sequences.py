@@ -225,7 +225,7 @@ class HubVocabulary(Vocabulary):
         return [int(i) for i in np.asarray(self.tokenizer.tokenize(unicode_text(text))).reshape(-1)]
 
     def encode(self, text: str) -> np.ndarray:
-        ids = [int(i) for i in np.asarray(self.tokenizer.tokenize(unicode_text(text))).reshape(-1)]
+        ids = self._ids(text)
         if not ids:
             raise InputError("The text has no words.")
         start, end = self.wrap
