@@ -106,15 +106,24 @@ def load_checkpoint_folder_in_steps(folder: Path, dtype: str = "auto") -> tuple[
         raise ModelLoadError(missing_hf(f"{folder} is a {kind_name} checkpoint folder: opening it", exc)) from exc
     from gradscope.backend import weights_written_once
 
+    @contextlib.contextmanager
+    def converting(held: list | None = None, on_read: Callable[[int], None] | None = None) -> Iterator[list]:
+        """keras_hub's loader as gradscope runs it: one-line errors, the asked dtype, the config carried over, each
+        variable written once from its tensor, tensors read one by one. Building (no ``held`` yet) defers a Hugging
+        Face folder's weights; reading them (``held``: the variables waiting) initialises what nothing wrote."""
+        building = held is None
+        with (
+            _one_line_errors(folder, config, keras_hub),
+            _default_dtype_policy(wanted),
+            faithful_conversion(str(folder), deferred if building else None),
+            weights_written_once(held, finish=not (building and deferred is not None)) as waiting,
+            read_by_tensor(on_read),
+        ):
+            yield waiting
+
     preset = str(folder.resolve())  # a path that exists: never read as a preset name to download
     deferred: list[Callable[[], None]] | None = [] if kind == "transformers" else None
-    with (
-        _one_line_errors(folder, config, keras_hub),
-        _default_dtype_policy(wanted),
-        faithful_conversion(str(folder), deferred),
-        weights_written_once(finish=deferred is None) as held,
-        read_by_tensor(),
-    ):
+    with converting() as held:
         model = _from_preset(keras_hub, preset, options, deferred)
     if kind == "transformers":
         _check_head_kept(folder, config, model)
@@ -131,13 +140,7 @@ def load_checkpoint_folder_in_steps(folder: Path, dtype: str = "auto") -> tuple[
             if progress is not None:
                 progress(min(read[0], total), total)
 
-        with (
-            _one_line_errors(folder, config, keras_hub),
-            _default_dtype_policy(wanted),
-            faithful_conversion(str(folder)),
-            weights_written_once(held),
-            read_by_tensor(on_read),
-        ):
+        with converting(held, on_read):
             for step in deferred:
                 step()
         if progress is not None:

@@ -158,10 +158,11 @@ class Conversion:
 
 class _KeptPrecision(np.ndarray):
     """A checkpoint tensor whose ``astype(float16)`` is the tensor itself: Mistral's converter rounds every weight
-    to float16 before it is assigned, so a float32 or bfloat16 checkpoint lost precision it had."""
+    to float16 before it is assigned, so a float32 or bfloat16 checkpoint lost precision it had. The variable
+    still gets its own dtype: ``assign`` converts to it (a float16 model rounds there, once)."""
 
     def astype(self, dtype: Any, *args: Any, **kwargs: Any) -> Any:
-        if np.dtype(dtype) == np.float16 and self.dtype != np.float16:
+        if np.dtype(dtype) == np.float16:
             return self
         return np.ndarray.astype(self, dtype, *args, **kwargs)
 
@@ -186,7 +187,7 @@ def faithful_conversion(where: str, deferred: list[Callable[[], None]] | None = 
         yield
         return
     loader_cls, tensors = preset_loader.TransformersPresetLoader, safetensor_utils.SafetensorLoader
-    load_backbone, port_weight = loader_cls.load_backbone, tensors.port_weight
+    load_backbone, get_tensor = loader_cls.load_backbone, tensors.get_tensor
 
     def faithful_backbone(self: Any, cls: Any, load_weights: bool, **kwargs: Any) -> Any:
         conversion = Conversion(str(self.config.get("model_type")), self.config)
@@ -198,17 +199,12 @@ def faithful_conversion(where: str, deferred: list[Callable[[], None]] | None = 
             deferred.append(functools.partial(_convert_weights, self, backbone))  # type: ignore[union-attr]
         return backbone
 
-    def kept_port_weight(self: Any, keras_variable: Any, hf_weight_key: str, hook_fn: Any = None) -> None:
-        if hook_fn is None or keras_variable.dtype == "float16":
-            return port_weight(self, keras_variable, hf_weight_key, hook_fn)
-        tensor = self.get_tensor(hf_weight_key)
-        value = hook_fn(np.asarray(tensor).view(_KeptPrecision), list(keras_variable.shape))
-        keras_variable.assign(value.view(np.ndarray) if isinstance(value, np.ndarray) else value)
-        return None
+    def kept_tensor(self: Any, hf_weight_key: str) -> np.ndarray:
+        return np.asarray(get_tensor(self, hf_weight_key)).view(_KeptPrecision)
 
     with _ONE_AT_A_TIME:
-        loader_cls.load_backbone, tensors.port_weight = faithful_backbone, kept_port_weight
+        loader_cls.load_backbone, tensors.get_tensor = faithful_backbone, kept_tensor
         try:
             yield
         finally:
-            loader_cls.load_backbone, tensors.port_weight = load_backbone, port_weight
+            loader_cls.load_backbone, tensors.get_tensor = load_backbone, get_tensor
