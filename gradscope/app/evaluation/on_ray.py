@@ -8,8 +8,9 @@ extra (``pip install 'gradscope[ray]'``); nothing else imports this module.
 
 from __future__ import annotations
 
+import contextlib
 import json
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -45,21 +46,66 @@ class RayOptions:
     num_cpus: int | None = None  # of a local instance (None: Ray's choice, all of them)
 
 
+def worker_engine(options: RayOptions) -> Any:
+    """The engine a Ray actor holds: the user's rule and custom-object files run in the worker as they did here,
+    then the model file is loaded once."""
+    from gradscope.engine.backward.runner import Engine
+    from gradscope.io.models import load_custom_objects_file, load_model
+    from gradscope.rules.base import load_rule_file
+
+    for path in options.rules:
+        load_rule_file(path)
+    objects: dict = {}
+    for path in options.custom_objects:
+        objects.update(load_custom_objects_file(path))
+    return Engine(load_model(options.model, safe_mode=options.safe_mode, custom_objects=objects or None))
+
+
+@contextlib.contextmanager
+def ray_started(options: RayOptions, error: type[Exception]) -> Iterator[Any]:
+    """Ray, connected to ``options.address`` (or a local instance) unless this process already is; the connection
+    this block made is closed at its end. ``error``: what an unreachable cluster is reported as."""
+    ray = import_ray()
+    started = not ray.is_initialized()
+    if started:
+        try:
+            ray.init(
+                address=options.address,
+                num_cpus=options.num_cpus if options.address is None else None,
+                include_dashboard=False,
+                log_to_driver=False,
+                configure_logging=False,
+            )
+        except Exception as exc:  # an unreachable cluster, a local instance that cannot start
+            raise error(f"Cannot start or reach Ray ({options.address or 'local'}): {exc}") from exc
+    try:
+        yield ray
+    finally:
+        if started:
+            ray.shutdown()
+
+
+def actor_rows(ray: Any, options: RayOptions, rows: list[dict], worker: type, arguments: dict) -> Any:
+    """``rows`` mapped one at a time by a pool of ``worker(**arguments)`` actors (``options.actors``, else one per
+    GPU of the cluster, else one per CPU up to ``MAX_LOCAL_ACTORS``; never more than rows), as a Ray dataset."""
+    resources = ray.cluster_resources()
+    gpus = int(resources.get("GPU", 0))
+    actors = options.actors or (gpus or min(MAX_LOCAL_ACTORS, max(1, int(resources.get("CPU", 1)))))
+    return ray.data.from_items(rows, override_num_blocks=len(rows)).map_batches(
+        worker,
+        fn_constructor_kwargs=arguments,
+        batch_size=1,
+        compute=ray.data.ActorPoolStrategy(size=max(1, min(actors, len(rows)))),
+        num_gpus=1 if gpus else 0,
+        num_cpus=0 if gpus else 1,
+    )
+
+
 class BatchWorker:
     """A Ray Data actor: one engine, one batch record per row (rows: ``index`` and the batch's ``keys``)."""
 
     def __init__(self, options: RayOptions, settings: dict, source: Any) -> None:
-        from gradscope.engine.backward.runner import Engine
-        from gradscope.io.models import load_custom_objects_file, load_model
-        from gradscope.rules.base import load_rule_file
-
-        for path in options.rules:
-            load_rule_file(path)
-        objects: dict = {}
-        for path in options.custom_objects:
-            objects.update(load_custom_objects_file(path))
-        model = load_model(options.model, safe_mode=options.safe_mode, custom_objects=objects or None)
-        self.engine = Engine(model)
+        self.engine = worker_engine(options)
         self.settings = EvalSettings(**settings)
         self.methods = eval_methods(self.engine, self.settings)
         self.engine.trace_cache_size = max(self.engine.trace_cache_size, len(self.methods) + 1)
@@ -95,49 +141,24 @@ def run_batches_ray(
     should_stop: Callable[[], bool] | None = None,
 ) -> RunState:
     """``run_batches`` on Ray: the batches not on disk yet, written by this process as they arrive."""
-    ray = import_ray()
+    import_ray()  # a missing Ray is said even when every batch is on disk already
     chunks, todo, state = pending_batches(keys, settings, out)
     if not todo:
         return state
-    started = not ray.is_initialized()
-    if started:
-        try:
-            ray.init(
-                address=options.address,
-                num_cpus=options.num_cpus if options.address is None else None,
-                include_dashboard=False,
-                log_to_driver=False,
-                configure_logging=False,
-            )
-        except Exception as exc:  # an unreachable cluster, a local instance that cannot start
-            raise EvaluationError(f"Cannot start or reach Ray ({options.address or 'local'}): {exc}") from exc
     clock = None
-    try:
-        resources = ray.cluster_resources()
-        gpus = int(resources.get("GPU", 0))
-        actors = options.actors or (gpus or min(MAX_LOCAL_ACTORS, max(1, int(resources.get("CPU", 1)))))
-        actors = max(1, min(actors, len(todo)))
-        rows = [{"index": i, "keys": json.dumps(chunks[i])} for i in todo]
-        ds = ray.data.from_items(rows, override_num_blocks=len(rows)).map_batches(
-            BatchWorker,
-            fn_constructor_kwargs={"options": options, "settings": settings.to_dict(), "source": source},
-            batch_size=1,
-            compute=ray.data.ActorPoolStrategy(size=actors),
-            num_gpus=1 if gpus else 0,
-            num_cpus=0 if gpus else 1,
-        )
-        clock = BatchClock(state.images_done, len(keys), progress)
-        for row in ds.iter_rows():
-            if should_stop is not None and should_stop():
-                raise KeyboardInterrupt
-            index = int(row["index"])
-            write_text_atomic(batch_path(out, index), str(row["doc"]))
-            state.computed += 1
-            clock.add(len(chunks[index]))
-    except KeyboardInterrupt:
-        state.stopped = True
-    finally:
-        if started:
-            ray.shutdown()
+    with ray_started(options, EvaluationError) as ray:
+        try:
+            rows = [{"index": i, "keys": json.dumps(chunks[i])} for i in todo]
+            arguments = {"options": options, "settings": settings.to_dict(), "source": source}
+            clock = BatchClock(state.images_done, len(keys), progress)
+            for row in actor_rows(ray, options, rows, BatchWorker, arguments).iter_rows():
+                if should_stop is not None and should_stop():
+                    raise KeyboardInterrupt
+                index = int(row["index"])
+                write_text_atomic(batch_path(out, index), str(row["doc"]))
+                state.computed += 1
+                clock.add(len(chunks[index]))
+        except KeyboardInterrupt:
+            state.stopped = True
     state.seconds = clock.seconds if clock is not None else 0.0
     return state

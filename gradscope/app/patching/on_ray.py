@@ -13,7 +13,7 @@ from typing import Any
 
 import numpy as np
 
-from gradscope.app.evaluation.on_ray import MAX_LOCAL_ACTORS, RayOptions, import_ray
+from gradscope.app.evaluation.on_ray import RayOptions, actor_rows, ray_started, worker_engine
 from gradscope.core.errors import GradscopeError
 from gradscope.core.patching import PatchResult, agreement
 from gradscope.core.targets import Target
@@ -23,16 +23,7 @@ class RowWorker:
     """A Ray Data actor: one engine; each row ``(component, block)`` of the grid patched exactly."""
 
     def __init__(self, options: RayOptions, job: dict) -> None:
-        from gradscope.engine.backward.runner import Engine
-        from gradscope.io.models import load_custom_objects_file, load_model
-        from gradscope.rules.base import load_rule_file
-
-        for path in options.rules:
-            load_rule_file(path)
-        objects: dict = {}
-        for path in options.custom_objects:
-            objects.update(load_custom_objects_file(path))
-        self.engine = Engine(load_model(options.model, safe_mode=options.safe_mode, custom_objects=objects or None))
+        self.engine = worker_engine(options)
         self.job = job
 
     def __call__(self, rows: dict) -> dict:
@@ -80,31 +71,13 @@ def patch_on_ray(
     rows = [{"component": c, "block": b} for c, names in local.nodes.items() for b in range(len(names))]
     job = {"clean": [np.asarray(x) for x in clean], "corrupt": [np.asarray(x) for x in corrupt],
            "target": _target_fields(target), "metric": metric, "nodes": nodes, "grid": grid}  # fmt: skip
-    ray = import_ray()
-    started = not ray.is_initialized()
-    if started:
-        try:
-            ray.init(address=options.address, num_cpus=options.num_cpus if options.address is None else None,
-                     include_dashboard=False, log_to_driver=False, configure_logging=False)  # fmt: skip
-        except Exception as exc:  # an unreachable cluster, a local instance that cannot start
-            raise GradscopeError(f"Cannot start or reach Ray ({options.address or 'local'}): {exc}") from exc
     exact = {c: np.full_like(e, np.nan) for c, e in local.exact.items()}
-    try:
-        resources = ray.cluster_resources()
-        gpus = int(resources.get("GPU", 0))
-        actors = options.actors or (gpus or min(MAX_LOCAL_ACTORS, max(1, int(resources.get("CPU", 1)))))
-        ds = ray.data.from_items(rows, override_num_blocks=len(rows)).map_batches(
-            RowWorker, fn_constructor_kwargs={"options": options, "job": job}, batch_size=1,
-            compute=ray.data.ActorPoolStrategy(size=max(1, min(actors, len(rows)))),
-            num_gpus=1 if gpus else 0, num_cpus=0 if gpus else 1,
-        )  # fmt: skip
-        for done, row in enumerate(ds.iter_rows(), 1):
+    with ray_started(options, GradscopeError) as ray:
+        patched = actor_rows(ray, options, rows, RowWorker, {"options": options, "job": job})
+        for done, row in enumerate(patched.iter_rows(), 1):
             exact[str(row["component"])][int(row["block"])] = json.loads(str(row["effects"]))
             if progress is not None:
                 progress(done, len(rows))
-    finally:
-        if started:
-            ray.shutdown()
     if method == "exact":
         local.method, local.by_component, local.signed, local.agreement, local.exact = "exact", exact, True, {}, {}
     else:
