@@ -110,7 +110,7 @@ def _explanations(run: Path) -> tuple[str, str, dict]:
     from gradscope.core.targets import describe_next_token
 
     pngs = _sidecars(run)
-    parts, methods, models, made_by, skipped = [], set(), set(), set(), []
+    cells, notes, methods, models, made_by, skipped = [], [], set(), set(), set(), []
     for png in pngs[:MAX_EXPLANATIONS]:
         try:
             pixels = _picture(png)
@@ -141,11 +141,11 @@ def _explanations(run: Path) -> tuple[str, str, dict]:
         plan = (sidecar.get("plan") or {}).get("rules") or (sidecar.get("plan") or {}).get("entries")
         if plan:
             cell.append(f"<div class='note'>plan: {esc(json.dumps(plan, sort_keys=True)[:400])}</div>")
-        parts.append(f"<div>{''.join(cell)}</div>")
+        cells.append(f"<div>{''.join(cell)}</div>")
     if skipped:
-        parts.append(f"<div class='note'>{len(skipped)} file(s) left out: {esc('; '.join(skipped))}</div>")
+        notes.append(f"<div class='note'>{len(skipped)} file(s) left out: {esc('; '.join(skipped))}</div>")
     if len(pngs) > MAX_EXPLANATIONS:
-        parts.append(f"<div class='note'>… {len(pngs) - MAX_EXPLANATIONS} more pictures left out of this page</div>")
+        notes.append(f"<div class='note'>… {len(pngs) - MAX_EXPLANATIONS} more pictures left out of this page</div>")
     settings = {
         "pictures": len(pngs) - len(skipped),
         "models": ", ".join(sorted(map(str, models))),
@@ -154,8 +154,6 @@ def _explanations(run: Path) -> tuple[str, str, dict]:
         LEFT_OUT: skipped,
     }
     name = run.name if run.is_dir() else run.stem
-    cells = [p for p in parts if p.startswith("<div>")]
-    notes = [p for p in parts if not p.startswith("<div>")]
     return f"Explanations: {name}", f'<div class="grid">{"".join(cells)}</div>' + "".join(notes), settings
 
 
