@@ -69,7 +69,7 @@ def run_patches(
     run's); a unit whose patch changes nothing is exactly 0 and is not run."""
     from gradscope.engine.patching.attribution import traced
 
-    todo = [u for u in range(units.count) if changed_units(units, clean, corrupt)[u]]
+    todo = np.flatnonzero(changed_units(units, clean, corrupt)).tolist()
     if on_batch is not None and len(todo) < units.count:
         on_batch(units.count - len(todo))
     out = np.zeros(units.count)

@@ -145,11 +145,7 @@ def _estimate_pair(engine, clean_xs, corrupt_xs, by_component, target, metric, s
     keys = [_key(c, n) for c, names in by_component.items() for n in names]
     node_keys, part_keys = [k for k in keys if isinstance(k, str)], [k for k in keys if not isinstance(k, str)]
     m = Metric.for_target(engine, target, metric, clean_xs)  # its token: the clean pass's most likely, unless given
-    found = blocks(engine.graph) if star else []
-    if star and not found:
-        raise GraphError("AtP* holds back each transformer block in turn (GradDrop); this model has none: use atp.")
-    signals = Signals(engine, m, node_keys, [b.branches for b in found], part_keys)
-    passes = [signals(clean_xs, held_back) for held_back in (range(len(found)) if star else [None])]
+    passes = _clean_passes(engine, m, clean_xs, keys, star)
     corrupt_logits, corrupt_values = captured_forward(engine, node_keys, part_keys)(corrupt_xs)
     return _Pair(
         m.resolved(passes[0].logits),
@@ -158,6 +154,17 @@ def _estimate_pair(engine, clean_xs, corrupt_xs, by_component, target, metric, s
         dict(zip(node_keys + part_keys, corrupt_values)),
         passes=passes,
     )
+
+
+def _clean_passes(engine: Any, metric: Metric, xs: list, keys: list, star: bool, extra: Sequence = ()) -> list:
+    """The clean gradient passes an estimate reads, at ``keys`` (and the ``extra`` parts): one, or AtP*'s one per
+    transformer block held back."""
+    found = blocks(engine.graph) if star else []
+    if star and not found:
+        raise GraphError("AtP* holds back each transformer block in turn (GradDrop); this model has none: use atp.")
+    nodes, parts = [k for k in keys if isinstance(k, str)], [k for k in keys if not isinstance(k, str)]
+    signals = Signals(engine, metric, nodes, [b.branches for b in found], parts + list(extra))
+    return [signals(xs, held_back) for held_back in (range(len(found)) if star else [None])]
 
 
 def _key(component: str, node: str) -> Any:
@@ -200,17 +207,11 @@ class _Run:
         """AtP of every (component, block, unit); AtP*: GradDrop's combination, q and k through the QK fix. The
         clean passes are the ones ``patch_effects`` made when it had them (``passes``)."""
         engine, units = self.engine, self.units
-        found = blocks(engine.graph)
-        if star and not found:
-            raise GraphError("AtP* holds back each transformer block in turn (GradDrop); this model has none: use atp.")
         keys = [_key(c, n) for c, names in by_component.items() for n in names]
         fixed = [k for k in keys if star and not isinstance(k, str) and k[1] in ("q", "k")]
         passes = self.passes
-        if passes is None:
-            probs = [(k[0], PROBS) for k in fixed]
-            signals = Signals(engine, self.metric, [k for k in keys if isinstance(k, str)], [b.branches for b in found]
-                              if star else [], [k for k in keys if not isinstance(k, str)] + probs)  # fmt: skip
-            passes = [signals(self.xs, held_back) for held_back in (range(len(found)) if star else [None])]
+        if passes is None:  # the QK fix reads the attention probabilities' gradients too
+            passes = _clean_passes(engine, self.metric, self.xs, keys, star, [(k[0], PROBS) for k in fixed])
         self.advance(len(passes))
         per_pass: dict[Any, list[np.ndarray]] = {}
         for k in keys:
