@@ -223,12 +223,13 @@ class TrainingPanel(QWidget):
             f"(every {log.every} steps)"
         )
         statistic = STATISTICS[self.statistic.currentText()]
-        values, levels = heat_values(log.matrix(statistic), statistic)
+        matrix = log.matrix(statistic)
+        values, levels = heat_values(matrix, statistic)
         n_nodes, n_steps = values.shape
         if n_steps:
             self.heat.setImage(values.T, levels=levels, autoLevels=False)  # pyqtgraph: image[x, y]
             self.heat.setRect(0, 0, n_steps, n_nodes)
-            self.no_value.setImage(behind_cells(log.matrix(statistic), statistic).transpose(1, 0, 2), autoLevels=False)
+            self.no_value.setImage(behind_cells(matrix, statistic).transpose(1, 0, 2), autoLevels=False)
             self.no_value.setRect(0, 0, n_steps, n_nodes)
             self.colorbar.setLevels(levels)
             name = self.statistic.currentText()
