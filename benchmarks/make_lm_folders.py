@@ -24,64 +24,56 @@ from pathlib import Path
 import torch
 from transformers import Gemma3ForCausalLM, Gemma3TextConfig, LlamaConfig, LlamaForCausalLM
 
+
+def _llama3(**shape: object) -> tuple[type, LlamaConfig]:
+    """A Llama 3 of ``shape`` on Llama 3's own settings (grouped heads of 8, rotary base 500,000, norm epsilon 1e-5,
+    its special tokens, bfloat16)."""
+    base = dict(
+        vocab_size=128_256,
+        num_attention_heads=32,
+        num_key_value_heads=8,
+        max_position_embeddings=8192,
+        rms_norm_eps=1e-5,
+        rope_theta=500_000.0,
+        bos_token_id=128_000,
+        eos_token_id=128_001,
+        torch_dtype="bfloat16",
+    )
+    return LlamaForCausalLM, LlamaConfig(**(base | shape))
+
+
+#: name -> (the model class, its config); each model is built in its config's dtype (a float32 copy is never made)
 SHAPES = {
-    "llama3_1b": lambda: LlamaForCausalLM(
-        LlamaConfig(
-            vocab_size=128_256,
-            hidden_size=2048,
-            intermediate_size=8192,
-            num_hidden_layers=16,
-            num_attention_heads=32,
-            num_key_value_heads=8,
-            max_position_embeddings=131_072,
-            rms_norm_eps=1e-5,
-            rope_theta=500_000.0,
-            rope_scaling={
-                "factor": 32.0,
-                "low_freq_factor": 1.0,
-                "high_freq_factor": 4.0,
-                "original_max_position_embeddings": 8192,
-                "rope_type": "llama3",
-            },
-            tie_word_embeddings=True,
-            bos_token_id=128_000,
-            eos_token_id=128_001,
-            torch_dtype="bfloat16",
-        )
+    "llama3_1b": _llama3(
+        hidden_size=2048,
+        intermediate_size=8192,
+        num_hidden_layers=16,
+        max_position_embeddings=131_072,
+        rope_scaling={
+            "factor": 32.0,
+            "low_freq_factor": 1.0,
+            "high_freq_factor": 4.0,
+            "original_max_position_embeddings": 8192,
+            "rope_type": "llama3",
+        },
+        tie_word_embeddings=True,
     ),
-    "llama3_8b": lambda: LlamaForCausalLM(
-        LlamaConfig(
-            vocab_size=128_256,
-            hidden_size=4096,
-            intermediate_size=14_336,
-            num_hidden_layers=32,
-            num_attention_heads=32,
-            num_key_value_heads=8,
-            max_position_embeddings=8192,
-            rms_norm_eps=1e-5,
-            rope_theta=500_000.0,
-            tie_word_embeddings=False,
-            bos_token_id=128_000,
-            eos_token_id=128_001,
-            torch_dtype="bfloat16",
-        )
+    "llama3_8b": _llama3(hidden_size=4096, intermediate_size=14_336, num_hidden_layers=32, tie_word_embeddings=False),
+    # bench_language_model.py's Keras Llama shape, in float32, for long prompts
+    "llama3_309m": _llama3(
+        vocab_size=32_000,
+        hidden_size=1024,
+        intermediate_size=4096,
+        num_hidden_layers=16,
+        num_attention_heads=16,
+        num_key_value_heads=4,
+        bos_token_id=1,
+        eos_token_id=2,
+        tie_word_embeddings=False,
+        torch_dtype="float32",
     ),
-    "llama3_309m": lambda: LlamaForCausalLM(  # bench_language_model.py's Keras Llama shape, for long prompts
-        LlamaConfig(
-            vocab_size=32_000,
-            hidden_size=1024,
-            intermediate_size=4096,
-            num_hidden_layers=16,
-            num_attention_heads=16,
-            num_key_value_heads=4,
-            max_position_embeddings=8192,
-            rms_norm_eps=1e-5,
-            rope_theta=500_000.0,
-            tie_word_embeddings=False,
-            torch_dtype="float32",
-        )
-    ),
-    "gemma3_1b": lambda: Gemma3ForCausalLM(
+    "gemma3_1b": (
+        Gemma3ForCausalLM,
         Gemma3TextConfig(
             vocab_size=262_144,
             hidden_size=1152,
@@ -97,7 +89,7 @@ SHAPES = {
             max_position_embeddings=32_768,
             tie_word_embeddings=True,
             torch_dtype="bfloat16",
-        )
+        ),
     ),
 }
 
@@ -108,11 +100,10 @@ def main() -> None:
     parser.add_argument("--only", choices=sorted(SHAPES))
     args = parser.parse_args()
     torch.manual_seed(0)
-    torch.set_default_dtype(torch.bfloat16)  # built in bfloat16: a float32 copy is never made
-    for name, build in SHAPES.items():
+    for name, (model_class, config) in SHAPES.items():
         if args.only == name or args.only is None and name != "llama3_8b":
-            torch.set_default_dtype(torch.float32 if name == "llama3_309m" else torch.bfloat16)
-            model = build()
+            torch.set_default_dtype(config.torch_dtype)  # built in the checkpoint's dtype: no float32 copy
+            model = model_class(config)
             folder = args.out / name
             model.save_pretrained(folder, safe_serialization=True, max_shard_size="2GB" if "8b" in name else "5GB")
             count = sum(p.numel() for p in model.parameters())

@@ -105,19 +105,24 @@ def test_the_window_loads_a_tokenizer_on_the_worker_and_the_typed_text_waits_for
     assert s.fed.labels[:5] == ("[CLS]", "the", "cat", "##s", "sat") and not said
 
 
-def test_a_keras_hub_model_where_keras_hub_is_missing_says_to_install_it(bert):
-    """In a fresh process where keras_hub cannot be imported (its classes are then neither registered nor
-    importable): one line saying what to install, not "a custom layer is missing"."""
+def _loaded_without(module: str, path: object):
+    """``load_model(path)`` in a fresh process where ``module`` cannot be imported; ``ERROR <message>`` on stdout."""
     import subprocess
     import sys
 
     code = (
-        "import sys; sys.modules['keras_hub'] = None\n"
-        "from gradscope.core.errors import ModelLoadError\n"
+        f"import sys; sys.modules[{module!r}] = None\n"
+        "from gradscope.core.errors import GradscopeError\n"
         "from gradscope.io.models import load_model\n"
-        "try:\n    load_model(sys.argv[1])\nexcept ModelLoadError as exc:\n    print('ERROR', exc)\n"
+        "try:\n    load_model(sys.argv[1])\nexcept GradscopeError as exc:\n    print('ERROR', exc)\n"
     )
-    out = subprocess.run([sys.executable, "-c", code, str(bert)], capture_output=True, text=True, timeout=300)
+    return subprocess.run([sys.executable, "-c", code, str(path)], capture_output=True, text=True, timeout=300)
+
+
+def test_a_keras_hub_model_where_keras_hub_is_missing_says_to_install_it(bert):
+    """In a fresh process where keras_hub cannot be imported (its classes are then neither registered nor
+    importable): one line saying what to install, not "a custom layer is missing"."""
+    out = _loaded_without("keras_hub", bert)
     assert (
         "ERROR" in out.stdout and "built from keras_hub's" in out.stdout and "pip install 'gradscope[hf]'" in out.stdout
     )
@@ -175,17 +180,8 @@ def test_a_tokenizer_that_fails_to_load_lets_the_typed_input_go_on(tmp_path, ber
 def test_a_checkpoint_folder_where_keras_hub_cannot_import_names_the_module_and_the_one_fix():
     """keras-hub installed with --no-deps fails on ``regex``: the message named keras_hub and a command that did not
     help; it names the missing module and the extra that brings everything."""
-    import subprocess
-    import sys
     from pathlib import Path
 
-    folder = Path(__file__).resolve().parent / "data" / "hf" / "gpt2"
-    code = (
-        "import sys; sys.modules['regex'] = None\n"
-        "from gradscope.core.errors import GradscopeError\n"
-        "from gradscope.io.models import load_model\n"
-        "try:\n    load_model(sys.argv[1])\nexcept GradscopeError as exc:\n    print('ERROR', exc)\n"
-    )
-    out = subprocess.run([sys.executable, "-c", code, str(folder)], capture_output=True, text=True, timeout=300)
+    out = _loaded_without("regex", Path(__file__).resolve().parent / "data" / "hf" / "gpt2")
     assert "ERROR" in out.stdout and "Hugging Face checkpoint folder" in out.stdout, out.stdout + out.stderr[-2000:]
     assert "'regex'" in out.stdout and "pip install 'gradscope[hf]'" in out.stdout
