@@ -122,3 +122,13 @@ def test_what_a_family_cannot_build_is_named_before_any_weight_is_read(tmp_path,
     (folder / "config.json").write_text(json.dumps(config | edit))
     with pytest.raises(ModelLoadError, match=named):
         gs.open_engine(folder)
+
+
+def test_a_refusal_quotes_the_users_config_shortened_and_on_one_line(tmp_path):
+    folder = tmp_path / "gemma2"
+    shutil.copytree(DATA / "hf" / "gemma2", folder)
+    config = json.loads((folder / "config.json").read_text())
+    (folder / "config.json").write_text(json.dumps(config | {"layer_types": ["sliding_attention\n"] * 5000}))
+    with pytest.raises(ModelLoadError, match="layer_types = ") as err:
+        gs.open_engine(folder)
+    assert "\n" not in str(err.value) and len(str(err.value)) < 600

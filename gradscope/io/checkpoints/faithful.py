@@ -21,6 +21,7 @@ from typing import Any
 import numpy as np
 
 from gradscope.core.errors import ModelLoadError
+from gradscope.core.files import shorten
 
 _ONE_AT_A_TIME = threading.Lock()
 _SILU = ("silu", "swish")
@@ -44,8 +45,11 @@ class Conversion:
         self._read()
 
     def _refuse(self, field: str, value: Any, builds: str) -> None:
-        if self.refused is None:
-            self.refused = f"{field} = {value!r}, and keras_hub's {self.model_type} builds {builds}"
+        if self.refused is None:  # the config's values are the user's file: shortened, control characters escaped
+            kind = shorten(self.model_type, 40)
+            self.refused = (
+                f"{field} = {shorten(repr(value), 120)}, and keras_hub's {kind} builds {shorten(builds, 160)}"
+            )
 
     def _read(self) -> None:
         c, kind = self.config, self.model_type
