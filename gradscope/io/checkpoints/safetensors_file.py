@@ -24,6 +24,7 @@ from typing import Any
 import numpy as np
 
 from gradscope.core.errors import ModelLoadError
+from gradscope.core.files import shorten
 
 MAX_HEADER_BYTES = 100_000_000  # safetensors' own limit
 _ONE_AT_A_TIME = threading.Lock()
@@ -66,7 +67,7 @@ class SafetensorsFile:
             raise
 
     def _fail(self, why: str) -> ModelLoadError:
-        return ModelLoadError(f"{self.path} is not a safetensors file keras_hub can read: {why}.")
+        return ModelLoadError(f"{self.path} is not a safetensors file keras_hub can read: {shorten(why, 300)}.")
 
     def _read_header(self) -> tuple[dict[str, tuple[Any, tuple[int, ...], int, int]], int]:
         size = os.fstat(self._file.fileno()).st_size
@@ -92,11 +93,17 @@ class SafetensorsFile:
                 shape = tuple(int(n) for n in entry["shape"])
                 begin, end = (int(n) for n in entry["data_offsets"])
             except (KeyError, TypeError, ValueError) as exc:
-                raise self._fail(f"tensor {name!r} has no dtype, shape and data_offsets it can read ({exc!r})") from exc
+                raise self._fail(
+                    f"tensor {shorten(repr(name))} has no dtype, shape and data_offsets it can read ({exc!r})"
+                ) from exc
             if min(shape, default=0) < 0 or not 0 <= begin <= end or start + end > size:
-                raise self._fail(f"tensor {name!r} lies outside the file (bytes {begin}..{end} of {size - start})")
+                raise self._fail(
+                    f"tensor {shorten(repr(name))} lies outside the file (bytes {begin}..{end} of {size - start})"
+                )
             if end - begin != math.prod(shape) * dtype.itemsize:
-                raise self._fail(f"tensor {name!r} has {end - begin} bytes for a {entry['dtype']} of shape {shape}")
+                raise self._fail(
+                    f"tensor {shorten(repr(name))} has {end - begin} bytes for a {entry['dtype']} of shape {shape}"
+                )
             entries[name] = (dtype, shape, start + begin, end - begin)
         return entries, start
 
@@ -110,7 +117,7 @@ class SafetensorsFile:
         array = aligned_empty(shape, dtype.newbyteorder("<"))
         self._file.seek(offset)
         if self._file.readinto(memoryview(array.reshape(-1).view(np.uint8))) != length:
-            raise self._fail(f"tensor {name!r} ends early (the file changed while it was read)")
+            raise self._fail(f"tensor {shorten(repr(name))} ends early (the file changed while it was read)")
         if self._on_read is not None:
             self._on_read(length)
         return array
