@@ -105,6 +105,26 @@ def test_the_window_loads_a_tokenizer_on_the_worker_and_the_typed_text_waits_for
     assert s.fed.labels[:5] == ("[CLS]", "the", "cat", "##s", "sat") and not said
 
 
+def test_words_typed_while_the_open_models_tokenizer_loads_wait_for_it(bert, preset):
+    """The window opens a folder's model first and then its tokenizer: words typed in between are not refused as
+    token ids; they are read with the tokenizer once it is there."""
+    from gradscope.app.session import Session
+    from tests.app.test_session import ManualExecutor
+
+    executor = ManualExecutor()
+    s = Session(executor)
+    said: list[str] = []
+    s.feedback.error_raised.connect(lambda title, message, *rest: said.append(f"{title}: {message}"))
+    s.document.open(bert)
+    executor.run_all()
+    assert s.graph is not None and s.fed.vocab is None
+    assert s.fed.set_vocabulary(preset) and s.fed.loading_vocab
+    assert s.fed.set_typed("The cats sat") and s.fed.typed == "The cats sat"
+    executor.run_all()
+    executor.run_all()
+    assert s.fed.labels[:5] == ("[CLS]", "the", "cat", "##s", "sat") and not said
+
+
 def _loaded_without(module: str, path: object):
     """``load_model(path)`` in a fresh process where ``module`` cannot be imported; ``ERROR <message>`` on stdout."""
     import subprocess

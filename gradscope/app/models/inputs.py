@@ -94,7 +94,9 @@ class Inputs:
         if not text.strip():
             self._feedback.error("No input", "Type token ids such as 12 7 99, or words when a vocabulary is loaded.")
             return False
-        if self._graph is not None:  # refused now, the last good input stays (it was replaced by a random one)
+        # refused now, the last good input stays (it was replaced by a random one); while a tokenizer loads the
+        # words wait for it and are checked when it is there (a refusal then says why)
+        if self._graph is not None and not self.loading_vocab:
             try:
                 typed_input(self._graph, text, self.vocab)
             except InputError as exc:
