@@ -40,21 +40,25 @@ def vocab_file(tmp_path_factory):
     return path
 
 
-def tape_token_scores(model, ids, cls):
-    """Independent reference: d logit_cls / d embedding-output, times that output, summed over the dimension."""
+def tape_token_scores(model, ids, cls, *, norm=False):
+    """Independent reference: d logit_cls / d embedding-output, times that output, summed over the dimension
+    (``norm``: the L2 norm of that gradient per token, Captum's and Inseq's saliency)."""
     embed = model.get_layer("embed")
     dense = model.get_layer("out")
     e = embed(tf.constant(ids[None]))
     with tf.GradientTape() as tape:
         tape.watch(e)
         logit = tf.matmul(tf.reduce_mean(e, axis=1), dense.kernel)[0, cls]
-    return (tape.gradient(logit, e) * e).numpy()[0].sum(-1), float(logit)
+    grad = tape.gradient(logit, e)
+    if norm:
+        return np.linalg.norm(grad.numpy()[0], axis=-1), float(logit)
+    return (grad * e).numpy()[0].sum(-1), float(logit)
 
 
 def test_token_scores_match_the_tape_and_add_up_to_the_logit(text_model):
     model = keras.models.load_model(text_model)
     ids = np.array([2, 3, 4, 5, 6, 9, 0, 0])
-    ex = gs.explain(text_model, ids, target=1)
+    ex = gs.explain(text_model, ids, target=1, method="gradient_x_input")
     ref, logit = tape_token_scores(model, ids, 1)
     assert ex.node == "embed" and ex.saliency.shape == (LENGTH,) and ex.labels == tuple(map(str, ids))
     np.testing.assert_allclose(ex.saliency, ref, rtol=1e-4, atol=1e-7)
@@ -65,6 +69,24 @@ def test_token_scores_match_the_tape_and_add_up_to_the_logit(text_model):
     # (atol: the pool's 1e-6 Norm stabiliser against means of about 1e-2)
     np.testing.assert_allclose(lrp.saliency, ref / logit, rtol=1e-3, atol=2e-4)
     assert lrp.saliency.sum() == pytest.approx(1.0, abs=1e-3)
+
+
+def test_the_gradient_of_a_token_is_the_norm_of_its_embeddings_gradient_and_the_sidecar_says_so(text_model, tmp_path):
+    """Issue 63: ``gradient`` on tokens is the L2 norm of the gradient at each token's embedding, so it is not
+    ``gradient_x_input``; the sidecar says how each was read."""
+    model = keras.models.load_model(text_model)
+    ids = np.array([2, 3, 4, 5, 6, 9, 0, 0])
+    norm, _ = tape_token_scores(model, ids, 1, norm=True)
+    times, _ = tape_token_scores(model, ids, 1)
+    grad = gs.explain(text_model, ids, target=1, method="gradient")
+    gxi = gs.explain(text_model, ids, target=1, method="gradient_x_input")
+    np.testing.assert_allclose(grad.saliency, norm, rtol=1e-5, atol=1e-8)
+    np.testing.assert_allclose(gxi.saliency, times, rtol=1e-4, atol=1e-7)
+    assert not np.allclose(grad.saliency, gxi.saliency)
+    sides = [
+        json.loads(e.save(tmp_path / f"{e.method.name}.png").with_suffix(".json").read_text()) for e in [grad, gxi]
+    ]
+    assert "L2 norm" in sides[0]["token_score"] and "times each token's embedding" in sides[1]["token_score"]
 
 
 def test_words_through_a_vocabulary_are_padded_and_exported_with_their_scores(text_model, vocab_file, tmp_path):

@@ -169,6 +169,7 @@ class Explanation(RichDisplay):
             positions=positions,
             explained_token=self.sidecar.get("explained_token"),
             alternate=self.sidecar.get("alternate"),
+            token_score=self.sidecar.get("token_score"),
         )
 
 
@@ -233,7 +234,13 @@ def explain(
                 f"Node {node!r} has output shape {engine.graph.node(node).output_shape}: a map needs a spatial "
                 "(H, W[, C]) or (L, C) output. Pick a convolutional layer or the input."
             )
-    from gradscope.engine.backward.attribution import sampled_input_grad, token_scores, weighted_signal
+    from gradscope.engine.backward.attribution import (
+        TOKEN_READOUTS,
+        sampled_input_grad,
+        token_map,
+        token_readout,
+        weighted_signal,
+    )
     from gradscope.rules.base import carries_relevance
 
     if m.sampling is not None:
@@ -242,11 +249,11 @@ def explain(
         if node is not None:
             raise GraphError(f"{m.sampling} reads its map at the model input; drop --layer/layer={node!r}.")
         signal = sampled_input_grad(engine, x, target, m.plan, m.sampling, m.options)[0]
-    if tokens:  # one score per token, summed over the embedding dimension: relevance as it is (LRP, MWP),
-        # a gradient times the embedding (gradient x input) otherwise
-        relevance = carries_relevance(result.rules.values())
-        signal = weighted_signal(signal, forward, times_input=not relevance, grad_cam=False)
-        saliency = token_scores(signal)
+    readout = None
+    if tokens:  # one score per token: relevance as it is (LRP, MWP), gradient x embedding, or the gradient's norm
+        readout = token_readout(relevance=carries_relevance(result.rules.values()), times_input=m.times_input)
+        saliency = token_map(signal, forward, readout)
+        signal = weighted_signal(signal, forward, times_input=readout == "gradient_x_embedding", grad_cam=False)
     else:
         signal = weighted_signal(signal, forward, times_input=m.times_input, grad_cam=m.grad_cam)
         grid = token_grid(signal) if fed.kind == "image" else None  # an image transformer: a map per patch
@@ -265,6 +272,8 @@ def explain(
         "reduction": reduction or m.reduction,
         "alternate": other_source,
     }
+    if readout is not None:
+        sidecar["token_score"] = TOKEN_READOUTS[readout]
     if target.kind == "token":  # which token was explained, and how likely the model found it
         position = engine.token_position(target, x)
         decode = vocab.decode if vocab is not None else None

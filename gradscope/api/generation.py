@@ -102,6 +102,7 @@ def explain_generation(
     """Decode ``steps`` tokens greedily after ``prompt`` (token ids, or text with ``vocab``) and attribute each to
     the prompt and the tokens generated before it, one backward pass per token (Inseq's matrix)."""
     from gradscope.app.rendering.view import ViewSettings
+    from gradscope.engine.backward.attribution import TOKEN_READOUTS, token_readout
     from gradscope.engine.backward.generation import MAX_GENERATE, attribute_generation
     from gradscope.rules.base import carries_relevance
 
@@ -116,9 +117,10 @@ def explain_generation(
     if m.sampling is not None:
         refuse_sampling(m)
     relevance = carries_relevance(r.rule.name for r in m.plan.resolve(engine.graph).rules.values())
+    readout = token_readout(relevance=relevance, times_input=m.times_input)
     masks = [i for i, kind in engine.graph.token_companions.items() if kind == "mask"]
     real = int(fed.arrays[engine.graph.input_ids.index(masks[0])].sum()) if masks else len(fed.ids)
-    g = attribute_generation(engine, fed.ids[:real], steps, m.plan, relevance=relevance, progress=progress)
+    g = attribute_generation(engine, fed.ids[:real], steps, m.plan, readout=readout, progress=progress)
     labels = tuple(vocab.decode(g.tokens) if vocab is not None else (str(i) for i in g.tokens.tolist()))
     view = ViewSettings.for_method(m, colormap="bwr", normalization="signed")
     sidecar = {
@@ -129,6 +131,7 @@ def explain_generation(
         "method": m.name,
         "plan": m.plan.to_dict(),
         "readout_node": g.node,
+        "token_score": TOKEN_READOUTS[readout],
         "view": view.to_dict(),
         "generation": {
             "prompt": g.prompt.tolist(),

@@ -298,7 +298,7 @@ class Session:
         engine, fed = self.document.engine, self.fed.fed
         if engine is None or fed is None or fed.kind != "tokens" or not engine.is_language_model():
             return False
-        job = generation_job(engine, fed, steps, self.plan, self.fed.vocab)
+        job = generation_job(engine, fed, steps, self.plan, self.fed.vocab, self.view.times_input)
         self.jobs.submit("generate", f"Generating {steps} tokens…", job, lambda out: self.results.set_generation(*out))
         return True
 

@@ -184,6 +184,7 @@ class SidecarFile(msgspec.Struct, forbid_unknown_fields=True):
     readout_node: str | None = None
     changed_nodes: list[str] = []
     positions: list[SidecarPosition] = []  # a text or tabular input: one score per token / feature
+    token_score: str | None = None  # how a token's score was read from the signal at its embedding
     explained_token: SidecarNextToken | None = None  # a language model's next-token target
     generation: SidecarGeneration | None = None  # a generation attributed (the picture is its matrix)
     patching: SidecarPatching | None = None  # patching effects (the picture is their heat map)

@@ -47,11 +47,13 @@ def overlay_sidecar(
     positions: list[dict[str, Any]] | None = None,
     explained_token: dict[str, Any] | None = None,
     alternate: str | None = None,
+    token_score: str | None = None,
 ) -> dict[str, Any]:
     """What the picture is: the schema ``render.save_png`` stamps with ``schema`` and ``gradscope_version``;
     ``positions``: per-token or per-feature scores of a text or tabular input (``position_rows``);
     ``explained_token``: a language model's next token explained (``core.targets.next_token_summary``);
-    ``alternate``: the other input the plan's value rules read."""
+    ``alternate``: the other input the plan's value rules read; ``token_score``: how a token's score is read
+    (``engine.backward.attribution.TOKEN_READOUTS``)."""
     target_dict = dict(target.to_dict())
     target_dict["class_index"] = predicted_class  # the class actually explained (top-1 resolved)
     extra: dict[str, Any] = {"positions": positions} if positions else {}
@@ -59,6 +61,8 @@ def overlay_sidecar(
         extra["explained_token"] = explained_token
     if alternate:
         extra["alternate"] = alternate
+    if token_score:
+        extra["token_score"] = token_score
     return {
         **extra,
         "model": model_name,

@@ -10,15 +10,15 @@ import numpy as np
 
 from gradscope.app.rendering.view import OverlayImages, ViewSettings
 from gradscope.core.results import BackwardResult
-from gradscope.engine.backward.attribution import token_scores, weighted_signal
+from gradscope.engine.backward.attribution import token_map, token_readout, weighted_signal
 from gradscope.io.model_inputs import ModelInput
 
 
 def position_scores(res: BackwardResult, node: str | None, fed: ModelInput, view: ViewSettings) -> np.ndarray | None:
     """One score per position of ``fed``, or None when the map at ``node`` is not per position (a node after
-    pooling, an image). Tokens: the signal at the embedding summed over its dimension, as relevance under LRP
-    and MWP rules, times the embedding (gradient x input) otherwise. Features: the input signal, times the
-    input when the view says so."""
+    pooling, an image). Tokens: the signal at the embedding summed over its dimension as relevance under LRP
+    and MWP rules, else times the embedding (the view's "x input") or the L2 norm of the gradient. Features:
+    the input signal, times the input when the view says so."""
     from gradscope.rules.base import carries_relevance
 
     labels = fed.labels
@@ -32,7 +32,7 @@ def position_scores(res: BackwardResult, node: str | None, fed: ModelInput, view
         if g.ndim < 1 or g.shape[0] != len(labels) or value is None:
             return None
         relevance = carries_relevance(res.rules.values())
-        return token_scores(weighted_signal(g, value[0], times_input=not relevance, grad_cam=False))
+        return token_map(g, value[0], token_readout(relevance=relevance, times_input=view.times_input))
     if node is not None:
         return None
     scores = weighted_signal(res.input_grads[0][0], res.inputs[0][0], times_input=view.times_input, grad_cam=False)

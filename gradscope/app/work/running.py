@@ -130,9 +130,12 @@ def prepare_presets(engine: Any, target: Any, presets: tuple[str, ...], token: A
     return prepared
 
 
-def generation_job(engine: Any, fed: Any, steps: int, plan: Plan, vocab: Any) -> Callable[[Any], tuple]:
+def generation_job(
+    engine: Any, fed: Any, steps: int, plan: Plan, vocab: Any, times_input: bool = True
+) -> Callable[[Any], tuple]:
     """The job ``fn(token) -> (Generation, labels)``: ``steps`` tokens decoded greedily after the typed prompt and
     each attributed under ``plan`` (``engine.backward.generation``), progress in the busy label."""
+    from gradscope.engine.backward.attribution import token_readout
     from gradscope.engine.backward.generation import attribute_generation
     from gradscope.rules.base import carries_relevance
 
@@ -142,12 +145,13 @@ def generation_job(engine: Any, fed: Any, steps: int, plan: Plan, vocab: Any) ->
 
     def job(token: Any) -> tuple:
         relevance = carries_relevance(r.rule.name for r in plan.resolve(graph).rules.values())
+        readout = token_readout(relevance=relevance, times_input=times_input)
 
         def progress(done: int, total: int) -> None:
             token.check()
             token.report(f"Generating: token {done} of {total}…")
 
-        g = attribute_generation(engine, fed.ids[:real], steps, plan, relevance=relevance, progress=progress)
+        g = attribute_generation(engine, fed.ids[:real], steps, plan, readout=readout, progress=progress)
         labels = tuple(vocab.decode(g.tokens) if vocab is not None else (str(i) for i in g.tokens.tolist()))
         return g, labels
 

@@ -124,6 +124,32 @@ def _at_least_float32(a: Any) -> np.ndarray:
     return a.astype(np.float32) if a.dtype.name in ("bfloat16", "float16") else a
 
 
+#: How one score per token is read from the signal at the token embeddings (``token_readout``), as the sidecar says.
+TOKEN_READOUTS = {
+    "relevance": "the relevance at each token's embedding, summed over the embedding dimension",
+    "gradient_x_embedding": "the signal times each token's embedding, summed over the embedding dimension",
+    "gradient_norm": "the L2 norm of the signal at each token's embedding (saliency, as Inseq and Captum read it)",
+}
+
+
+def token_readout(*, relevance: bool, times_input: bool) -> str:
+    """Which ``TOKEN_READOUTS`` a method's token map is: rules that pass relevance are read as it is; a method
+    times the input (gradient x input) sums signal x embedding; a gradient is the L2 norm of the gradient at the
+    embedding (else ``gradient`` and ``gradient_x_input`` gave one map)."""
+    return "relevance" if relevance else "gradient_x_embedding" if times_input else "gradient_norm"
+
+
+def token_map(signal: np.ndarray, embedding: Any, readout: str) -> np.ndarray:
+    """(seq,) one score per token from the signal at the embedding (seq, dim) read as ``readout``."""
+    if readout not in TOKEN_READOUTS:
+        raise ValueError(f"Unknown token read-out {readout!r}; one of {', '.join(TOKEN_READOUTS)}.")
+    if readout == "gradient_norm":
+        g = _at_least_float32(signal).astype(np.float32)
+        return np.sqrt((g.reshape(g.shape[0], -1) ** 2).sum(axis=1)) if g.ndim >= 2 else np.abs(g)
+    weighted = weighted_signal(signal, embedding, times_input=readout == "gradient_x_embedding", grad_cam=False)
+    return token_scores(weighted)
+
+
 def token_scores(weighted: np.ndarray) -> np.ndarray:
     """One score per token from the signal times the embedding, (seq, dim) -> (seq,): summed over the embedding
     dimension, so for gradient x input they add up (with the bias terms) to the explained logit on a linear

@@ -23,7 +23,7 @@ import numpy as np
 
 from gradscope.core.errors import InputError, TargetError
 from gradscope.core.targets import Target
-from gradscope.engine.backward.attribution import token_scores, weighted_signal
+from gradscope.engine.backward.attribution import token_map
 from gradscope.io.model_inputs import check_sequence_fits
 
 #: The most tokens one call generates (each costs one backward pass).
@@ -54,11 +54,11 @@ def attribute_generation(
     steps: int,
     plan: Any,
     *,
-    relevance: bool = False,
+    readout: str = "gradient_x_embedding",
     progress: Callable[[int, int], None] | None = None,
 ) -> Generation:
     """Generate ``steps`` tokens after ``prompt`` greedily and attribute each (``plan``: the method's plan;
-    ``relevance``: its rules pass relevance, read as it is, else signal x embedding)."""
+    ``readout``: how a token's score is read, ``attribution.token_readout``)."""
     import time
 
     graph = engine.graph
@@ -103,10 +103,7 @@ def attribute_generation(
         logits = np.asarray(result.logits[0, real - 1], np.float64)
         p = np.exp(logits - logits.max())
         probs.append(float(p[token] / p.sum()))
-        signal = weighted_signal(
-            result.node_grads[node][0], result.node_values[node][0], times_input=not relevance, grad_cam=False
-        )
-        rows.append(token_scores(signal)[:real])
+        rows.append(token_map(result.node_grads[node][0], result.node_values[node][0], readout)[:real])
         chosen.append(token)
         ids[real] = token
         if progress is not None:
