@@ -43,7 +43,7 @@ def evaluate(
     *,
     methods: Any = ("gradient",),
     plan: Plan | str | Path | None = None,
-    metrics: Any = ("pointing",),
+    metrics: Any = None,
     out: str | Path | None = None,
     masks: Any = None,
     class_map: dict[int, int] | str | Path | None = None,
@@ -61,8 +61,16 @@ def evaluate(
     should_stop: Any = None,
     ray: Any = None,
     safe_mode: bool = True,
+    vocab: Any = None,
+    baseline: str = "zero",
 ) -> Any:
-    """Score methods over a dataset (Pointing Game, deletion, insertion, MuFidelity); returns an ``EvalReport``.
+    """Score methods over a dataset (Pointing Game, deletion, insertion, MuFidelity; for text ABPC,
+    comprehensiveness, sufficiency, token pointing); returns an ``EvalReport``.
+
+    Text (``data`` a ``.jsonl`` or ``.csv`` file or a folder of ``.txt`` files, ``gradscope.io.text_datasets``):
+    read with ``vocab`` (a vocabulary file or tokenizer folder; default: the one beside the model, a checkpoint
+    folder's tokenizer); ``baseline`` ("zero", "pad" or "mask") replaces a removed token's input embedding;
+    ``metrics`` default to abpc, comprehensiveness and sufficiency (images: pointing).
 
     ``data``: a folder of images (masks in ``masks/<stem>.png`` for the Pointing Game, see
     ``gradscope.io.datasets``) or an array of model inputs (n, H, W, C) with ``masks`` (n, H, W) of class indices
@@ -76,13 +84,22 @@ def evaluate(
     import tempfile
 
     from gradscope.app.evaluation.run import evaluation_settings, run_evaluation, source_of
+    from gradscope.io.text_datasets import is_text_dataset
 
     engine = engine_for(model, safe_mode=safe_mode)
     data = bundled(data)  # demo:eval, from any folder
+    text = isinstance(data, (str, Path)) and is_text_dataset(data)
+    if metrics is None:
+        from gradscope.app.evaluation.scoring import TEXT_DEFAULT
+
+        metrics = list(TEXT_DEFAULT) if text else ["pointing"]
+    if text:
+        vocab = _text_vocabulary(vocab, model)
     settings = evaluation_settings(
         methods,
         metrics,
         plan,
+        baseline=baseline,
         batch=batch,
         tolerance=tolerance,
         steps=steps,
@@ -103,6 +120,7 @@ def evaluate(
         preprocessing=preprocessing,
         class_names=class_names,
         split=split,
+        vocab=vocab,
     )
     model_name = str(model) if isinstance(model, (str, Path)) else getattr(ray, "model", "")
     if ray is not None and not getattr(ray, "model", ""):
@@ -126,3 +144,17 @@ def evaluate(
         with tempfile.TemporaryDirectory(prefix="gradscope-eval-") as folder:
             return run(folder)
     return run(out)
+
+
+def _text_vocabulary(vocab: Any, model: Any) -> Any:
+    """The vocabulary that reads a text dataset: the one given (a ``Vocabulary`` or its file), else the one beside
+    the model file (a checkpoint folder's tokenizer), else None (the samples give token ids)."""
+    from gradscope.io.sequences import Vocabulary
+
+    if vocab is None and isinstance(model, (str, Path)):
+        from gradscope.app.files.session_files import find_vocabulary
+
+        vocab = find_vocabulary(model)
+    if vocab is None or isinstance(vocab, Vocabulary):
+        return vocab
+    return Vocabulary.load(vocab)

@@ -32,7 +32,7 @@ def _progress_printer(enabled: bool) -> Any:
         bar = int(30 * done / max(total, 1))
         eta = "" if not math.isfinite(left) else f" ETA {_duration(left)}"
         elapsed = _duration(time.perf_counter() - start)
-        sys.stderr.write(f"\r[{'#' * bar}{'.' * (30 - bar)}] {done}/{total} images, {elapsed}{eta}    ")
+        sys.stderr.write(f"\r[{'#' * bar}{'.' * (30 - bar)}] {done}/{total} samples, {elapsed}{eta}    ")
         sys.stderr.flush()
         if done >= total:
             sys.stderr.write("\n")
@@ -75,11 +75,14 @@ def run(args: Any) -> int:
         progress=_progress_printer(not args.quiet),
         ray=ray,
         safe_mode=not args.unsafe,
+        vocab=args.vocab or _vocabulary_beside(args.model),
+        baseline=args.baseline,
     )
     print(report.to_text())
     print(
         f"\nresults in {out}: results.csv, results.json, differences.csv, per_image.csv"
         + (", curves.png" if report.curves else "")
+        + (", curves.csv" if report.sample_curves else "")
     )
     if report.bad:
         warn(args, f"\n{len(report.bad)} image(s) could not be used:")
@@ -107,10 +110,24 @@ def add_parser(sub: Any) -> None:
         "--out resumes where the first stopped.",
     )
     model_argument(p)
-    p.add_argument("data", help="folder of images (with masks/ for the Pointing Game)")
+    p.add_argument(
+        "data",
+        help="folder of images (with masks/ for the Pointing Game), or text: a .jsonl or .csv file or a folder of .txt",
+    )
     p.add_argument("--method", help="comma-separated presets, PRESET@NODE, center, random (default: gradient)")
     p.add_argument("--plan", help="plan JSON file: evaluated as one more method, named by the plan")
-    p.add_argument("--metric", default="pointing", help="comma-separated: pointing, deletion, insertion, mufidelity")
+    p.add_argument(
+        "--metric",
+        help="comma-separated: pointing, deletion, insertion, mufidelity (images; default pointing), or abpc, "
+        "comprehensiveness, sufficiency, token_pointing (text; default the first three)",
+    )
+    p.add_argument(
+        "--baseline",
+        default="zero",
+        choices=("zero", "pad", "mask"),
+        help="text: what replaces a removed token's input embedding (default zero)",
+    )
+    p.add_argument("--vocab", help="text: vocabulary file or tokenizer folder (default: the model's own)")
     p.add_argument("--out", default="evaluation", help="results folder (default: ./evaluation); resumed if it exists")
     p.add_argument("--restart", action="store_true", help="discard the run in --out and start again")
     p.add_argument(
@@ -138,6 +155,13 @@ def add_parser(sub: Any) -> None:
     p.add_argument("--seed", type=int, default=0, help="seed of random maps, subsets and the bootstrap (default 0)")
     ray_options(p, "run the batches")
     model_options(p)
+
+
+def _vocabulary_beside(model: Any) -> Any:
+    """The vocabulary beside the model file, or a checkpoint folder's tokenizer (None: the texts give ids)."""
+    from gradscope.app.files.session_files import find_vocabulary
+
+    return find_vocabulary(model) if model else None
 
 
 def _class_names(model: Any) -> list[str]:

@@ -76,7 +76,7 @@ def token_input(graph: LayerGraph, ids: Any, *, vocab: Vocabulary | None = None,
         note = f"Padded {length - len(ids)} position(s) at the end with {what}."
         ids = np.concatenate([ids, np.zeros(length - len(ids), np.int64)])
     check_sequence_fits(graph, len(ids), input_id)
-    _check_vocabulary(graph, input_id, ids)
+    check_token_ids(graph, input_id, ids)
     tokens = tuple(vocab.decode(ids)) if vocab is not None else tuple(str(i) for i in ids.tolist())
     real = np.arange(len(ids)) < given
     if pad_token:
@@ -170,7 +170,7 @@ def check_sequence_fits(graph: LayerGraph, length: int, input_id: str = "") -> N
         )
 
 
-def _check_vocabulary(graph: LayerGraph, input_id: str, ids: np.ndarray) -> None:
+def check_token_ids(graph: LayerGraph, input_id: str, ids: np.ndarray) -> None:
     size = graph.vocabulary_size(input_id)
     bad = [(p, int(i)) for p, i in enumerate(ids) if i < 0 or (size is not None and i >= size)]
     if bad:
@@ -240,7 +240,7 @@ def array_input(graph: LayerGraph, path: str | Path, vocab: Vocabulary | None = 
     if token is not None and fitted[ids.index(token)].shape[0] == 1:  # all inputs given, one sequence: read per token
         seq = fitted[ids.index(token)][0].astype(np.int64)
         check_sequence_fits(graph, len(seq), token)
-        _check_vocabulary(graph, token, seq)
+        check_token_ids(graph, token, seq)
         labels = tuple(vocab.decode(seq)) if vocab is not None else tuple(str(i) for i in seq.tolist())
         return ModelInput(tuple(fitted), "tokens", str(p), ids=seq, tokens=labels)
     return ModelInput(tuple(fitted), "array", str(p))

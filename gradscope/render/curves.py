@@ -16,8 +16,15 @@ def curves_png(
     x_label: str = "",
     y_label: str = "",
     panel_size: tuple[int, int] = (420, 300),
+    y_range: tuple[float, float] | None = (0.0, 1.0),
 ) -> bytes:
-    """PNG bytes: for each panel title, the curves (method -> values at equal steps over [0, 1]) on y in [0, 1]."""
+    """PNG bytes: for each panel title, the curves (method -> values at equal steps over [0, 1]) on y in
+    ``y_range`` (None: the range of every value shown, shared by the panels: logits are not probabilities)."""
+    if y_range is None:
+        every = [float(v) for curves in panels.values() for values in curves.values() for v in values]
+        low, high = (min(every), max(every)) if every else (0.0, 1.0)
+        y_range = (low, high if high > low else low + 1.0)
+    y_low, y_span = y_range[0], y_range[1] - y_range[0]
     pw, ph = panel_size
     left, top, right, bottom, gap = 52, 30, 16, 40, 24
     methods = list(dict.fromkeys(m for curves in panels.values() for m in curves))
@@ -36,7 +43,7 @@ def curves_png(
             gy = y0 + ph - frac * ph
             gx = x0 + frac * pw
             draw.line([x0, gy, x0 + pw, gy], fill="#e6e6e6")
-            draw.text((x0 - 30, gy - 6), f"{frac:.1f}", fill="#444444")
+            draw.text((x0 - 46, gy - 6), f"{y_low + frac * y_span:.3g}", fill="#444444")
             draw.text((gx - 8, y0 + ph + 6), f"{frac:.1f}", fill="#444444")
         draw.text((x0 + pw // 2 - 3 * len(x_label), y0 + ph + 22), x_label, fill="#444444")
         for m, values in curves.items():
@@ -44,7 +51,10 @@ def curves_png(
             n = len(values)
             if n < 2:
                 continue
-            pts = [(x0 + i / (n - 1) * pw, y0 + ph - min(max(float(v), 0.0), 1.0) * ph) for i, v in enumerate(values)]
+            pts = [
+                (x0 + i / (n - 1) * pw, y0 + ph - min(max((float(v) - y_low) / y_span, 0.0), 1.0) * ph)
+                for i, v in enumerate(values)
+            ]
             draw.line(pts, fill=color, width=2)
     ly = top + ph + bottom
     if y_label:

@@ -62,7 +62,7 @@ def evaluation_body(report: Any) -> str:
     from gradscope.app.evaluation.report import CONFIDENCE, HIGHER_IS_BETTER
     from gradscope.render.curves import curves_png
 
-    head = f"{report.images} of {report.total} images scored"
+    head = f"{report.images} of {report.total} {report.unit} scored"
     if not report.complete:
         head += " (stopped: run again with the same out folder to resume)"
     parts = [f"<h3>Evaluation</h3><div class='note'>{esc(head)}</div>"]
@@ -70,7 +70,7 @@ def evaluation_body(report: Any) -> str:
         parts.append(
             alerts(
                 [
-                    f"{len(report.bad)} image(s) could not be used, e.g. {report.bad[0]['key']}: "
+                    f"{len(report.bad)} sample(s) could not be used, e.g. {report.bad[0]['key']}: "
                     f"{report.bad[0]['reason']}"
                 ]
             )
@@ -93,7 +93,7 @@ def evaluation_body(report: Any) -> str:
     parts.append(table(header, rows))
     empty = [m for m in report.metrics if m not in shown]
     parts.append(
-        f"<div class='note'>value [{CONFIDENCE:.0%} bootstrap interval over images]; ↑ higher is better, "
+        f"<div class='note'>value [{CONFIDENCE:.0%} bootstrap interval over {report.unit}]; ↑ higher is better, "
         "↓ lower is better" + (f"; no value for {', '.join(empty)}" if empty else "") + "</div>"
     )
     clear = [d for d in report.differences if d["ci_low"] is not None and (d["ci_low"] > 0 or d["ci_high"] < 0)]
@@ -114,8 +114,33 @@ def evaluation_body(report: Any) -> str:
             )
         )
     if report.curves:
-        png = curves_png(report.curves, x_label="fraction of pixels changed", y_label="class probability")
-        parts.append(figure(png, "Mean deletion / insertion curves over the images", chart=True))
+        png = curves_png(report.curves, **report.curve_axes)
+        what = "MoRF / LeRF" if report.unit == "texts" else "deletion / insertion"
+        parts.append(figure(png, f"Mean {what} curves over the {report.unit}", chart=True))
+    parts += [_text_sample(report, s) for s in report.samples[:SAMPLES_SHOWN]]
+    return "".join(parts)
+
+
+SAMPLES_SHOWN = 4  # texts whose token strips and curves a report shows (every one is in results.json)
+
+
+def _text_sample(report: Any, sample: dict) -> str:
+    """One text: each method's token strip beside its MoRF and LeRF curves."""
+    from gradscope.render.curves import curves_png
+    from gradscope.render.positions import token_strip
+
+    parts = [f"<h3>{esc(sample['key'])} (target {esc(sample.get('class'))})</h3>"]
+    curves = {(c["method"], c["curve"]): [] for c in report.sample_curves if c["key"] == sample["key"]}
+    for c in report.sample_curves:
+        if c["key"] == sample["key"]:
+            curves[(c["method"], c["curve"])].append(c["value"])
+    for method, scores in sample["maps"].items():
+        if not scores:
+            continue
+        strip = token_strip(sample["tokens"], scores, width=560)
+        panels = {f"{method}: MoRF / LeRF": {n: curves.get((method, n), []) for n in ("morf", "lerf")}}
+        chart = curves_png(panels, panel_size=(300, 160), **report.curve_axes)
+        parts.append(figure(strip, f"{method}: token map", chart=True) + figure(chart, "", chart=True))
     return "".join(parts)
 
 

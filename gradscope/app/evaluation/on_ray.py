@@ -118,7 +118,11 @@ class BatchWorker:
         for index, keys_json in zip(rows["index"], rows["keys"]):
             keys = json.loads(str(keys_json))
             loaded = load_samples(self.source, keys)
-            docs.append(json.dumps(batch_record(self.engine, self.methods, self.settings, int(index), keys, loaded)))
+            docs.append(
+                json.dumps(
+                    batch_record(self.engine, self.methods, self.settings, int(index), keys, loaded, self.source)
+                )
+            )
         return {"index": np.asarray(rows["index"]), "doc": np.asarray(docs, dtype=object)}
 
 

@@ -73,11 +73,19 @@ def batch_record(
     index: int,
     keys: list[str],
     loaded: tuple[list[Sample], list[dict]],
+    source: Any = None,
 ) -> dict:
-    """What ``OUT/batches/<index>.json`` holds: the batch's keys, a record per readable image, the images that
-    could not be used and why, the seconds each method took."""
+    """What ``OUT/batches/<index>.json`` holds: the batch's keys, a record per readable image (or text), the
+    samples that could not be used and why, the seconds each method took."""
     samples, bad = loaded
-    records, seconds = evaluate_batch(engine, methods, settings, samples)
+    if settings.text:
+        from gradscope.app.evaluation.text_scoring import evaluate_text_batch
+
+        vocab = source.vocabulary() if hasattr(source, "vocabulary") else None
+        records, seconds, unusable = evaluate_text_batch(engine, methods, settings, samples, vocab)
+        bad = [*bad, *unusable]
+    else:
+        records, seconds = evaluate_batch(engine, methods, settings, samples)
     return {"batch": index, "keys": keys, "images": records, "bad": bad, "seconds": seconds}
 
 

@@ -21,7 +21,9 @@ from gradscope.core.display import RichDisplay
 from gradscope.core.errors import GradscopeError
 from gradscope.core.files import write_atomic, write_text_atomic
 from gradscope.core.json_text import read_json_file
+from gradscope.engine.evaluation.token_metrics import on_grid
 
+TEXT_ORDER = ("abpc", "comprehensiveness", "sufficiency", "token_pointing")
 CONFIDENCE = 0.95
 BOOTSTRAP_CHUNK = 50  # resamples drawn at once (a (chunk, images) weight matrix)
 HIGHER_IS_BETTER = {
@@ -30,7 +32,12 @@ HIGHER_IS_BETTER = {
     "deletion": False,
     "insertion": True,
     "mufidelity": True,
+    "abpc": True,
+    "comprehensiveness": True,
+    "sufficiency": False,
+    "token_pointing": True,
 }
+CURVE_POINTS = 21  # text curves (k = 0 .. n tokens) averaged on this grid of fractions
 
 
 @dataclass
@@ -51,9 +58,23 @@ class EvalReport(RichDisplay):
     per_image: list[dict] = field(default_factory=list)
     classes: dict[str, dict[str, dict]] = field(default_factory=dict)  # pointing metric -> method -> per class
     seconds: dict[str, float] = field(default_factory=dict)  # method -> seconds its maps and scores took
+    sample_curves: list[dict] = field(default_factory=list)  # text: key, method, curve, k, value (curves.csv)
+    samples: list[dict] = field(default_factory=list)  # text: key, tokens, class, {method: map} (token strips)
     images: int = 0  # images scored
     total: int = 0  # images in the dataset
     complete: bool = True
+
+    @property
+    def unit(self) -> str:
+        """What was scored: "texts" or "images"."""
+        return "texts" if any(m in TEXT_ORDER for m in self.metrics) else "images"
+
+    @property
+    def curve_axes(self) -> dict:
+        """``curves_png``'s labels and range for this report's curves."""
+        if self.unit == "texts":
+            return {"x_label": "fraction of tokens removed", "y_label": "target logit", "y_range": None}
+        return {"x_label": "fraction of pixels changed", "y_label": "class probability"}
 
     def value(self, method: str, metric: str) -> float | None:
         """The score of ``method`` on ``metric`` (None where there was no data, e.g. no difficult pair)."""
@@ -82,8 +103,9 @@ class EvalReport(RichDisplay):
         )
 
     def to_text(self) -> str:
+        unit = self.unit
         lines = [
-            f"{self.images} of {self.total} images scored"
+            f"{self.images} of {self.total} {unit} scored"
             + ("" if self.complete else " (stopped: run again with the same --out to resume)")
             + (f"; {len(self.bad)} could not be used (bad_data.csv)" if self.bad else ""),
             "",
@@ -98,7 +120,7 @@ class EvalReport(RichDisplay):
                 cells.append(f"{_cell(row):>26}")
             lines.append(f"{method:<{width}}" + "".join(cells))
         arrows = ", ".join(f"{m} {'higher' if HIGHER_IS_BETTER[m] else 'lower'} is better" for m in self.metrics)
-        lines += ["", f"value [{CONFIDENCE:.0%} bootstrap interval over images]; {arrows}"]
+        lines += ["", f"value [{CONFIDENCE:.0%} bootstrap interval over {unit}]; {arrows}"]
         clear = [d for d in self.differences if d["ci_low"] is not None and (d["ci_low"] > 0 or d["ci_high"] < 0)]
         if clear:
             lines.append(f"differences whose interval excludes 0 ({len(clear)} of {len(self.differences)}):")
@@ -123,10 +145,12 @@ class EvalReport(RichDisplay):
             _write_csv(out / "per_image.csv", self.per_image, ["key", "class", "method", *self.metrics]),
             _write_csv(out / "bad_data.csv", self.bad, ["key", "reason"]),
         ]
+        if self.sample_curves:
+            written.append(_write_csv(out / "curves.csv", self.sample_curves, ["key", "method", "curve", "k", "value"]))
         if self.curves:
             from gradscope.render.curves import curves_png
 
-            png = curves_png(self.curves, x_label="fraction of pixels changed", y_label="class probability")
+            png = curves_png(self.curves, **self.curve_axes)
             written.append(write_atomic(out / "curves.png", lambda fh: fh.write(png)))
         return written
 
@@ -201,6 +225,13 @@ def _pointing_scores(records: list[dict], method: str, difficult: bool) -> _Scor
     return out
 
 
+def _where_given(metric: str, values: list) -> _Scores:
+    """A score some samples lack (None or NaN): its mean over the samples that have it, as one column of counts."""
+    v = np.array([np.nan if x is None else x for x in values], np.float64)
+    given = np.isfinite(v)
+    return _Scores(metric, np.where(given, v, 0.0)[:, None], given.astype(np.float64)[:, None])
+
+
 def _bootstrap(scores: list[_Scores], n: int, resamples: int, seed: int) -> tuple[np.ndarray, np.ndarray]:
     """(statistic of each score on the data, (resamples, scores) statistics on resamples of the images) — the
     same resamples for every score, so differences are paired."""
@@ -242,7 +273,7 @@ def build_report(out: Path, resamples: int = 2000) -> EvalReport:
     methods, metrics_in = settings["methods"], settings["metrics"]
     metrics = [
         m
-        for m in ("pointing", "pointing_difficult", "deletion", "insertion", "mufidelity")
+        for m in ("pointing", "pointing_difficult", "deletion", "insertion", "mufidelity", *TEXT_ORDER)
         if m in metrics_in or (m == "pointing_difficult" and "pointing" in metrics_in)
     ]
     total = int(header.get("total", len(records) + len(bad)))
@@ -256,6 +287,8 @@ def build_report(out: Path, resamples: int = 2000) -> EvalReport:
         for method in methods:
             if metric.startswith("pointing"):
                 s = _pointing_scores(records, method, metric == "pointing_difficult")
+            elif metric in TEXT_ORDER:  # a text without a rationale (or too short for AOPC) has no value
+                s = _where_given(metric, [r["scores"][method].get(metric) for r in records])
             else:
                 s = _Scores(metric, np.array([r["scores"][method][metric] for r in records], np.float64))
             scores.append(s)
@@ -276,7 +309,7 @@ def build_report(out: Path, resamples: int = 2000) -> EvalReport:
         )
     for k, (metric, method) in enumerate(where):
         s = scores[k]
-        if s.totals is not None and s.totals.size:
+        if metric.startswith("pointing") and s.totals is not None and s.totals.size:
             hits, totals = s.values.sum(axis=0), s.totals.sum(axis=0)
             report.classes.setdefault(metric, {})[method] = {
                 "overall": float(hits.sum() / totals.sum()),
@@ -301,6 +334,24 @@ def build_report(out: Path, resamples: int = 2000) -> EvalReport:
                         "ci_high": _finite(hi),
                     }
                 )
+    if settings["metrics"] and settings["metrics"][0] in TEXT_ORDER:
+        for r in records:
+            maps = {m: r["scores"][m].get("map", []) for m in methods}
+            report.samples.append(
+                {"key": r["key"], "tokens": r.get("tokens", []), "class": r.get("class"), "maps": maps}
+            )
+            for m in methods:
+                for curve in ("morf", "lerf"):
+                    for k, value in enumerate(r["scores"][m].get(curve, [])):
+                        report.sample_curves.append(
+                            {"key": r["key"], "method": m, "curve": curve, "k": k, "value": value}
+                        )
+    if "abpc" in metrics:  # MoRF and LeRF, each text's curve on one grid of fractions removed
+        for curve in ("morf", "lerf"):
+            report.curves[curve] = {
+                m: np.mean([on_grid(r["scores"][m][curve], CURVE_POINTS) for r in records], axis=0).tolist()
+                for m in methods
+            }
     for metric in ("deletion", "insertion"):
         if metric in metrics:
             report.curves[metric] = {

@@ -35,7 +35,7 @@ from gradscope.app.evaluation.scoring import (
     OtherEvaluationError,
     eval_methods,
 )
-from gradscope.core.errors import Cancelled, is_interrupt
+from gradscope.core.errors import Cancelled, GradscopeError, is_interrupt
 from gradscope.core.files import write_text_atomic
 from gradscope.core.json_text import read_json_file
 
@@ -106,7 +106,7 @@ def _run_batches(engine, source, settings, out, keys, methods, progress, should_
                     raise Cancelled("stopped")
                 loaded = pending.result()
                 pending = reader.submit(load_samples, source, chunks[todo[n + 1]]) if n + 1 < len(todo) else None
-                doc = batch_record(engine, methods, settings, index, chunks[index], loaded)
+                doc = batch_record(engine, methods, settings, index, chunks[index], loaded, source)
                 write_text_atomic(batch_path(out, index), json.dumps(doc))
                 state.computed += 1
                 clock.add(len(chunks[index]))
@@ -160,10 +160,12 @@ def source_of(
     preprocessing: str = "unit",
     class_names: Any = None,
     split: str = "val",
+    vocab: Any = None,
 ) -> Any:
-    """The samples of ``data``: a folder (``ImageFolder`` in any layout ``find_layout`` reads: masks read for the
-    Pointing Game only; a Pascal VOC folder's classes mapped to the model's by name when it has ``class_names``
-    and no class map is given), an array of model inputs with ``masks``, or anything with ``keys()`` and
+    """The samples of ``data``: for the text metrics a ``TextDataset`` (a JSONL or CSV file or a folder of
+    ``.txt`` files, read with ``vocab``); a folder (``ImageFolder`` in any layout ``find_layout`` reads: masks
+    read for the Pointing Game only; a Pascal VOC folder's classes mapped to the model's by name when it has
+    ``class_names`` and no class map is given), an array of model inputs with ``masks``, or anything with ``keys()`` and
     ``load(key)``."""
     import numpy as np
 
@@ -177,6 +179,10 @@ def source_of(
         load_difficult_flags,
     )
 
+    if settings.text and isinstance(data, (str, Path)):
+        from gradscope.io.text_datasets import TextDataset
+
+        return TextDataset(data, vocab)
     if isinstance(data, (str, Path)):
         if isinstance(class_map, (str, Path)):
             class_map = load_class_map(class_map)
@@ -199,14 +205,23 @@ def source_of(
     return data
 
 
-def check_model(engine: Any) -> None:
-    """The metrics are defined for image classifiers: one (H, W, 1 or 3) input, a (batch, classes) output."""
+def check_model(engine: Any, settings: EvalSettings) -> None:
+    """The image metrics are defined for image classifiers: one (H, W, 1 or 3) input, a (batch, classes) output;
+    the text metrics for a model that reads token ids."""
+    if settings.text:
+        from gradscope.app.evaluation.text_scoring import check_text_model
+
+        try:
+            return check_text_model(engine)
+        except GradscopeError as exc:
+            raise EvaluationError(str(exc)) from None
     graph = engine.graph
     shapes = [graph.node(i).output_shape for i in graph.input_ids]
     if len(shapes) != 1 or len(shapes[0]) != 4 or shapes[0][-1] not in (1, 3):
         raise EvaluationError(
-            f"gradscope evaluate scores image classifiers (one (height, width, 1 or 3) input); this model takes "
-            f"{', '.join(str(tuple(s)) for s in shapes)}. Explain its inputs with `gradscope explain` instead."
+            f"gradscope evaluate scores image classifiers (one (height, width, 1 or 3) input) on the image metrics; "
+            f"this model takes {', '.join(str(tuple(s)) for s in shapes)}. A text model: --metric abpc (see "
+            "docs/evaluation.md)."
         )
     if not graph.class_count():
         raise EvaluationError(
@@ -234,11 +249,11 @@ def run_evaluation(
     from gradscope.app.evaluation.report import build_report
 
     settings.check()
-    check_model(engine)
+    check_model(engine, settings)
     eval_methods(engine, settings)  # an unknown method or node fails before the folder is touched
     keys = source.keys()
     if not keys:
-        raise EvaluationError("The dataset holds no images.")
+        raise EvaluationError(f"The dataset holds no {'texts' if settings.text else 'images'}.")
     header = {
         "model": model or getattr(engine.model, "name", "model"),
         "data": source.describe(),

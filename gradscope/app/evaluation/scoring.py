@@ -25,6 +25,8 @@ from gradscope.rules.methods import Method, available_methods, build_method
 from gradscope.rules.plan import Plan
 
 METRICS = ("pointing", "deletion", "insertion", "mufidelity")
+TEXT_METRICS = ("abpc", "comprehensiveness", "sufficiency", "token_pointing")  # of token maps (``text_scoring``)
+TEXT_DEFAULT = ["abpc", "comprehensiveness", "sufficiency"]
 BASELINES = ("center", "random")  # reference "methods": the image centre, a uniformly random map
 SMOOTHED = ("gradient", "guided_backprop", "deconvnet")  # TorchRay's benchmark blurs these maps (smooth=0.02)
 
@@ -55,13 +57,31 @@ class EvalSettings:
     seed: int = 0  # random baseline maps and MuFidelity's subsets (per image: seed and the image's name)
     plan: dict | None = None  # the user's plan (``--plan``): evaluated as the method named by its name
     plan_name: str | None = None
+    baseline: str = "zero"  # text: what replaces a removed token's input embedding (zero, pad, mask)
+
+    @property
+    def text(self) -> bool:
+        """Metrics of token maps (a text dataset), not of images."""
+        return any(m in TEXT_METRICS for m in self.metrics)
 
     def check(self) -> None:
-        unknown = [m for m in self.metrics if m not in METRICS]
+        from gradscope.engine.evaluation.token_curves import REPLACEMENTS
+
+        unknown = [m for m in self.metrics if m not in (*METRICS, *TEXT_METRICS)]
         if unknown or not self.metrics:
             raise EvaluationError(
-                f"Unknown metric(s) {', '.join(unknown) or '(none)'}; choose from {', '.join(METRICS)}."
+                f"Unknown metric(s) {', '.join(unknown) or '(none)'}; choose from {', '.join(METRICS)} (images) or "
+                f"{', '.join(TEXT_METRICS)} (text)."
             )
+        if self.text and not all(m in TEXT_METRICS for m in self.metrics):
+            raise EvaluationError(
+                f"{', '.join(self.metrics)}: image metrics ({', '.join(METRICS)}) and text metrics "
+                f"({', '.join(TEXT_METRICS)}) are not evaluated together."
+            )
+        if self.text and self.baseline not in REPLACEMENTS:
+            raise EvaluationError(f"The baseline is one of {', '.join(REPLACEMENTS)}; got {self.baseline!r}.")
+        if self.text and "center" in self.methods:
+            raise EvaluationError("'center' is an image baseline; for text compare with 'random'.")
         if not self.methods:
             raise EvaluationError("No method to evaluate: give --method and/or --plan.")
         if len(set(self.methods)) != len(self.methods):
@@ -82,7 +102,10 @@ class EvalSettings:
             raise EvaluationError(f"The tolerance must be a distance in pixels above 0; got {self.tolerance}.")
 
     def to_dict(self) -> dict:
-        return dataclasses.asdict(self)
+        out = dataclasses.asdict(self)
+        if not self.text:  # an image run's settings file as before (a run started earlier still resumes)
+            out.pop("baseline")
+        return out
 
 
 @dataclass

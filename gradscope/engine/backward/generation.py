@@ -96,7 +96,7 @@ def attribute_generation(
     t0 = time.perf_counter()
     for i in range(steps):
         real = prompt.size + i
-        arrays = _arrays(graph, ids[: width or real], real)
+        arrays = token_arrays(graph, ids[: width or real], real)
         target = Target(kind="token") if by_mask else Target(kind="token", position=real - 1)
         result = engine.backward(arrays, target, plan, capture=[node], stats=False, mode=mode)
         token = int(result.target_indices[0])
@@ -114,7 +114,7 @@ def attribute_generation(
     return Generation(prompt, np.array(chosen, np.int64), np.array(probs), matrix, node, time.perf_counter() - t0)
 
 
-def _arrays(graph: Any, ids: np.ndarray, real: int) -> list[np.ndarray]:
+def token_arrays(graph: Any, ids: np.ndarray, real: int) -> list[np.ndarray]:
     """The model's inputs for ``ids`` of which the first ``real`` are there: token ids, the padding mask (1 where
     a token is), segment ids 0."""
     out = []
