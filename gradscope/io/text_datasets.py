@@ -40,11 +40,11 @@ class TextSample:
 
 
 def is_text_dataset(path: str | Path) -> bool:
-    """A JSONL or CSV file, or a folder holding ``.txt`` files and no images."""
+    """A JSONL or CSV file, or a folder holding ``.txt`` files (for a model that reads token ids)."""
     p = Path(path).expanduser()
     if p.is_file():
         return p.suffix.lower() in TEXT_SUFFIXES
-    return p.is_dir() and any(p.glob("*.txt")) and not (p / "masks").is_dir()
+    return p.is_dir() and any(p.glob("*.txt"))
 
 
 class TextDataset:
