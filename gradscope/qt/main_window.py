@@ -162,7 +162,7 @@ class MainWindow(QMainWindow):
         self.training_dock.visibilityChanged.connect(self._on_training_dock_shown)
         self.evaluation = EvaluationPanel(s)
         self.evaluation_dock = self._bottom_dock(
-            "Evaluation: methods scored over a folder of images", "evaluation_dock", self.evaluation
+            "Evaluation: methods scored over a dataset", "evaluation_dock", self.evaluation
         )
         self.patching = PatchingPanel(s)
         self.patching_dock = self._bottom_dock("Patching: clean vs corrupted input", "patching_dock", self.patching)

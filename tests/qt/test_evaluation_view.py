@@ -4,8 +4,11 @@ what results.csv says."""
 from __future__ import annotations
 
 import csv
+import json
+import os
 
 import numpy as np
+import pytest
 
 from gradscope.io.demo import demo_model_path
 from tests.app.evaluation.test_evaluation import SIZE, write_folder
@@ -175,3 +178,63 @@ def test_the_point_and_the_mask_can_be_seen_on_any_map():
     picture[mask == 3] = (255, 214, 0)  # a yellow shape: neither yellow nor cyan would show
     drawn = _outlined(picture, edge)
     assert (drawn[edge] == (255, 0, 255)).all()
+
+
+@pytest.fixture
+def text_files(tmp_path):
+    """A text classifier, its vocabulary beside it and four texts, made before the window starts its worker (two
+    threads importing TensorFlow at once break it)."""
+    keras = pytest.importorskip("keras")
+    words = ["[PAD]", "[UNK]", "[MASK]", "the", "movie", "was", "great", "bad", "plot", "acting", "!"]
+    keras.utils.set_random_seed(1)
+    i = keras.Input((None,), dtype="int32")
+    h = keras.layers.GlobalAveragePooling1D()(keras.layers.Embedding(len(words), 8, name="embed")(i))
+    keras.Model(i, keras.layers.Dense(2, name="out")(h)).save(tmp_path / "clf.keras")
+    (tmp_path / "clf.vocab.txt").write_text("\n".join(words))
+    lines = ["the movie was great !", "the plot was bad", "great acting", "bad movie !"]
+    (tmp_path / "texts.jsonl").write_text("".join(json.dumps({"text": t}) + "\n" for t in lines))
+    return tmp_path
+
+
+def test_a_text_model_is_evaluated_over_texts_with_token_strips_beside_their_curves(
+    text_files, window, qtbot, wait_idle
+):
+    """Issue 63 in the window: a model that reads token ids offers the text metrics; the texts are read with the
+    window's vocabulary; the curves are MoRF (solid) and LeRF (dashed); a clicked text shows each method's token map
+    beside its own curves, all from the report (results.json holds the same)."""
+    tmp_path = text_files
+    window.open_model(str(tmp_path / "clf.keras"))
+    wait_idle(window)
+    panel = window.evaluation
+    window.evaluation_dock.show()
+    assert panel.text and not panel.metrics["pointing"].isVisibleTo(panel) and panel.data_label.text() == "Texts"
+    panel.data.setText(str(tmp_path / "texts.jsonl"))
+    panel.methods.setText("gradient_x_input,gradient,random")
+    panel.with_plan.setChecked(False)
+    panel.baseline.setCurrentText("pad")
+    panel.run_button.click()
+    qtbot.waitUntil(lambda: window.session.evaluations.report is not None, timeout=180_000)
+    report = window.session.evaluations.report
+    wait_idle(window)
+    assert report.images == 4 and report.settings["baseline"] == "pad"
+    assert window.session.evaluations.out == tmp_path / "texts-evaluation"
+    assert "4 of 4 texts" in panel.summary.text()
+    lines_drawn = [i for i in panel.curves.getPlotItem().items if type(i).__name__ == "PlotDataItem"]
+    assert len(lines_drawn) == 2 * 3
+    np.testing.assert_allclose(lines_drawn[0].getData()[1], report.curves["morf"]["gradient_x_input"], rtol=1e-6)
+    browser = panel.browser
+    heads = [browser.table.horizontalHeaderItem(j).text() for j in range(browser.table.columnCount())]
+    assert heads[:2] == ["text", "target"] and browser.metric.currentText() == "abpc"
+    browser.table.selectRow(0)
+    key = browser.table.item(0, 0).text()
+    assert [p.caption.text() for p in browser.panels] == [f"{m}: token map" for m in report.methods]
+    assert browser.caption.text().startswith(f"{key}: target")
+    plot = browser.findChild(type(panel.curves), "evaluation_text_curves")
+    drawn = [i for i in plot.getPlotItem().items if type(i).__name__ == "PlotDataItem"]
+    rec = next(json.loads(p.read_text()) for p in sorted((window.session.evaluations.out / "batches").glob("*.json")))
+    first = next(r for r in rec["images"] if r["key"] == key)
+    np.testing.assert_allclose(drawn[0].getData()[1], first["scores"]["gradient_x_input"]["morf"], rtol=1e-6)
+    if os.environ.get("GRADSCOPE_SHOTS"):
+        panel.tabs.setCurrentWidget(browser)
+        wait_idle(window)
+        window.grab().save(os.path.join(os.environ["GRADSCOPE_SHOTS"], "evaluate_texts.png"))

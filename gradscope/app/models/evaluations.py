@@ -1,4 +1,5 @@
-"""Evaluating the open model's methods (and the plan being edited) over a folder of images, from the window.
+"""Evaluating the open model's methods (and the plan being edited) over a folder of images or a text dataset (read
+with the window's vocabulary), from the window.
 
 Owns: the last ``EvalReport`` and the folder it was written to.
 Emits: ``finished(EvalReport)`` when a run ends (also when it was stopped: the report covers what is done, and
@@ -72,14 +73,22 @@ class Evaluations:
             plan = dataclasses.replace(self._editor.plan, name=plan_label(self._editor.method_name, self._editor.plan))
         settings = evaluation_settings(methods, metrics, plan, **options)
         names = self._document.class_names
-        source = source_of(engine, data, settings, preprocessing=self._inputs.preprocessing, class_names=names)
+        source = source_of(
+            engine,
+            data,
+            settings,
+            preprocessing=self._inputs.preprocessing,
+            class_names=names,
+            vocab=self._inputs.vocab,  # a text dataset is read as the typed input is
+        )
+        unit = "texts" if settings.text else "images"
         out = Path(out)
         model = self._document.path or ""
 
         def job(token: Any) -> Any:
             def progress(done: int, total: int, left: float) -> None:
                 eta = f", about {left:.0f} s left" if left == left else ""  # NaN before the first batch
-                token.step(f"Evaluating: {done} of {total} images{eta}...")
+                token.step(f"Evaluating: {done} of {total} {unit}{eta}...")
 
             # the window has no --out to change: a run with other settings (a new plan, other metrics) goes into
             # the next free folder beside the old one, which stays as it was
@@ -106,8 +115,8 @@ class Evaluations:
             self._scored = (engine, source, settings)
             self.finished.emit(report)
             stopped = "" if report.complete else " (stopped: start it again to resume)"
-            bad = f"; {len(report.bad)} image(s) could not be used" if report.bad else ""
-            self._feedback.say(f"Evaluation: {report.images} of {report.total} images scored{stopped}{bad}; {folder}")
+            bad = f"; {len(report.bad)} could not be used" if report.bad else ""
+            self._feedback.say(f"Evaluation: {report.images} of {report.total} {unit} scored{stopped}{bad}; {folder}")
 
         self._jobs.submit("evaluate", f"Evaluating on {Path(data).name}...", job, done)
 

@@ -42,10 +42,22 @@ class CurvesPlot(pg.PlotWidget):
         self.legend = self.addLegend(offset=(-10, 8), labelTextSize="8pt")
 
     def show_report(self, report: Any) -> None:
+        text = "morf" in report.curves
+        self.setLabel(
+            "bottom",
+            "fraction of tokens removed (MoRF: most relevant first; LeRF: least)"
+            if text
+            else "fraction of pixels deleted / inserted (most salient first)",
+        )
+        self.setLabel("left", "target logit" if text else "class probability")
+        self.show_curves(report.curves, ("morf", "lerf") if text else ("deletion", "insertion"))
+
+    def show_curves(self, curves: dict, names: tuple[str, str]) -> None:
+        """``curves[name][method]``: the first name solid, the second dashed, a colour per method."""
         self.clear()
         self.legend.clear()
-        for metric, style in (("deletion", Qt.PenStyle.SolidLine), ("insertion", Qt.PenStyle.DashLine)):
-            for k, (method, curve) in enumerate(report.curves.get(metric, {}).items()):
+        for metric, style in zip(names, (Qt.PenStyle.SolidLine, Qt.PenStyle.DashLine)):
+            for k, (method, curve) in enumerate(curves.get(metric, {}).items()):
                 y = np.asarray(curve, np.float64)
                 pen = pg.mkPen(COLOURS[k % len(COLOURS)], width=2, style=style)
                 self.plot(np.linspace(0, 1, len(y)), y, pen=pen, name=f"{method} ({metric})")
@@ -119,7 +131,19 @@ class ImageBrowser(QWidget):
         lay.addWidget(split)
         self._rows: dict[str, dict] = {}
         self.report: Any = None
+        self.unit = "images"
         session.evaluations.inspected.connect(self.show_inspection)
+
+    def set_unit(self, unit: str) -> None:
+        """ "images" or "texts": what the rows are and what a click shows."""
+        self.unit = unit
+        for widget in (self.open_method, self.open_button):  # a text is opened by typing it (File > Type tokens)
+            widget.setVisible(unit != "texts")
+        self.caption.setText(
+            "Evaluate, then click a text: each method's token map beside its MoRF and LeRF curves."
+            if unit == "texts"
+            else "Evaluate, then click an image: each method's map of it, and where it points."
+        )
 
     # ------------------------------------------------------------------------------------------- the table
     def show_report(self, report: Any) -> None:
@@ -145,7 +169,9 @@ class ImageBrowser(QWidget):
         self.table.setSortingEnabled(False)
         self.table.clearContents()
         self.table.setColumnCount(3 + len(methods))
-        self.table.setHorizontalHeaderLabels(["image", "class", *methods, "spread"])
+        texts = report.unit == "texts"
+        self.table.setHorizontalHeaderLabels(["text" if texts else "image", "target" if texts else "class", *methods,
+                                              "spread"])  # fmt: skip
         self.table.setRowCount(len(self._rows))
         for i, (key, row) in enumerate(self._rows.items()):
             values = [row["scores"].get(m, {}).get(metric) for m in methods]
@@ -166,6 +192,9 @@ class ImageBrowser(QWidget):
         if not items:
             return
         key = self.table.item(items[0].row(), 0).text()
+        if self.report is not None and self.report.unit == "texts":  # all in the report: nothing to compute
+            self.show_text(key)
+            return
         try:
             self.session.evaluations.inspect(key)
         except Exception as exc:  # no evaluation to look at: one message
@@ -173,11 +202,7 @@ class ImageBrowser(QWidget):
 
     # ------------------------------------------------------------------------------------------- the pictures
     def show_inspection(self, seen: Any) -> None:
-        while self._row.count():
-            widget = self._row.takeAt(0).widget()
-            if widget is not None:
-                widget.deleteLater()
-        self.panels = []
+        self._clear()
         edge = _edge(seen.mask, seen.cls)
         image = ImagePanel("image, mask outlined")
         image.set_array(_outlined(seen.image, edge))
@@ -195,6 +220,48 @@ class ImageBrowser(QWidget):
         self.open_method.clear()
         self.open_method.addItems([v.method for v in seen.views if _is_preset(v.method)])
         self.open_button.setEnabled(seen.path is not None and self.open_method.count() > 0)
+
+    def show_text(self, key: str) -> None:
+        """Each method's token map of the text ``key`` (as the main view draws a token strip) and the text's MoRF
+        (solid) and LeRF (dashed) curves of every method."""
+        from gradscope.render.positions import token_strip
+
+        report = self.report
+        sample = next((s for s in report.samples if s["key"] == key), None)
+        if sample is None:
+            return
+        self._clear()
+        column = QWidget()
+        cv = QVBoxLayout(column)
+        cv.setContentsMargins(0, 0, 0, 0)
+        for method, scores in sample["maps"].items():
+            panel = ImagePanel(f"{method}: token map")
+            panel.set_array(token_strip(sample["tokens"], scores, width=640), values=None)
+            panel.setMinimumHeight(90)
+            cv.addWidget(panel)
+            self.panels.append(panel)
+        curves: dict[str, dict[str, list[float]]] = {"morf": {}, "lerf": {}}
+        for c in report.sample_curves:
+            if c["key"] == key:
+                curves[c["curve"]].setdefault(c["method"], []).append(c["value"])
+        plot = CurvesPlot()
+        plot.setObjectName("evaluation_text_curves")
+        plot.setLabel("bottom", "fraction of tokens removed")
+        plot.setLabel("left", "target logit")
+        plot.show_curves(curves, ("morf", "lerf"))
+        plot.setMinimumWidth(260)
+        self._row.addWidget(column, 2)
+        self._row.addWidget(plot, 1)
+        self.caption.setText(f"{key}: target {sample.get('class')}; red tokens count for it, blue against")
+        self.open_method.clear()
+        self.open_button.setEnabled(False)
+
+    def _clear(self) -> None:
+        while self._row.count():
+            widget = self._row.takeAt(0).widget()
+            if widget is not None:
+                widget.deleteLater()
+        self.panels = []
 
     def _add(self, panel: ImagePanel) -> None:
         panel.setMinimumWidth(150)
