@@ -275,3 +275,32 @@ def test_mixed_metrics_and_a_model_without_tokens_are_refused_in_one_line(linear
     keras.Model(i, keras.layers.Dense(2)(i)).save(dense)
     with pytest.raises(EvaluationError, match="reads token ids"):
         gs.evaluate(dense, linear_text / "data.jsonl")
+
+
+@pytest.mark.slow  # ~30 s of Ray start-up: out of the default run, run by CI on its own (.ci/run)
+def test_ray_gives_the_text_scores_of_the_local_run(tmp_path):
+    """A checkpoint folder's language model on a local Ray instance: every actor reads the texts with the folder's
+    tokenizer (loaded again in the worker) and writes the local run's records."""
+    pytest.importorskip("ray.data")
+    from gradscope.app.evaluation.on_ray import RayOptions
+
+    texts = ["the cat sat on the mat", "a dog ran", "the mat sat", "on the cat"]
+    (tmp_path / "data.jsonl").write_text("".join(json.dumps({"text": t}) + "\n" for t in texts))
+    how = dict(methods="attnlrp,gradient,random", metrics="abpc,comprehensiveness,sufficiency", batch=2)
+    local = gs.evaluate(HF / "gpt2", tmp_path / "data.jsonl", out=tmp_path / "local", **how)
+    remote = gs.evaluate(
+        HF / "gpt2", tmp_path / "data.jsonl", out=tmp_path / "ray", ray=RayOptions(num_cpus=2, actors=2), **how
+    )
+    assert remote.images == local.images == 4
+    a, b = _records(tmp_path / "local"), _records(tmp_path / "ray")
+    assert [r["key"] for r in a] == [r["key"] for r in b] and [r["tokens"] for r in a] == [r["tokens"] for r in b]
+    for ra, rb in zip(a, b):
+        for method in ("attnlrp", "gradient", "random"):
+            for field in ("map", "morf", "lerf"):
+                np.testing.assert_allclose(
+                    rb["scores"][method][field], ra["scores"][method][field], rtol=1e-5, atol=1e-6
+                )
+    for row_a, row_b in zip(local.table, remote.table):
+        assert row_a["method"] == row_b["method"] and row_a["value"] == pytest.approx(
+            row_b["value"], rel=1e-5, abs=1e-7
+        )
