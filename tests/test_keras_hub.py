@@ -205,3 +205,47 @@ def test_a_checkpoint_folder_where_keras_hub_cannot_import_names_the_module_and_
     out = _loaded_without("regex", Path(__file__).resolve().parent / "data" / "hf" / "gpt2")
     assert "ERROR" in out.stdout and "Hugging Face checkpoint folder" in out.stdout, out.stdout + out.stderr[-2000:]
     assert "'regex'" in out.stdout and "pip install 'gradscope[hf]'" in out.stdout
+
+
+def test_a_bert_classifiers_text_evaluation_is_its_keras_model_with_token_embeddings_replaced(bert, preset, tmp_path):
+    """Issue 63 on a BERT-style classifier (a .keras file, keras_hub's tokenizer): each MoRF point is the Keras
+    model with its token embedding's output at the removed positions replaced by the [MASK] token's, by hand."""
+    import json
+
+    import gradscope as gs
+    from gradscope.engine.evaluation import token_metrics as tm
+    from gradscope.io.model_inputs import text_input
+
+    (tmp_path / "texts.jsonl").write_text(
+        json.dumps({"text": "The cats sat on the mat"}) + "\n" + json.dumps({"text": "the dog sat", "target": 0}) + "\n"
+    )
+    out = tmp_path / "run"
+    report = gs.evaluate(bert, tmp_path / "texts.jsonl", methods="attnlrp,gradient_x_input", vocab=preset,
+                         baseline="mask", out=out)  # fmt: skip
+    assert report.images == 2 and not report.bad
+    engine = gs.open_engine(bert)
+    model, layer = engine.model, engine.model.get_layer("token_embedding")
+    vocab = Vocabulary.load(preset)
+    records = [r for p in sorted((out / "batches").glob("*.json")) for r in json.loads(p.read_text())["images"]]
+    for rec, text in zip(records, ["The cats sat on the mat", "the dog sat"]):
+        fed = text_input(engine.graph, text, vocab)
+        n = rec["length"]
+        assert rec["tokens"] == list(vocab.decode(fed.ids[:n])) and rec["tokens"][0] == "[CLS]"
+        feed = dict(zip(engine.graph.input_ids, fed.arrays))
+        mask_row = layer(np.array([[WORDS.index("[MASK]")]]))[0, 0]
+        order = tm.token_order(np.asarray(rec["scores"]["attnlrp"]["map"]))
+        for k in (0, 2, n):
+            removed = np.zeros(fed.ids.shape[0], bool)
+            removed[order[:k]] = True
+            original = layer.call
+
+            def call(inputs, *args, _original=original, _removed=removed, _row=mask_row, **kwargs):
+                y = _original(inputs, *args, **kwargs)
+                return keras.ops.where(_removed[None, :, None], _row, y)
+
+            layer.call = call
+            try:
+                want = float(model(feed)[0, rec["class"]])
+            finally:
+                del layer.call
+            assert rec["scores"]["attnlrp"]["morf"][k] == pytest.approx(want, rel=1e-4, abs=1e-5)

@@ -209,10 +209,13 @@ def check_model(engine: Any, settings: EvalSettings) -> None:
     """The image metrics are defined for image classifiers: one (H, W, 1 or 3) input, a (batch, classes) output;
     the text metrics for a model that reads token ids."""
     if settings.text:
-        from gradscope.app.evaluation.text_scoring import check_text_model
+        from gradscope.app.evaluation.text_scoring import check_text_methods, check_text_model
 
         try:
-            return check_text_model(engine)
+            check_text_model(engine)
+            return check_text_methods(eval_methods(engine, settings))
+        except EvaluationError:
+            raise
         except GradscopeError as exc:
             raise EvaluationError(str(exc)) from None
     graph = engine.graph

@@ -87,14 +87,21 @@ def _fed(engine: Any, s: TextSample) -> tuple[list[np.ndarray], Target]:
     ids[:n] = s.ids
     arrays = token_arrays(graph, ids, n)
     language = engine.is_language_model()
-    if s.target is not None:
-        index = s.target
-    else:
-        logits = np.asarray(engine.logits(arrays), np.float64)
-        index = int(np.argmax(logits[0, n - 1] if language else logits[0]))
+    logits = np.asarray(engine.logits(arrays), np.float64)
+    scores = logits[0, n - 1] if language else logits[0]
+    index = int(np.argmax(scores)) if s.target is None else s.target
+    if not 0 <= index < scores.shape[-1]:
+        raise InputError(f"the target {index} does not exist: the output has {scores.shape[-1]} entries.")
     if language:
         return arrays, Target(kind="token", index=int(index), position=n - 1)
     return arrays, Target(index=int(index))
+
+
+def check_text_methods(methods: list) -> None:
+    """Methods whose maps need noisy inputs cannot be computed on token ids: refused before any text is read."""
+    for m in methods:
+        if m.method is not None and m.method.sampling is not None:
+            raise GraphError(f"{m.label} averages over noisy inputs; token ids cannot be made noisy. Drop it.")
 
 
 def method_token_map(engine: Any, method: Any, arrays: list[np.ndarray], target: Target) -> np.ndarray:

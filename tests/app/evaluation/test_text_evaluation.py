@@ -43,6 +43,7 @@ def linear_text(tmp_path_factory):
             fh.write(json.dumps({"ids": rng.integers(3, len(WORDS), size=5 + 3 * n).tolist()}) + "\n")
         fh.write(json.dumps({"ids": [3, 99]}) + "\n")  # beyond the vocabulary: listed, the run goes on
         fh.write(json.dumps({"text": "the movie", "target": "zebra"}) + "\n")  # no such token
+        fh.write(json.dumps({"ids": [3, 4], "target": 7}) + "\n")  # the classifier has 3 classes
     return folder
 
 
@@ -74,8 +75,9 @@ def test_every_curve_point_is_the_model_with_those_embeddings_replaced(linear_te
     records = _records(out)
     assert report.images == len(records) == 6 and report.unit == "texts"
     bad = {b["key"]: b["reason"] for b in report.bad}
-    assert sorted(bad) == ["line 7", "line 8"]
+    assert sorted(bad) == ["line 7", "line 8", "line 9"]
     assert "outside the embedding's vocabulary" in bad["line 7"] and "'zebra' is not a token" in bad["line 8"]
+    assert "the target 7 does not exist: the output has 3 entries" in bad["line 9"]
     table = model.get_layer("embed").embeddings.numpy().astype(np.float64)
     replacement = {"zero": None, "pad": table[0], "mask": table[2]}[baseline]
     for rec in records:
@@ -257,10 +259,16 @@ def test_the_cli_evaluates_a_text_dataset(linear_text, tmp_path, capsys):
     )
     printed = capsys.readouterr()
     assert code == 2  # two samples could not be used, named on stderr
-    assert "abpc" in printed.out and "comprehensiveness" in printed.out and "6 of 8 texts scored" in printed.out
+    assert "abpc" in printed.out and "comprehensiveness" in printed.out and "6 of 9 texts scored" in printed.out
     assert "line 7" in printed.err
     settings = json.loads((tmp_path / "run" / "settings.json").read_text())["settings"]
     assert settings["baseline"] == "pad" and settings["metrics"] == ["abpc", "comprehensiveness", "sufficiency"]
+    # gradscope report: the page shows the table, the mean curves and the first texts' token maps beside theirs
+    assert main(["report", str(tmp_path / "run"), "--out", str(tmp_path / "page.html"), "--quiet"]) == 0
+    page = (tmp_path / "page.html").read_text()
+    assert "6 of 9 texts scored" in page and "Mean MoRF / LeRF curves over the texts" in page
+    assert page.count("<figcaption>gradient_x_input: token map</figcaption>") == 4
+    assert page.count("<figcaption>random: token map</figcaption>") == 4
 
 
 def test_mixed_metrics_and_a_model_without_tokens_are_refused_in_one_line(linear_text, tmp_path):
@@ -268,6 +276,8 @@ def test_mixed_metrics_and_a_model_without_tokens_are_refused_in_one_line(linear
 
     with pytest.raises(EvaluationError, match="not evaluated together"):
         gs.evaluate(linear_text / "clf.keras", linear_text / "data.jsonl", metrics=["abpc", "deletion"])
+    with pytest.raises(EvaluationError, match="token ids cannot be made noisy"):
+        gs.evaluate(linear_text / "clf.keras", linear_text / "data.jsonl", methods=["smoothgrad"])
     with pytest.raises(EvaluationError, match="'center' is an image baseline"):
         gs.evaluate(linear_text / "clf.keras", linear_text / "data.jsonl", methods=["center"])
     i = keras.Input((4,))
