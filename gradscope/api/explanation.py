@@ -241,7 +241,6 @@ def explain(
         token_readout,
         weighted_signal,
     )
-    from gradscope.rules.base import carries_relevance
 
     if m.sampling is not None:
         if tokens:
@@ -251,7 +250,7 @@ def explain(
         signal = sampled_input_grad(engine, x, target, m.plan, m.sampling, m.options)[0]
     readout = None
     if tokens:  # one score per token: relevance as it is (LRP, MWP), gradient x embedding, or the gradient's norm
-        readout = token_readout(relevance=carries_relevance(result.rules.values()), times_input=m.times_input)
+        readout = token_readout(result.rules.values(), times_input=m.times_input)
         saliency = token_map(signal, forward, readout)
         signal = weighted_signal(signal, forward, times_input=readout == "gradient_x_embedding", grad_cam=False)
     else:

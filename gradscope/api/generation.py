@@ -104,7 +104,6 @@ def explain_generation(
     from gradscope.app.rendering.view import ViewSettings
     from gradscope.engine.backward.attribution import TOKEN_READOUTS, token_readout
     from gradscope.engine.backward.generation import MAX_GENERATE, attribute_generation
-    from gradscope.rules.base import carries_relevance
 
     check_common(vocab=vocab, method=method, plan=plan, safe_mode=safe_mode)
     check_count("steps", steps, 1, MAX_GENERATE)
@@ -116,8 +115,8 @@ def explain_generation(
     m = resolve_method(engine, method, plan)
     if m.sampling is not None:
         refuse_sampling(m)
-    relevance = carries_relevance(r.rule.name for r in m.plan.resolve(engine.graph).rules.values())
-    readout = token_readout(relevance=relevance, times_input=m.times_input)
+    rules = [r.rule.name for r in m.plan.resolve(engine.graph).rules.values()]
+    readout = token_readout(rules, times_input=m.times_input)
     masks = [i for i, kind in engine.graph.token_companions.items() if kind == "mask"]
     real = int(fed.arrays[engine.graph.input_ids.index(masks[0])].sum()) if masks else len(fed.ids)
     g = attribute_generation(engine, fed.ids[:real], steps, m.plan, readout=readout, progress=progress)

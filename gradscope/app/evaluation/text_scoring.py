@@ -22,7 +22,6 @@ from gradscope.engine.backward.generation import token_arrays
 from gradscope.engine.evaluation import token_metrics as tm
 from gradscope.engine.evaluation.token_curves import perturbed_targets, replacement_ids
 from gradscope.io.text_datasets import TextSample
-from gradscope.rules.base import carries_relevance
 
 
 def check_text_model(engine: Any) -> None:
@@ -113,7 +112,7 @@ def method_token_map(engine: Any, method: Any, arrays: list[np.ndarray], target:
     if node is None or graph.node(node).is_input:
         node = graph.embedding_of(graph.token_input).id
     r = engine.backward(arrays, target, method.plan, capture=[node], stats=False)
-    readout = token_readout(relevance=carries_relevance(r.rules.values()), times_input=method.times_input)
+    readout = token_readout(r.rules.values(), times_input=method.times_input)
     return token_map(r.node_grads[node][0], r.node_values[node][0], readout)
 
 

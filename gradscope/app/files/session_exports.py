@@ -71,13 +71,11 @@ class Exporter:
     def _token_score(self, result: Any, positions: Any) -> str | None:
         """How the token strip's scores were read (``rendering.positions.position_scores``), for token inputs."""
         from gradscope.engine.backward.attribution import TOKEN_READOUTS, token_readout
-        from gradscope.rules.base import carries_relevance
 
         fed = self._s.fed.fed
         if result is None or not positions or fed is None or fed.kind != "tokens":
             return None
-        relevance = carries_relevance(result.rules.values())
-        return TOKEN_READOUTS[token_readout(relevance=relevance, times_input=self._s.shown_view.times_input)]
+        return TOKEN_READOUTS[token_readout(result.rules.values(), times_input=self._s.shown_view.times_input)]
 
     def _explained_token(self, result: Any) -> dict[str, Any] | None:
         """A language model's next token, as ``gradscope explain`` records it (its export is headed by it)."""

@@ -19,8 +19,6 @@ def position_scores(res: BackwardResult, node: str | None, fed: ModelInput, view
     pooling, an image). Tokens: the signal at the embedding summed over its dimension as relevance under LRP
     and MWP rules, else times the embedding (the view's "x input") or the L2 norm of the gradient. Features:
     the input signal, times the input when the view says so."""
-    from gradscope.rules.base import carries_relevance
-
     labels = fed.labels
     if not labels:
         return None
@@ -31,8 +29,7 @@ def position_scores(res: BackwardResult, node: str | None, fed: ModelInput, view
         value = res.node_values.get(node)
         if g.ndim < 1 or g.shape[0] != len(labels) or value is None:
             return None
-        relevance = carries_relevance(res.rules.values())
-        return token_map(g, value[0], token_readout(relevance=relevance, times_input=view.times_input))
+        return token_map(g, value[0], token_readout(res.rules.values(), times_input=view.times_input))
     if node is not None:
         return None
     scores = weighted_signal(res.input_grads[0][0], res.inputs[0][0], times_input=view.times_input, grad_cam=False)

@@ -137,15 +137,14 @@ def generation_job(
     each attributed under ``plan`` (``engine.backward.generation``), progress in the busy label."""
     from gradscope.engine.backward.attribution import token_readout
     from gradscope.engine.backward.generation import attribute_generation
-    from gradscope.rules.base import carries_relevance
 
     graph = engine.graph
     masks = [i for i, kind in graph.token_companions.items() if kind == "mask"]
     real = int(fed.arrays[graph.input_ids.index(masks[0])].sum()) if masks else len(fed.ids)
 
     def job(token: Any) -> tuple:
-        relevance = carries_relevance(r.rule.name for r in plan.resolve(graph).rules.values())
-        readout = token_readout(relevance=relevance, times_input=times_input)
+        rules = [r.rule.name for r in plan.resolve(graph).rules.values()]
+        readout = token_readout(rules, times_input=times_input)
 
         def progress(done: int, total: int) -> None:
             token.check()

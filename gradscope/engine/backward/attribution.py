@@ -132,11 +132,16 @@ TOKEN_READOUTS = {
 }
 
 
-def token_readout(*, relevance: bool, times_input: bool) -> str:
-    """Which ``TOKEN_READOUTS`` a method's token map is: rules that pass relevance are read as it is; a method
-    times the input (gradient x input) sums signal x embedding; a gradient is the L2 norm of the gradient at the
-    embedding (else ``gradient`` and ``gradient_x_input`` gave one map)."""
-    return "relevance" if relevance else "gradient_x_embedding" if times_input else "gradient_norm"
+def token_readout(rule_names: Any, *, times_input: bool) -> str:
+    """Which ``TOKEN_READOUTS`` a token map under the rules ``rule_names`` (a result's ``rules.values()``) is:
+    rules that pass relevance are read as it is; a method times the input (gradient x input) sums signal x
+    embedding; a gradient is the L2 norm of the gradient at the embedding (else ``gradient`` and
+    ``gradient_x_input`` gave one map)."""
+    from gradscope.rules.base import carries_relevance
+
+    if carries_relevance(rule_names):
+        return "relevance"
+    return "gradient_x_embedding" if times_input else "gradient_norm"
 
 
 def token_map(signal: np.ndarray, embedding: Any, readout: str) -> np.ndarray:
