@@ -209,13 +209,10 @@ def check_model(engine: Any, settings: EvalSettings) -> None:
     """The image metrics are defined for image classifiers: one (H, W, 1 or 3) input, a (batch, classes) output;
     the text metrics for a model that reads token ids."""
     if settings.text:
-        from gradscope.app.evaluation.text_scoring import check_text_methods, check_text_model
+        from gradscope.app.evaluation.text_scoring import check_text_model
 
         try:
-            check_text_model(engine)
-            return check_text_methods(eval_methods(engine, settings))
-        except EvaluationError:
-            raise
+            return check_text_model(engine)
         except GradscopeError as exc:
             raise EvaluationError(str(exc)) from None
     graph = engine.graph
@@ -254,6 +251,13 @@ def run_evaluation(
     settings.check()
     check_model(engine, settings)
     eval_methods(engine, settings)  # an unknown method or node fails before the folder is touched
+    if settings.text:  # a mask baseline without a mask token, too
+        from gradscope.engine.evaluation.token_curves import replacement_id
+
+        try:
+            replacement_id(source.vocabulary() if hasattr(source, "vocabulary") else None, settings.baseline)
+        except GradscopeError as exc:
+            raise EvaluationError(str(exc)) from None
     keys = source.keys()
     if not keys:
         raise EvaluationError(f"The dataset holds no {'texts' if settings.text else 'images'}.")

@@ -147,6 +147,8 @@ def eval_methods(engine: Any, settings: EvalSettings) -> list[EvalMethod]:
             method = build_method(preset, engine.graph, **options)
         except TypeError:
             raise EvaluationError(f"Method {preset!r} has a fixed read-out; drop '@{node}'.") from None
+        if settings.text and method.sampling is not None:
+            raise EvaluationError(f"{label} averages over noisy inputs; token ids cannot be made noisy. Drop it.")
         out.append(EvalMethod(label, method, smoothed=preset in SMOOTHED))
     return out
 

@@ -20,7 +20,7 @@ from gradscope.core.targets import Target
 from gradscope.engine.backward.attribution import token_map, token_readout
 from gradscope.engine.backward.generation import token_arrays
 from gradscope.engine.evaluation import token_metrics as tm
-from gradscope.engine.evaluation.token_curves import perturbed_targets, replacement_ids
+from gradscope.engine.evaluation.token_curves import perturbed_targets, replacement_id
 from gradscope.io.text_datasets import TextSample
 
 
@@ -41,7 +41,7 @@ def evaluate_text_batch(
     """The records of a batch of texts, the seconds each method took, and the texts that could not be used."""
     seconds = {m.label: 0.0 for m in methods}
     records, bad = [], []
-    replacement = replacement_ids(vocab, settings.baseline)
+    replacement = replacement_id(vocab, settings.baseline)
     for s in samples:
         try:
             arrays, target = _fed(engine, s)
@@ -96,17 +96,9 @@ def _fed(engine: Any, s: TextSample) -> tuple[list[np.ndarray], Target]:
     return arrays, Target(index=int(index))
 
 
-def check_text_methods(methods: list) -> None:
-    """Methods whose maps need noisy inputs cannot be computed on token ids: refused before any text is read."""
-    for m in methods:
-        if m.method is not None and m.method.sampling is not None:
-            raise GraphError(f"{m.label} averages over noisy inputs; token ids cannot be made noisy. Drop it.")
-
-
 def method_token_map(engine: Any, method: Any, arrays: list[np.ndarray], target: Target) -> np.ndarray:
-    """(length,) the method's score of each token, read at the token embedding as ``gradscope.explain`` reads it."""
-    if method.sampling is not None:
-        raise GraphError(f"{method.name} averages over noisy inputs; token ids cannot be made noisy.")
+    """(length,) the method's score of each token, read at the token embedding as ``gradscope.explain`` reads it
+    (``eval_methods`` refused the sampling methods)."""
     graph = engine.graph
     node = method.readout_node
     if node is None or graph.node(node).is_input:

@@ -19,20 +19,21 @@ from gradscope.core.errors import InputError
 from gradscope.core.targets import Target
 from gradscope.engine.patching.attribution import traced
 from gradscope.engine.patching.metric import Metric
+from gradscope.io.model_inputs import PAD_TOKENS
 
 #: Token positions per batch of perturbed rows: a 128-token text's MoRF and LeRF rows (256) in two batches.
 POSITIONS_PER_BATCH = 16384
 REPLACEMENTS = ("zero", "pad", "mask")
 
 
-def replacement_ids(vocab: Any, kind: str) -> int | None:
+def replacement_id(vocab: Any, kind: str) -> int | None:
     """The token whose embedding replaces a removed one (None: zeros). ``pad``: the vocabulary's padding token (id 0
     without one); ``mask``: its mask token (an ``InputError`` when it has none)."""
     if kind not in REPLACEMENTS:
         raise InputError(f"The replacement of a removed token is one of {', '.join(REPLACEMENTS)}; got {kind!r}.")
     if kind == "zero":
         return None
-    names = ("[PAD]", "<pad>", "<PAD>", "[pad]", "") if kind == "pad" else ("[MASK]", "<mask>", "<MASK>", "[mask]")
+    names = PAD_TOKENS if kind == "pad" else ("[MASK]", "<mask>", "<MASK>", "[mask]")
     tokenizer = getattr(vocab, "tokenizer", None)
     own = getattr(tokenizer, f"{kind}_token_id", None) if tokenizer is not None else None
     if isinstance(own, (int, np.integer)) and own >= 0:

@@ -280,6 +280,9 @@ def test_mixed_metrics_and_a_model_without_tokens_are_refused_in_one_line(linear
         gs.evaluate(linear_text / "clf.keras", linear_text / "data.jsonl", methods=["smoothgrad"])
     with pytest.raises(EvaluationError, match="'center' is an image baseline"):
         gs.evaluate(linear_text / "clf.keras", linear_text / "data.jsonl", methods=["center"])
+    with pytest.raises(EvaluationError, match="needs a vocabulary with a mask token"):  # before any text is read
+        gs.evaluate(HF / "gpt2", linear_text / "data.jsonl", baseline="mask", out=tmp_path / "no_mask")
+    assert not (tmp_path / "no_mask" / "batches").exists()
     i = keras.Input((4,))
     dense = tmp_path / "dense.keras"
     keras.Model(i, keras.layers.Dense(2)(i)).save(dense)
