@@ -82,7 +82,7 @@ def run(args: Any) -> int:
     print(
         f"\nresults in {out}: results.csv, results.json, differences.csv, per_image.csv"
         + (", curves.png" if report.curves else "")
-        + (", curves.csv" if report.sample_curves else "")
+        + (", curves.csv" if report.samples else "")
     )
     if report.bad:
         warn(args, f"\n{len(report.bad)} image(s) could not be used:")

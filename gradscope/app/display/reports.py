@@ -130,15 +130,12 @@ def _text_sample(report: Any, sample: dict) -> str:
     from gradscope.render.positions import token_strip
 
     parts = [f"<h3>{esc(sample['key'])} (target {esc(sample.get('class'))})</h3>"]
-    curves = {(c["method"], c["curve"]): [] for c in report.sample_curves if c["key"] == sample["key"]}
-    for c in report.sample_curves:
-        if c["key"] == sample["key"]:
-            curves[(c["method"], c["curve"])].append(c["value"])
+    curves = sample["curves"]
     for method, scores in sample["maps"].items():
         if not scores:
             continue
         strip = token_strip(sample["tokens"], scores, width=560)
-        panels = {f"{method}: MoRF / LeRF": {n: curves.get((method, n), []) for n in ("morf", "lerf")}}
+        panels = {f"{method}: MoRF / LeRF": {n: curves[n].get(method, []) for n in ("morf", "lerf")}}
         chart = curves_png(panels, panel_size=(300, 160), **report.curve_axes)
         parts.append(figure(strip, f"{method}: token map", chart=True) + figure(chart, "", chart=True))
     return "".join(parts)

@@ -58,11 +58,21 @@ class EvalReport(RichDisplay):
     per_image: list[dict] = field(default_factory=list)
     classes: dict[str, dict[str, dict]] = field(default_factory=dict)  # pointing metric -> method -> per class
     seconds: dict[str, float] = field(default_factory=dict)  # method -> seconds its maps and scores took
-    sample_curves: list[dict] = field(default_factory=list)  # text: key, method, curve, k, value (curves.csv)
-    samples: list[dict] = field(default_factory=list)  # text: key, tokens, class, {method: map} (token strips)
+    samples: list[dict] = field(default_factory=list)  # text: key, tokens, class, maps and curves by method
     images: int = 0  # images scored
     total: int = 0  # images in the dataset
     complete: bool = True
+
+    @property
+    def sample_curves(self) -> list[dict]:
+        """Every text's MoRF and LeRF points, one row each (``curves.csv``): key, method, curve, k, value."""
+        return [
+            {"key": s["key"], "method": method, "curve": curve, "k": k, "value": value}
+            for s in self.samples
+            for curve, by_method in s["curves"].items()
+            for method, values in by_method.items()
+            for k, value in enumerate(values)
+        ]
 
     @property
     def unit(self) -> str:
@@ -99,6 +109,7 @@ class EvalReport(RichDisplay):
                 "seconds": self.seconds,
                 "curves": self.curves,
                 "bad_data": self.bad,
+                **({"texts": self.samples} if self.samples else {}),  # each text's tokens, maps and curves
             }
         )
 
@@ -145,7 +156,7 @@ class EvalReport(RichDisplay):
             _write_csv(out / "per_image.csv", self.per_image, ["key", "class", "method", *self.metrics]),
             _write_csv(out / "bad_data.csv", self.bad, ["key", "reason"]),
         ]
-        if self.sample_curves:
+        if self.samples:
             written.append(_write_csv(out / "curves.csv", self.sample_curves, ["key", "method", "curve", "k", "value"]))
         if self.curves:
             from gradscope.render.curves import curves_png
@@ -334,18 +345,20 @@ def build_report(out: Path, resamples: int = 2000) -> EvalReport:
                         "ci_high": _finite(hi),
                     }
                 )
-    if settings["metrics"] and settings["metrics"][0] in TEXT_ORDER:
+    if report.unit == "texts":
         for r in records:
-            maps = {m: r["scores"][m].get("map", []) for m in methods}
+            got = r["scores"]
+            curves = {c: {m: got[m][c] for m in methods if c in got[m]} for c in ("morf", "lerf")}
+            maps = {m: got[m].get("map", []) for m in methods}
             report.samples.append(
-                {"key": r["key"], "tokens": r.get("tokens", []), "class": r.get("class"), "maps": maps}
+                {
+                    "key": r["key"],
+                    "tokens": r.get("tokens", []),
+                    "class": r.get("class"),
+                    "maps": maps,
+                    "curves": curves,
+                }
             )
-            for m in methods:
-                for curve in ("morf", "lerf"):
-                    for k, value in enumerate(r["scores"][m].get(curve, [])):
-                        report.sample_curves.append(
-                            {"key": r["key"], "method": m, "curve": curve, "k": k, "value": value}
-                        )
     if "abpc" in metrics:  # MoRF and LeRF, each text's curve on one grid of fractions removed
         for curve in ("morf", "lerf"):
             report.curves[curve] = {

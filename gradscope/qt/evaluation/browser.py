@@ -240,15 +240,11 @@ class ImageBrowser(QWidget):
             panel.setMinimumHeight(90)
             cv.addWidget(panel)
             self.panels.append(panel)
-        curves: dict[str, dict[str, list[float]]] = {"morf": {}, "lerf": {}}
-        for c in report.sample_curves:
-            if c["key"] == key:
-                curves[c["curve"]].setdefault(c["method"], []).append(c["value"])
         plot = CurvesPlot()
         plot.setObjectName("evaluation_text_curves")
         plot.setLabel("bottom", "fraction of tokens removed")
         plot.setLabel("left", "target logit")
-        plot.show_curves(curves, ("morf", "lerf"))
+        plot.show_curves(sample["curves"], ("morf", "lerf"))
         plot.setMinimumWidth(260)
         self._row.addWidget(column, 2)
         self._row.addWidget(plot, 1)

@@ -165,6 +165,8 @@ def test_csv_and_a_folder_of_texts_are_datasets_and_a_second_run_resumes(linear_
     for name in ("results.csv", "per_image.csv", "curves.csv", "curves.png", "results.json"):
         assert (out / name).is_file(), name
     rows = list(csv.DictReader((out / "curves.csv").read_text().splitlines()))
+    texts = json.loads((out / "results.json").read_text())["texts"]  # as docs/evaluation.md says
+    assert [t["key"] for t in texts] == ["a", "b"] and texts[0]["tokens"] == ["the", "movie", "was", "bad"]
     assert {r["curve"] for r in rows} == {"morf", "lerf"} and {r["key"] for r in rows} == {"a", "b"}
     html = first._repr_html_()
     assert "MoRF / LeRF" in html and "token map" in html and "texts scored" in html
