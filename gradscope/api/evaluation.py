@@ -88,11 +88,8 @@ def evaluate(
 
     engine = engine_for(model, safe_mode=safe_mode)
     data = bundled(data)  # demo:eval, from any folder
-    # text: a .jsonl / .csv file, or any folder given to a model that reads token ids (a folder of images with a
-    # README.txt stays an image folder for an image model)
-    text = isinstance(data, (str, Path)) and (
-        is_text_dataset(data) and Path(data).is_file() or (engine.graph.token_input is not None and Path(data).is_dir())
-    )
+    reads_tokens = engine.graph.token_input is not None
+    text = isinstance(data, (str, Path)) and is_text_dataset(data, reads_tokens)
     if metrics is None:
         from gradscope.app.evaluation.scoring import TEXT_DEFAULT
 

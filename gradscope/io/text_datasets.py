@@ -39,12 +39,13 @@ class TextSample:
     rationale: list[int] | None = None  # positions a person marked (token pointing)
 
 
-def is_text_dataset(path: str | Path) -> bool:
-    """A JSONL or CSV file, or a folder holding ``.txt`` files (for a model that reads token ids)."""
+def is_text_dataset(path: str | Path, reads_tokens: bool) -> bool:
+    """A JSONL or CSV file, or any folder given to a model that reads token ids (``reads_tokens``): a folder of
+    images with a README.txt stays an image folder for an image model."""
     p = Path(path).expanduser()
     if p.is_file():
         return p.suffix.lower() in TEXT_SUFFIXES
-    return p.is_dir() and any(p.glob("*.txt"))
+    return p.is_dir() and reads_tokens
 
 
 class TextDataset:

@@ -123,19 +123,14 @@ def _curves(engine, arrays, target, maps, n, replacement) -> dict[str, tuple[np.
         blocks += [morf[1:n], lerf[1:n]]
         spans[label] = start
     logits, probs = perturbed_targets(engine, arrays, node, np.concatenate(blocks), target, replacement)
-    out = {}
-    for label, start in spans.items():
 
-        def curve(values: np.ndarray, at: int) -> np.ndarray:
-            return np.concatenate([values[:1], values[at : at + n - 1], values[1:2]])
+    def curve(values: np.ndarray, at: int) -> np.ndarray:  # the shared ends around a method's own rows
+        return np.concatenate([values[:1], values[at : at + n - 1], values[1:2]])
 
-        out[label] = (
-            curve(logits, start),
-            curve(logits, start + n - 1),
-            curve(probs, start),
-            curve(probs, start + n - 1),
-        )
-    return out
+    return {
+        label: (curve(logits, at), curve(logits, at + n - 1), curve(probs, at), curve(probs, at + n - 1))
+        for label, at in spans.items()
+    }
 
 
 def _scores(scores, morf, lerf, morf_p, lerf_p, metrics, rationale) -> dict[str, Any]:

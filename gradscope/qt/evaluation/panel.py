@@ -130,13 +130,9 @@ class EvaluationPanel(QWidget):
         session.document.loaded.connect(lambda graph: self.for_model(graph.token_input is not None))
         self.for_model(False)
 
-    @property
-    def text(self) -> bool:
-        """The open model reads token ids: its maps are scored over a text dataset."""
-        return self.text_metrics["abpc"].isVisibleTo(self)
-
     def for_model(self, text: bool) -> None:
         """The image metrics for an image model, the text metrics and their data for a model that reads tokens."""
+        self.text = text  # the open model reads token ids: its maps are scored over a text dataset
         for box in self.metrics.values():
             box.setVisible(not text)
         for widget in (self.tolerance_label, self.tolerance):
