@@ -71,6 +71,12 @@ mkdir "$work/outside" && cd "$work/outside"
 "$work/venv-hf/bin/gradscope" explain demo:tiny_gpt2 --text "the cat sat near the" --method attnlrp \
   --out "$work/outside/strip.png" 2>&1 | tee "$work/outside/said.txt"
 grep -q "' mat'" "$work/outside/said.txt" || fail "the bundled language model did not explain ' mat'"
+say "its token maps evaluated over texts, read by its own tokenizer (issue 63)"
+printf '{"text": "the cat sat near the"}\n{"text": "a dog ran", "target": "cat"}\n' > "$work/outside/texts.jsonl"
+"$work/venv-hf/bin/gradscope" evaluate demo:tiny_gpt2 texts.jsonl --method attnlrp,random --out eval --quiet \
+  > "$work/outside/eval.txt" || { cat "$work/outside/eval.txt"; fail "evaluate on texts"; }
+grep -q "2 of 2 texts scored" "$work/outside/eval.txt" && grep -q "^attnlrp,abpc," eval/results.csv \
+  || { cat "$work/outside/eval.txt"; fail "the text evaluation did not score both texts"; }
 "$hpy" -m pip install -qq nbclient nbformat  # the runner, as Jupyter runs a notebook (not a gradscope extra)
 cp "$repo/docs/examples/gradscope_in_a_notebook.ipynb" "$work/outside/"
 "$hpy" - "$work/outside/gradscope_in_a_notebook.ipynb" <<'PY'
