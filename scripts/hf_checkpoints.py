@@ -18,6 +18,10 @@ embeddings (summed over the hidden dimension; gradient 1 on the most likely next
 position, as float64 says)
 with the model in float64 and in bfloat16: LXT's own bfloat16 error is the bound gradscope's bfloat16 result is
 held to (``tests/rules/test_low_precision.py``).
+
+``--variants`` writes the folders of ``VARIANTS`` (one config field off its default each, issue 61) and
+``--fields`` writes ``<out>/config_fields.json``: every field of each family's config class, for
+``tests/io/test_config_fields.py``.
 """
 
 from __future__ import annotations
@@ -98,7 +102,7 @@ def _model(family: str, **overrides):
     if family == "llama":
         model = LlamaForCausalLM(LlamaConfig(**gqa))
     elif family == "mistral":
-        model = MistralForCausalLM(MistralConfig(**gqa, sliding_window=None))
+        model = MistralForCausalLM(MistralConfig(**{"sliding_window": None, **gqa}))
     elif family == "qwen2":
         model = Qwen2ForCausalLM(Qwen2Config(**gqa))
     elif family == "qwen3":
@@ -109,6 +113,9 @@ def _model(family: str, **overrides):
         )
     elif family == "mixtral":
         model = hf.MixtralForCausalLM(hf.MixtralConfig(**gqa, num_local_experts=4, **moe))
+    elif family == "qwen2_moe":
+        experts = dict(num_experts=4, moe_intermediate_size=16, shared_expert_intermediate_size=24, **moe)
+        model = hf.Qwen2MoeForCausalLM(hf.Qwen2MoeConfig(**gqa, **experts))
     elif family == "qwen3_moe":
         config = hf.Qwen3MoeConfig(**gqa, head_dim=8, num_experts=4, moe_intermediate_size=16, **moe)
         model = hf.Qwen3MoeForCausalLM(config)
@@ -147,7 +154,35 @@ VARIANTS = {
     "gemma3_query_pre_attn_scalar": ("gemma3", {"query_pre_attn_scalar": 256}),
     "gpt2_layer_norm_epsilon": ("gpt2", {"layer_norm_epsilon": 1e-3}),
     "gpt2_activation_function": ("gpt2", {"activation_function": "relu"}),
+    # fields keras_hub's converter reads, held to transformers on a prompt longer than the window
+    "mistral_sliding_window": ("mistral", {"sliding_window": 4}),
+    "mixtral_sliding_window": ("mixtral", {"sliding_window": 4}),
+    "qwen3_moe_sliding_window": ("qwen3_moe", {"sliding_window": 4}),
+    # Qwen 2 MoE (a family of its own): a tied head keras_hub's converter never reads, and its top-k normalisation
+    "qwen2_moe_tie_word_embeddings": ("qwen2_moe", {"tie_word_embeddings": True}),
+    "qwen2_moe_norm_topk_prob": ("qwen2_moe", {"norm_topk_prob": True}),
 }
+
+#: transformers' config class of each family gradscope opens, for ``--fields`` (every field it defines, as
+#: ``tests/io/test_config_fields.py`` checks each is read, carried, refused or not part of the arithmetic).
+CONFIG_CLASSES = {
+    "llama": "LlamaConfig", "mistral": "MistralConfig", "mixtral": "MixtralConfig", "qwen2": "Qwen2Config",
+    "qwen2_moe": "Qwen2MoeConfig", "qwen3": "Qwen3Config", "qwen3_moe": "Qwen3MoeConfig", "gemma": "GemmaConfig",
+    "gemma2": "Gemma2Config", "gemma3_text": "Gemma3TextConfig", "gpt2": "GPT2Config", "smollm3": "SmolLM3Config",
+}  # fmt: skip
+
+
+def config_fields() -> dict:
+    """Each family's config as transformers writes it by default, less the fields every model shares (ids,
+    generation, output switches) except ``tie_word_embeddings``."""
+    import transformers as hf
+
+    shared = set(hf.PretrainedConfig().to_dict()) - {"tie_word_embeddings"}
+    found = {}
+    for family, name in CONFIG_CLASSES.items():
+        config = getattr(hf, name)().to_dict()
+        found[family] = {k: v for k, v in config.items() if k not in shared or k == "model_type"}
+    return {"transformers": hf.__version__, "families": found}
 
 
 #: Variants gradscope refuses: no map to compare.
@@ -236,10 +271,14 @@ def main() -> None:
     )
     parser.add_argument("--variants", action="store_true", help="the folders of VARIANTS instead (issue 61)")
     parser.add_argument("--lxt", action="store_true", help="also LXT 2.1's relevances in float64 and bfloat16")
+    parser.add_argument("--fields", action="store_true", help="write <out>/config_fields.json (transformers' fields)")
     parser.add_argument(
         "--lxt-one", nargs=5, metavar=("NAME", "FAMILY", "PRESET", "DTYPE", "TOKEN"), help=argparse.SUPPRESS
     )
     args = parser.parse_args()
+    if args.fields:
+        (args.out / "config_fields.json").write_text(json.dumps(config_fields(), indent=1, sort_keys=True) + "\n")
+        return
     if args.lxt_one:
         name, family, preset, dtype, token = args.lxt_one
         np.save(

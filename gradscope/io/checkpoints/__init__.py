@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from gradscope.core.errors import Cancelled, ModelLoadError
-from gradscope.io.checkpoints.faithful import faithful_conversion
+from gradscope.io.checkpoints.faithful import CHECKED_TYPES, faithful_conversion
 from gradscope.io.checkpoints.files import INDEX, check_folder_files, read_config, weight_files
 from gradscope.io.checkpoints.safetensors_file import read_by_tensor
 from gradscope.io.checkpoints.size import check_buildable
@@ -26,11 +26,6 @@ from gradscope.io.memory import return_freed_memory
 
 #: Handles that name a place to download from; gradscope opens files and folders on this machine only.
 REMOTE_PREFIXES = ("hf://", "kaggle://", "gs://", "s3://", "http://", "https://")
-#: Hugging Face causal-LM families keras_hub 0.32 converts (``model_type`` in config.json), for the refusal.
-CAUSAL_LM_TYPES = (
-    "llama", "mistral", "mixtral", "qwen2", "qwen2_moe", "qwen3", "qwen3_moe", "gemma", "gemma2", "gemma3",
-    "gemma3_text", "gpt2", "smollm3", "gpt_oss",
-)  # fmt: skip
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer.model", "vocab.json", "assets")
 #: What ``dtype=`` takes: "auto" is the checkpoint's own (a Hugging Face ``torch_dtype``; keras_hub's saved policy).
 DTYPES = ("auto", "float32", "bfloat16", "float16")
@@ -125,8 +120,6 @@ def load_checkpoint_folder_in_steps(folder: Path, dtype: str = "auto") -> tuple[
     deferred: list[Callable[[], None]] | None = [] if kind == "transformers" else None
     with converting() as held:
         model = _from_preset(keras_hub, preset, options, deferred)
-    if kind == "transformers":
-        _check_head_kept(folder, config, model)
     if not deferred:
         return_freed_memory()
         return model, lambda progress=None: None
@@ -166,7 +159,7 @@ def _one_line_errors(folder: Path, config: dict, keras_hub: Any) -> Iterator[Non
         if model_type and "no converter" in str(exc).lower():
             raise ModelLoadError(
                 f"{folder}: keras_hub {keras_hub.__version__} has no converter for Hugging Face model type "
-                f"{model_type!r}. Causal language models that open: {', '.join(CAUSAL_LM_TYPES)}."
+                f"{model_type!r}. Hugging Face folders that open: {', '.join(CHECKED_TYPES)}."
             ) from exc
         raise ModelLoadError(f"Cannot open the checkpoint folder {folder}: {type(exc).__name__}: {exc}") from exc
 
@@ -197,20 +190,6 @@ def _default_dtype_policy(dtype: str | None) -> Iterator[None]:
         yield
     finally:
         keras.config.set_dtype_policy(before)
-
-
-def _check_head_kept(folder: Path, config: dict, model: Any) -> None:
-    """A checkpoint with its own output layer (``tie_word_embeddings: false``) converted into a model whose head
-    is the embedding (keras_hub's SmolLM3 always ties): its ``lm_head`` was dropped, every logit would be wrong."""
-    backbone = getattr(model, "backbone", model)
-    embedding = getattr(backbone, "token_embedding", None)
-    if config.get("tie_word_embeddings") is False and getattr(embedding, "tie_weights", False):
-        raise ModelLoadError(
-            f"{folder}: this {config.get('model_type')} checkpoint has its own output layer (tie_word_embeddings: "
-            f"false), but keras_hub's {type(backbone).__name__} reads its output from the token embedding, so the "
-            "converted model would drop it and give wrong logits. keras_hub opens this family with tied embeddings "
-            "only."
-        )
 
 
 def has_tokenizer(folder: Path) -> bool:

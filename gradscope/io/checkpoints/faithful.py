@@ -24,11 +24,23 @@ from gradscope.core.errors import ModelLoadError
 from gradscope.core.files import shorten
 
 _ONE_AT_A_TIME = threading.Lock()
+#: The Hugging Face families whose conversion is held to transformers' logits (``tests/io/test_faithful_conversion.py``;
+#: every field of their configs accounted for in ``tests/io/test_config_fields.py``). keras_hub converts more (GPT-OSS,
+#: Gemma 3's multimodal folders, Gemma 3n / 4, Qwen 3.5, encoders), unchecked: a folder of another ``model_type`` is
+#: refused rather than explained as a model it may not be.
+CHECKED_TYPES = (
+    "llama", "mistral", "mixtral", "qwen2", "qwen2_moe", "qwen3", "qwen3_moe", "gemma", "gemma2", "gemma3_text",
+    "gpt2", "smollm3",
+)  # fmt: skip
 _SILU = ("silu", "swish")
 _TANH_GELU = ("gelu_new", "gelu_pytorch_tanh")
 _SWIGLU_FAMILIES = ("llama", "mistral", "mixtral", "qwen2", "qwen2_moe", "qwen3", "qwen3_moe", "smollm3")
 #: Families whose converter never reads ``rope_scaling``: any scaling but the default changes positions silently.
-_ROPE_SCALING_IGNORED = ("mistral", "mixtral", "qwen2", "qwen2_moe", "qwen3", "qwen3_moe", "gemma", "gemma2")
+_ROPE_SCALING_IGNORED = (
+    "mistral", "mixtral", "qwen2", "qwen2_moe", "qwen3", "qwen3_moe", "gemma", "gemma2", "smollm3",
+)  # fmt: skip
+#: Families keras_hub builds with their own output layer whatever ``tie_word_embeddings`` says.
+_UNTIED = ("mistral", "mixtral")
 
 
 class Conversion:
@@ -41,6 +53,8 @@ class Conversion:
         self.arguments: dict[str, Any] = {}
         self.norm_epsilon: float | None = None  # every norm layer's, set after the build
         self.query_by_head_dim: bool | None = None  # Gemma 2 / 3: each attention layer's, set after the build
+        #: what transformers assumes when config.json leaves a field out and keras_hub's converter requires
+        self.filled: dict[str, Any] = {}
         self.refused: str | None = None
         self._read()
 
@@ -53,8 +67,9 @@ class Conversion:
 
     def _read(self) -> None:
         c, kind = self.config, self.model_type
-        if kind in ("gemma3", "gemma3_text") and isinstance(c.get("text_config"), dict):
-            c = c["text_config"]
+        if kind not in CHECKED_TYPES:  # refused by check() as a family, not a field
+            return
+        self.tied = c.get("tie_word_embeddings")  # checked against the built head in finish()
         if kind != "gpt2":  # every norm of the model: Qwen 3's query/key norms were built with 1e-5 whatever it says
             self.norm_epsilon = c.get("rms_norm_eps", 1e-6)
         if kind in _SWIGLU_FAMILIES and c.get("hidden_act", "silu") not in _SILU:
@@ -64,16 +79,30 @@ class Conversion:
             self._refuse("rope_scaling", scaling, "unscaled rotary positions")
         if kind in ("qwen3", "qwen3_moe", "mistral", "mixtral") and c.get("attention_bias"):
             self._refuse("attention_bias", c["attention_bias"], "its attention projections without biases")
-        if kind in ("qwen2", "qwen2_moe", "qwen3", "qwen3_moe"):
+        if kind in ("qwen2", "qwen2_moe", "qwen3"):
             self._all_or_no_sliding(c)
-        if kind == "llama":
-            self.arguments["layer_norm_epsilon"] = self.norm_epsilon
-            for field in ("attention_bias", "mlp_bias"):
-                if c.get(field):
-                    self._refuse(field, c[field], "its projections without biases")
+        if kind in ("qwen2_moe", "qwen3_moe"):
+            self._experts(kind, c)
+        if kind == "qwen3_moe" and "head_dim" not in c:  # transformers 4.53: hidden_size / heads
+            self.filled["head_dim"] = c.get("hidden_size", 0) // max(c.get("num_attention_heads") or 1, 1)
+        if kind == "smollm3" and "mlp_bias" not in c:  # transformers 4.53's SmolLM3 MLP has no biases
+            self.filled["mlp_bias"] = False
+        if kind in _UNTIED and c.get("tie_word_embeddings"):
+            self._refuse("tie_word_embeddings", True, "a separate output layer (lm_head)")
+        window, slides = c.get("sliding_window"), c.get("use_sliding_window")
+        if kind == "smollm3" and slides and window is not None and "sliding_attention" in (c.get("layer_types") or []):
+            self._refuse("use_sliding_window", True, "full attention in every layer")
+        if kind in ("llama", "mixtral"):  # Mistral's converter reads head_dim; these two build hidden / heads
             heads = c.get("num_attention_heads") or 1
             if c.get("head_dim") not in (None, c.get("hidden_size", 0) // heads):
                 self._refuse("head_dim", c["head_dim"], "heads of hidden_size / num_attention_heads")
+        if kind == "llama":
+            self.arguments["layer_norm_epsilon"] = self.norm_epsilon
+            if scaling and scaling.get("rope_type", scaling.get("type")) != "llama3":
+                self._refuse("rope_scaling", scaling, "llama3 rotary scaling only")
+            for field in ("attention_bias", "mlp_bias"):
+                if c.get(field):
+                    self._refuse(field, c[field], "its projections without biases")
         elif kind in ("gemma", "gemma2"):
             self.arguments["layer_norm_epsilon"] = self.norm_epsilon
             self._gemma_common(c, rope=10_000.0)
@@ -97,7 +126,30 @@ class Conversion:
             if c.get("scale_attn_weights", True) is not True or c.get("scale_attn_by_inverse_layer_idx"):
                 self._refuse("scale_attn_weights", c.get("scale_attn_weights"), "attention scaled by 1/sqrt(head)")
 
+    def _experts(self, kind: str, c: dict) -> None:
+        """Qwen's mixtures of experts: keras_hub never reads ``mlp_only_layers`` (dense MLPs in the listed layers);
+        Qwen 3 MoE slides every layer's window when ``sliding_window`` is set (as transformers 4.53 does); Qwen 2
+        MoE's output layer is untied unless the backbone is told, and its attention always has biases."""
+        if c.get("mlp_only_layers"):
+            self._refuse("mlp_only_layers", c["mlp_only_layers"], "experts in every decoder_sparse_step-th layer")
+        if kind == "qwen2_moe":
+            self.arguments["tie_word_embeddings"] = bool(c.get("tie_word_embeddings", False))
+            if c.get("qkv_bias", True) is not True:
+                self._refuse("qkv_bias", c["qkv_bias"], "query, key and value projections with biases")
+        elif c.get("layer_types"):
+            built = ["sliding_attention" if c.get("sliding_window") else "full_attention"] * len(c["layer_types"])
+            if list(c["layer_types"]) != built:
+                self._refuse("layer_types", c["layer_types"], f"the pattern {built}")
+
     def _gemma_common(self, c: dict, rope: float) -> None:
+        field = "hidden_act" if self.model_type == "gemma" else "hidden_activation"  # what transformers 4.53 runs
+        if c.get(field, "gelu_pytorch_tanh") not in _TANH_GELU:
+            self._refuse(
+                field,
+                c[field],
+                "the tanh approximation of GELU (a checkpoint trained with it opens once config.json says "
+                f'"{field}": "gelu_pytorch_tanh")',
+            )
         if c.get("rope_theta", rope) != rope:
             self._refuse("rope_theta", c["rope_theta"], f"rotary wavelengths of {rope:g}")
         if c.get("attention_bias"):
@@ -120,8 +172,8 @@ class Conversion:
     def _all_or_no_sliding(self, c: dict) -> None:
         """keras_hub's Qwen backbones slide every layer's window when ``use_sliding_window`` says so, else none;
         transformers slides the layers from ``max_window_layers`` on (its ``layer_types``)."""
-        layers = int(c.get("num_hidden_layers") or 0)
-        slides = bool(c.get("use_sliding_window")) and c.get("sliding_window") is not None
+        layers, window = int(c.get("num_hidden_layers") or 0), c.get("sliding_window")
+        slides = bool(c.get("use_sliding_window")) and window is not None
         types = c.get("layer_types") or [
             "sliding_attention" if slides and i >= c.get("max_window_layers", 28) else "full_attention"
             for i in range(layers)
@@ -141,18 +193,34 @@ class Conversion:
             self._refuse("layer_types", types, f"the pattern {built}")
 
     def check(self, where: str) -> None:
+        if self.model_type not in CHECKED_TYPES:
+            raise ModelLoadError(
+                f"{where}: its model_type is {shorten(repr(self.model_type), 40)}, which keras_hub converts but "
+                "gradscope has not held to transformers' logits, so it does not open it. Hugging Face folders that "
+                f"open: {', '.join(CHECKED_TYPES)}."
+            )
         if self.refused:
             raise ModelLoadError(
                 f"{where}: its config sets {self.refused}; opening it would explain another model than the one "
                 "transformers runs, so gradscope does not."
             )
 
-    def finish(self, backbone: Any) -> None:
+    def finish(self, backbone: Any, where: str) -> None:
         """What the backbone's arguments cannot carry, set on its built layers (before any call traces them): the norm
         epsilon (GPT-2's backbone takes none; Gemma's passes its own to the final norm only, never to the blocks;
         Qwen 3's query and key norms keep 1e-5),
         and Gemma's query scaling, which keras_hub 0.32's decoder blocks pass to their attention as
-        ``query_head_dim_normalize=True`` whatever the backbone was given (Gemma 2 27B scales by hidden / heads)."""
+        ``query_head_dim_normalize=True`` whatever the backbone was given (Gemma 2 27B scales by hidden / heads).
+        A checkpoint with its own output layer (``tie_word_embeddings: false``) built with the head tied to the
+        embedding (keras_hub's GPT-2 and SmolLM3 always tie) would lose its ``lm_head``: refused."""
+        embedding = getattr(backbone, "token_embedding", None)
+        if self.tied is False and getattr(embedding, "tie_weights", False):
+            raise ModelLoadError(
+                f"{where}: this {shorten(self.model_type, 40)} checkpoint has its own output layer "
+                f"(tie_word_embeddings: false), but keras_hub's {type(backbone).__name__} reads its output from the "
+                "token embedding, so the converted model would drop it and give wrong logits. keras_hub opens this "
+                "family with tied embeddings only."
+            )
         for layer in backbone._flatten_layers(include_self=False, recursive=True):
             if self.norm_epsilon is not None and "Norm" in type(layer).__name__ and hasattr(layer, "epsilon"):
                 layer.epsilon = float(self.norm_epsilon)
@@ -196,9 +264,11 @@ def faithful_conversion(where: str, deferred: list[Callable[[], None]] | None = 
     def faithful_backbone(self: Any, cls: Any, load_weights: bool, **kwargs: Any) -> Any:
         conversion = Conversion(str(self.config.get("model_type")), self.config)
         conversion.check(where)
+        for field, value in conversion.filled.items():
+            self.config.setdefault(field, value)
         later = deferred is not None and load_weights
         backbone = load_backbone(self, cls, load_weights and not later, **{**kwargs, **conversion.arguments})
-        conversion.finish(backbone)
+        conversion.finish(backbone, where)
         if later:
             deferred.append(functools.partial(_convert_weights, self, backbone))  # type: ignore[union-attr]
         return backbone
