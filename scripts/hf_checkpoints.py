@@ -188,7 +188,7 @@ def config_fields() -> dict:
 #: Variants gradscope refuses: no map to compare.
 LXT_REFUSED = ("llama_attention_bias", "gemma3_query_pre_attn_scalar", "gpt2_activation_function")
 
-LXT_FAMILIES = ("llama", "qwen2", "qwen3", "gemma3", "gpt2", "smollm3", "mixtral", "qwen3_moe")
+LXT_FAMILIES = ("llama", "qwen2", "qwen3", "gemma3", "gpt2", "smollm3", "mixtral", "qwen3_moe", "qwen2_moe")
 
 
 def lxt_map(family: str, preset: str, module) -> dict:
@@ -206,7 +206,7 @@ def lxt_map(family: str, preset: str, module) -> dict:
     from lxt.efficient.rules import divide_gradient, identity_rule_implicit, stop_gradient
 
     cp = preset != "attnlrp"
-    prefix = {"smollm3": "SmolLM3", "mixtral": "Mixtral", "qwen3_moe": "Qwen3Moe"}[family]
+    prefix = {"smollm3": "SmolLM3", "mixtral": "Mixtral", "qwen3_moe": "Qwen3Moe", "qwen2_moe": "Qwen2Moe"}[family]
     mlp = patches.cp_gated_mlp_forward if cp else patches.gated_mlp_forward
 
     def mixtral_expert(self, x):  # MixtralBlockSparseTop2MLP: w2(act(w1 x) * w3 x), ruled as gated_mlp_forward
@@ -214,10 +214,12 @@ def lxt_map(family: str, preset: str, module) -> dict:
             return self.w2(self.act_fn(stop_gradient(self.w1(x))) * self.w3(x))
         return self.w2(divide_gradient(identity_rule_implicit(self.act_fn, self.w1(x)) * self.w3(x), 2))
 
-    found = {
-        getattr(module, f"{prefix}RMSNorm"): partial(patches.patch_method, patches.rms_norm_forward),
-        module: patches.patch_cp_attention if cp else patches.patch_attention,
-    }
+    found = {getattr(module, f"{prefix}RMSNorm"): partial(patches.patch_method, patches.rms_norm_forward)}
+    if family == "qwen2_moe":  # transformers 4.53's Qwen 2 MoE computes its attention inline: no function to wrap
+        wrap = patches.cp_wrap_attention_forward if cp else patches.wrap_attention_forward
+        module.Qwen2MoeAttention.forward = _attention_through(wrap)
+    else:
+        found[module] = patches.patch_cp_attention if cp else patches.patch_attention
     if family == "mixtral":
         found[module.MixtralBlockSparseTop2MLP] = partial(patches.patch_method, mixtral_expert)
     else:
@@ -225,10 +227,33 @@ def lxt_map(family: str, preset: str, module) -> dict:
     return found
 
 
+def _attention_through(wrap):
+    """Qwen2MoeAttention.forward as the newer families write it: projections, rotary positions, then one attention
+    function (Llama's eager one, wrapped by LXT's ``wrap``); the forward is the same (checked against the logits)."""
+    from transformers.models.llama.modeling_llama import eager_attention_forward
+    from transformers.models.qwen2_moe.modeling_qwen2_moe import apply_rotary_pos_emb
+
+    attend = wrap(eager_attention_forward)
+
+    def forward(self, hidden_states, attention_mask=None, position_ids=None, past_key_value=None, **kwargs):
+        batch, length, _ = hidden_states.size()
+        q, k, v = (
+            proj(hidden_states).view(batch, length, -1, self.head_dim).transpose(1, 2)
+            for proj in (self.q_proj, self.k_proj, self.v_proj)
+        )
+        q, k = apply_rotary_pos_emb(q, k, *kwargs["position_embeddings"])
+        mask = None if attention_mask is None else attention_mask[:, :, :, : k.shape[-2]]
+        out, _ = attend(self, q, k, v, mask, dropout=0.0, scaling=self.head_dim**-0.5)
+        return self.o_proj(out.reshape(batch, length, -1).contiguous()), None, past_key_value
+
+    return forward
+
+
 def _constant_routers(model) -> None:
-    """Every mixture-of-experts router's logits detached: the routing weights are data."""
+    """Every mixture-of-experts router's logits detached: the routing weights are data (and Qwen 2 MoE's shared
+    expert's gate, a weight of the same kind)."""
     for name, sub in model.named_modules():
-        if name.endswith("mlp.gate") or name.endswith("block_sparse_moe.gate"):
+        if name.endswith(("mlp.gate", "block_sparse_moe.gate", "mlp.shared_expert_gate")):
             sub.register_forward_hook(lambda _module, _inputs, out: out.detach())
 
 
@@ -252,7 +277,12 @@ def lxt_relevance(folder: Path, family: str, preset: str, dtype: str, token: int
     monkey_patch(module, lxt_map(family, preset, module), verbose=False)
     model = AutoModelForCausalLM.from_pretrained(folder, torch_dtype=getattr(torch, dtype), attn_implementation="eager")
     _constant_routers(model)
-    ids = torch.tensor(np.load(folder.parent / f"{folder.name}.npz")["ids"][None])
+    prompt = np.load(folder.parent / f"{folder.name}.npz")
+    ids = torch.tensor(prompt["ids"][None])
+    if dtype == "float64":  # LXT's patches change gradients only: the forward is still the model's
+        with torch.no_grad():
+            logits = model(ids, use_cache=False).logits[0].numpy()
+        assert np.allclose(logits, prompt["logits"], rtol=0, atol=1e-9 * np.abs(prompt["logits"]).max()), folder
     embeds = model.get_input_embeddings()(ids).detach().requires_grad_(True)
     model(inputs_embeds=embeds, use_cache=False).logits[0, -1, token].backward()
     return (embeds * embeds.grad).double().sum(-1)[0].detach().numpy()

@@ -1,5 +1,5 @@
-"""Sparse mixture-of-experts blocks (keras_hub's ``MixtralSparseMoeBlock``, ``Qwen3SparseMoeBlock``) under AttnLRP
-and CP-LRP: the block re-run whole with the router held constant.
+"""Sparse mixture-of-experts blocks (keras_hub's ``MixtralSparseMoeBlock``, ``Qwen3SparseMoeBlock``,
+``QwenSparseMoeBlock``) under AttnLRP and CP-LRP: the block re-run whole with the router held constant.
 
 A block routes each token to its top-k experts and sums their outputs weighted by the router's probabilities:
 ``y = Σₑ pₑ(x) · expertₑ(x)``. LXT has no map for these families; gradscope holds the routing weights constant
@@ -8,6 +8,9 @@ gated MLP ``down(act(gate(x)) * up(x))`` ruled as the dense ones are: AttnLRP gi
 rule and halves the product's gradient (uniform rule: done by halving the expert bank's output gradient, which
 reaches both factors through the linear ``down``), CP-LRP holds the gate constant. The expert bank's own code
 runs (its einsums, its float32 activation): only its activation and its router's output are replaced.
+
+Qwen 2 MoE adds a shared expert every token passes through, ``sigmoid(shared_gate(x)) · shared(x)``: its sigmoid
+gate is a weight like the router's probabilities (held constant) and ``shared`` a gated MLP ruled as the experts.
 """
 
 from __future__ import annotations
@@ -25,6 +28,8 @@ from gradscope.rules.registry import Rule, register_rule
 #: The sublayers' names in keras_hub's blocks (with or without a leading underscore).
 ROUTER_NAMES = ("sparse_feedforward_gate_dense", "router", "gate")
 BANK_NAMES = ("expert_bank", "experts")
+SHARED_NAMES = ("shared_expert_dense", "shared_expert")
+SHARED_GATE_NAMES = ("shared_expert_gate_dense", "shared_expert_gate")
 
 
 def is_expert_mixture(node: NodeSpec) -> bool:
@@ -79,24 +84,40 @@ def constant_router_mixture(ctx, xs: list, mode: str):
             "the experts rule looks (a Dense 'sparse_feedforward_gate_dense' and an 'expert_bank'), so it cannot "
             "hold the routing constant."
         )
-    activation = bank.activation
-    ruled = identity_activation if mode == "attnlrp" else constant_gate_activation
-
-    def router_call(*args, **kwargs):
-        return tf.stop_gradient(type(router).call(router, *args, **kwargs))
-
-    def bank_call(*args, **kwargs):
-        out = type(bank).call(bank, *args, **kwargs)
-        return half_gradient(out) if mode == "attnlrp" else out
-
+    shared, shared_gate = _sublayer(block, SHARED_NAMES), _sublayer(block, SHARED_GATE_NAMES)
+    if (shared is None) != (shared_gate is None) or not callable(getattr(shared or bank, "activation", None)):
+        raise RuleError(
+            f"{ctx.node.id!r}: {type(block).__name__} has a shared expert without its gate (or an activation where "
+            "the experts rule looks), so it cannot rule it."
+        )
     args, kwargs = ctx.call_arguments(xs)
     kwargs = {k: v for k, v in kwargs.items() if k != "training"}
-    with (
-        _replaced(router, call=router_call),
-        _replaced(bank, call=bank_call, activation=lambda x: ruled(activation, x)),
-    ):
+    with contextlib.ExitStack() as stack:
+        for gate in (router, shared_gate) if shared is not None else (router,):
+            stack.enter_context(_replaced(gate, call=_constant_call(gate)))
+        for mlp in (bank, shared) if shared is not None else (bank,):
+            stack.enter_context(_replaced(mlp, **_ruled_mlp(mlp, mode)))
         out = block(*args, **kwargs)
     return keras.tree.flatten(out)[0]
+
+
+def _constant_call(gate):
+    def call(*args, **kwargs):
+        return tf.stop_gradient(type(gate).call(gate, *args, **kwargs))
+
+    return call
+
+
+def _ruled_mlp(mlp, mode: str) -> dict:
+    """A gated MLP's (the expert bank's, a shared expert's) ``call`` and ``activation`` under ``mode``'s rules."""
+    activation = mlp.activation
+    ruled = identity_activation if mode == "attnlrp" else constant_gate_activation
+
+    def call(*args, **kwargs):
+        out = type(mlp).call(mlp, *args, **kwargs)
+        return half_gradient(out) if mode == "attnlrp" else out
+
+    return {"call": call, "activation": lambda x: ruled(activation, x)}
 
 
 class _ExpertMixtureRule(Rule):
@@ -116,7 +137,7 @@ class ExpertsLRP(_ExpertMixtureRule):
     """AttnLRP on a mixture of experts: router constant, identity rule on the experts' activation, uniform rule
     on their gated product."""
 
-    summary = "sparse mixture-of-experts blocks (Mixtral, Qwen 3 MoE)"
+    summary = "sparse mixture-of-experts blocks (Mixtral, Qwen 2 / 3 MoE)"
     mode = "attnlrp"
 
 
@@ -124,5 +145,5 @@ class ExpertsLRP(_ExpertMixtureRule):
 class ExpertsCP(_ExpertMixtureRule):
     """CP-LRP on a mixture of experts: router and the experts' gates held constant."""
 
-    summary = "sparse mixture-of-experts blocks (Mixtral, Qwen 3 MoE)"
+    summary = "sparse mixture-of-experts blocks (Mixtral, Qwen 2 / 3 MoE)"
     mode = "cp"
