@@ -155,6 +155,18 @@ VARIANTS = {
     "gpt2_layer_norm_epsilon": ("gpt2", {"layer_norm_epsilon": 1e-3}),
     "gpt2_activation_function": ("gpt2", {"activation_function": "relu"}),
     # fields keras_hub's converter reads, held to transformers on a prompt longer than the window
+    "llama_rope_scaling": (  # wavelengths beyond 16 / low_freq_factor scaled: two of a head of 8's four
+        "llama",
+        {
+            "rope_scaling": {
+                "rope_type": "llama3",
+                "factor": 8.0,
+                "low_freq_factor": 1.0,
+                "high_freq_factor": 4.0,
+                "original_max_position_embeddings": 16,
+            }
+        },
+    ),
     "mistral_sliding_window": ("mistral", {"sliding_window": 4}),
     "mixtral_sliding_window": ("mixtral", {"sliding_window": 4}),
     "qwen3_moe_sliding_window": ("qwen3_moe", {"sliding_window": 4}),

@@ -26,7 +26,8 @@ CARRIED = (
     "gemma3_rms_norm_eps",
     "gpt2_layer_norm_epsilon",
     "qwen2_moe_tie_word_embeddings",  # keras_hub's converter never reads it (and alone fails: no lm_head.weight)
-    # read by keras_hub's converter; held here on 9 tokens through a window of 4
+    # read by keras_hub's converter; held here on 9 tokens through a window of 4, and Llama 3's rotary scaling
+    "llama_rope_scaling",
     "mistral_sliding_window",
     "mixtral_sliding_window",
     "qwen3_moe_sliding_window",
@@ -99,6 +100,43 @@ def test_a_field_keras_hub_cannot_build_refuses_the_folder_in_one_line(name):
         gs.open_engine(VARIANTS / name)
     message = str(err.value)
     assert "\n" not in message and REFUSED[name] in message and name in message and "keras_hub" in message
+
+
+def test_rotary_scaling_written_as_newer_transformers_write_it_is_carried(tmp_path):
+    """transformers 5 writes ``rope_parameters`` (the wavelength and the scaling together) where 4.x wrote
+    ``rope_theta`` and ``rope_scaling``; keras_hub's Llama 3 converter reads the wavelength there, not the scaling
+    (0.65 of the largest logit on this folder). The same folder in the newer form gives torch's logits."""
+    folder = tmp_path / "llama_rope_parameters"
+    shutil.copytree(VARIANTS / "llama_rope_scaling", folder)
+    config = json.loads((folder / "config.json").read_text())
+    config["rope_parameters"] = {**config.pop("rope_scaling"), "rope_theta": config.pop("rope_theta")}
+    (folder / "config.json").write_text(json.dumps(config))
+    ref = np.load(VARIANTS / "llama_rope_scaling.npz")
+    want = ref["logits"]
+    logits = _logits(gs.open_engine(folder), ref["ids"])
+    np.testing.assert_allclose(logits, want, atol=1e-5 * np.abs(want).max(), rtol=0)
+
+
+@pytest.mark.parametrize(
+    ("folder", "parameters", "named"),
+    [
+        ("hf/qwen2", {"rope_type": "yarn", "factor": 4.0, "rope_theta": 10000.0}, "rope_scaling = .*yarn"),
+        (
+            "hf/gemma3",
+            {"full_attention": {"rope_type": "default", "rope_theta": 500000.0}, "sliding_attention": {}},
+            "rope_parameters.full_attention = .*wavelengths of 1e",
+        ),
+        ("hf/gemma2", {"rope_type": "default", "rope_theta": 500000.0}, "rope_theta = 500000"),
+    ],
+)
+def test_rotary_parameters_in_the_newer_form_are_checked_as_the_older(tmp_path, folder, parameters, named):
+    copy = tmp_path / Path(folder).name
+    shutil.copytree(DATA / folder, copy)
+    config = json.loads((copy / "config.json").read_text())
+    config.pop("rope_theta", None)
+    (copy / "config.json").write_text(json.dumps(config | {"rope_parameters": parameters}))
+    with pytest.raises(ModelLoadError, match=named):
+        gs.open_engine(copy)
 
 
 def test_a_float32_mistral_stays_float32():

@@ -53,7 +53,8 @@ class Conversion:
         self.arguments: dict[str, Any] = {}
         self.norm_epsilon: float | None = None  # every norm layer's, set after the build
         self.query_by_head_dim: bool | None = None  # Gemma 2 / 3: each attention layer's, set after the build
-        #: what transformers assumes when config.json leaves a field out and keras_hub's converter requires
+        #: fields keras_hub's converter requires where config.json leaves them out (or, for Llama 3's rotary scaling,
+        #: says them in ``rope_parameters``): what transformers runs
         self.filled: dict[str, Any] = {}
         self.refused: str | None = None
         self._read()
@@ -74,7 +75,7 @@ class Conversion:
             self.norm_epsilon = c.get("rms_norm_eps", 1e-6)
         if kind in _SWIGLU_FAMILIES and c.get("hidden_act", "silu") not in _SILU:
             self._refuse("hidden_act", c["hidden_act"], "a SiLU-gated MLP")
-        scaling = c.get("rope_scaling")
+        scaling = self._rope_scaling(kind, c)
         if kind in _ROPE_SCALING_IGNORED and scaling and scaling.get("rope_type", scaling.get("type")) != "default":
             self._refuse("rope_scaling", scaling, "unscaled rotary positions")
         if kind in ("qwen3", "qwen3_moe", "mistral", "mixtral") and c.get("attention_bias"):
@@ -109,7 +110,7 @@ class Conversion:
             if kind == "gemma2":
                 self._query_scalar(c)
                 self._layer_types(c, lambda i: i % 2 == 0)
-        elif kind in ("gemma3", "gemma3_text"):
+        elif kind == "gemma3_text":
             self._gemma_common(c, rope=1_000_000.0)
             if c.get("rope_local_base_freq", 10_000.0) != 10_000.0:
                 self._refuse("rope_local_base_freq", c["rope_local_base_freq"], "local rotary wavelengths of 10000")
@@ -125,6 +126,27 @@ class Conversion:
                 self._refuse("n_inner", c["n_inner"], "an MLP of 4 x n_embd")
             if c.get("scale_attn_weights", True) is not True or c.get("scale_attn_by_inverse_layer_idx"):
                 self._refuse("scale_attn_weights", c.get("scale_attn_weights"), "attention scaled by 1/sqrt(head)")
+
+    def _rope_scaling(self, kind: str, c: dict) -> dict | None:
+        """The config's rotary scaling: ``rope_scaling`` (transformers 4.x), else a ``rope_parameters`` that scales
+        (what newer transformers write: keras_hub's converters read the wavelength in it, never its scaling). A Llama
+        3 scaling there is carried into the field keras_hub reads; Gemma 3's per-attention parameters are checked."""
+        scaling, parameters = c.get("rope_scaling"), c.get("rope_parameters")
+        if scaling or not isinstance(parameters, dict):
+            return scaling
+        if kind == "gemma3_text":
+            for attention, theta in (("full_attention", 1_000_000.0), ("sliding_attention", 10_000.0)):
+                part = parameters.get(attention) if isinstance(parameters.get(attention), dict) else {}
+                if part.get("rope_theta", theta) != theta:
+                    self._refuse(f"rope_parameters.{attention}", part, f"rotary wavelengths of {theta:g}")
+                if part.get("rope_type", "default") not in ("default", "linear"):
+                    self._refuse(f"rope_parameters.{attention}", part, "linear rotary scaling only")
+            return None
+        if parameters.get("rope_type", parameters.get("type", "default")) == "default":
+            return None
+        if kind == "llama":
+            self.filled["rope_scaling"] = parameters
+        return parameters
 
     def _experts(self, kind: str, c: dict) -> None:
         """Qwen's mixtures of experts: keras_hub never reads ``mlp_only_layers`` (dense MLPs in the listed layers);
@@ -150,8 +172,10 @@ class Conversion:
                 "the tanh approximation of GELU (a checkpoint trained with it opens once config.json says "
                 f'"{field}": "gelu_pytorch_tanh")',
             )
-        if c.get("rope_theta", rope) != rope:
-            self._refuse("rope_theta", c["rope_theta"], f"rotary wavelengths of {rope:g}")
+        parameters = c.get("rope_parameters") if isinstance(c.get("rope_parameters"), dict) else {}
+        theta = c.get("rope_theta", parameters.get("rope_theta", rope))  # Gemma 3's per attention: _rope_scaling
+        if theta != rope:
+            self._refuse("rope_theta", theta, f"rotary wavelengths of {rope:g}")
         if c.get("attention_bias"):
             self._refuse("attention_bias", c["attention_bias"], "its projections without biases")
         if c.get("tie_word_embeddings", True) is False:
@@ -265,7 +289,8 @@ def faithful_conversion(where: str, deferred: list[Callable[[], None]] | None = 
         conversion = Conversion(str(self.config.get("model_type")), self.config)
         conversion.check(where)
         for field, value in conversion.filled.items():
-            self.config.setdefault(field, value)
+            if self.config.get(field) is None:
+                self.config[field] = value
         later = deferred is not None and load_weights
         backbone = load_backbone(self, cls, load_weights and not later, **{**kwargs, **conversion.arguments})
         conversion.finish(backbone, where)
