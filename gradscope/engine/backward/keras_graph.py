@@ -222,13 +222,47 @@ class DeferredMask(keras.Operation):
 _HOLE = object()  # where a DeferredMask's call takes one of its tensors
 
 
+#: A layer's plain attributes that name it rather than say what it computes.
+_NAMING = frozenset({"name", "_name", "_path", "_parent_path", "_called", "_self_update_uid"})
+
+
+def _spec_key(layer: Any, args: tuple, kwargs: dict) -> Any:
+    """What an attention layer's output spec depends on: its class, dtype policy, plain attributes (heads, rotary
+    settings: keras_hub's ``LlamaAttention.get_config`` itself fails) but its names, its weights' shapes, and its
+    arguments' shapes and dtypes (plain values as they are); None where an argument is neither (no spec shared)."""
+
+    def part(value: Any) -> Any:
+        if isinstance(value, keras.KerasTensor):
+            return ("tensor", tuple(value.shape), str(value.dtype), value.sparse, value.ragged)
+        if value is None or isinstance(value, (bool, int, float, str)):
+            return value
+        raise TypeError
+
+    try:
+        arguments = tuple(part(a) for a in args), tuple(sorted((k, part(v)) for k, v in kwargs.items()))
+    except TypeError:
+        return None
+    plain = (bool, int, float, str, type(None))
+    attributes = sorted((k, v) for k, v in vars(layer).items() if k not in _NAMING and isinstance(v, plain))
+    weights = tuple((tuple(w.shape), str(w.dtype)) for w in layer.weights)
+    return type(layer), str(getattr(layer.dtype_policy, "name", "")), repr(attributes), weights, arguments
+
+
+def _fresh(spec: Any) -> Any:
+    """New KerasTensors of ``spec``'s shapes (a traced spec's tensors become one layer call's outputs)."""
+    return keras.tree.map_structure(
+        lambda t: keras.KerasTensor(t.shape, dtype=t.dtype, sparse=t.sparse, ragged=t.ragged), spec
+    )
+
+
 @contextlib.contextmanager
-def _symbolic_friendly(op: Any) -> Iterator[None]:
+def _symbolic_friendly(op: Any, specs: dict) -> Iterator[None]:
     """While a block's call runs symbolically: its ``_compute...mask...`` methods return a ``DeferredMask``, and
     its attention layers' output specs ignore the ``None`` cache arguments keras_hub passes them
     (``MultiHeadAttention.compute_output_spec`` refuses ``cache=`` that ``CachedMultiHeadAttention.call``
     takes), and come from tracing their call where their own spec fails (SmolLM3's ``compute_output_shape``
-    reads a list of shapes it is not given)."""
+    reads a list of shapes it is not given). An attention layer's spec is traced once per config and input shapes
+    (``specs``, kept by the walk): a 1 B Llama's 16 alike layers took 0.15 s each."""
     names = [n for n in dir(type(op)) if n.startswith("_compute") and "mask" in n and callable(getattr(op, n))]
     attentions = [
         layer for layer in op._flatten_layers(include_self=False, recursive=False) if is_attention_layer(layer)
@@ -253,10 +287,16 @@ def _symbolic_friendly(op: Any) -> Iterator[None]:
         def output_spec(*args: Any, **kwargs: Any) -> Any:
             if not any(p.kind is p.VAR_KEYWORD for p in accepted.values()):
                 kwargs = {k: v for k, v in kwargs.items() if k in accepted or v is not None}
+            key = _spec_key(layer, args, kwargs)
+            if key is not None and key in specs:
+                return _fresh(specs[key])
             try:
-                return spec(*args, **kwargs)
+                found = spec(*args, **kwargs)
             except Exception:  # noqa: BLE001 - a wrong compute_output_shape (SmolLM3's): trace the call itself
-                return keras.src.backend.compute_output_spec(layer.call, *args, **kwargs)
+                found = keras.src.backend.compute_output_spec(layer.call, *args, **kwargs)
+            if key is not None:
+                specs[key] = found
+            return found
 
         return output_spec
 
@@ -378,6 +418,7 @@ class _Builder:
         self.notes: list[str] = []
         self.renaming = False  # inside an opened layer (see base_name)
         self.closed: dict[int, str] = {}  # id(layer) -> why a composite layer stayed one node
+        self.attention_specs: dict[Any, Any] = {}  # see _symbolic_friendly
 
     def unique_id(self, base: str) -> str:
         k = self.call_counts.get(base, 0)
@@ -488,7 +529,7 @@ class _Builder:
         inputs = [symbolic[id(t)] for t in node.input_tensors]
         try:
             args, kwargs = node.arguments.fill_in(symbolic)
-            with _symbolic_friendly(op):
+            with _symbolic_friendly(op, self.attention_specs):
                 outputs = op.call(*args, **kwargs)
             inner = keras.Model(inputs, outputs, name=op.name)
             if len(inner.outputs) != len(node.outputs):
