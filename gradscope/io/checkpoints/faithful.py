@@ -53,6 +53,7 @@ class Conversion:
         self.arguments: dict[str, Any] = {}
         self.norm_epsilon: float | None = None  # every norm layer's, set after the build
         self.query_by_head_dim: bool | None = None  # Gemma 2 / 3: each attention layer's, set after the build
+        self.tied: bool | None = None  # tie_word_embeddings, checked against the built head in finish()
         #: fields keras_hub's converter requires where config.json leaves them out (or, for Llama 3's rotary scaling,
         #: says them in ``rope_parameters``): what transformers runs
         self.filled: dict[str, Any] = {}
@@ -70,7 +71,7 @@ class Conversion:
         c, kind = self.config, self.model_type
         if kind not in CHECKED_TYPES:  # refused by check() as a family, not a field
             return
-        self.tied = c.get("tie_word_embeddings")  # checked against the built head in finish()
+        self.tied = c.get("tie_word_embeddings")
         if kind != "gpt2":  # every norm of the model: Qwen 3's query/key norms were built with 1e-5 whatever it says
             self.norm_epsilon = c.get("rms_norm_eps", 1e-6)
         if kind in _SWIGLU_FAMILIES and c.get("hidden_act", "silu") not in _SILU:
