@@ -77,6 +77,31 @@ printf '{"text": "the cat sat near the"}\n{"text": "a dog ran", "target": "cat"}
   > "$work/outside/eval.txt" || { cat "$work/outside/eval.txt"; fail "evaluate on texts"; }
 grep -q "2 of 2 texts scored" "$work/outside/eval.txt" && grep -q "^attnlrp,abpc," eval/results.csv \
   || { cat "$work/outside/eval.txt"; fail "the text evaluation did not score both texts"; }
+say "Hugging Face folders from the wheel: a carried config field gives torch's logits, a field keras_hub cannot build is refused in one line (issue 61)"
+cp -r "$repo/tests/data/hf_variants/llama_rms_norm_eps" "$repo/tests/data/hf_variants/llama_rms_norm_eps.npz" \
+  "$repo/tests/data/hf/gemma" "$work/outside/"
+"$hpy" - <<'PY' || fail "a Hugging Face folder from the wheel"
+import json
+
+import numpy as np
+
+import gradscope.api as gs
+from gradscope.core.errors import ModelLoadError
+
+ref = np.load("llama_rms_norm_eps.npz")
+engine = gs.open_engine("llama_rms_norm_eps")
+ids = ref["ids"][None]
+logits = np.asarray(engine.model({"token_ids": ids, "padding_mask": np.ones_like(ids)}))[0]
+assert np.abs(logits - ref["logits"]).max() <= 1e-5 * np.abs(ref["logits"]).max(), "logits differ from torch's"
+config = json.load(open("gemma/config.json"))
+json.dump({**config, "hidden_act": "gelu"}, open("gemma/config.json", "w"))
+try:
+    gs.open_engine("gemma")
+    raise SystemExit("a Gemma folder with an exact GELU opened")
+except ModelLoadError as exc:
+    assert "hidden_act = 'gelu'" in str(exc) and "\n" not in str(exc), exc
+print("llama_rms_norm_eps: torch's logits; gemma with hidden_act gelu: refused in one line")
+PY
 "$hpy" -m pip install -qq nbclient nbformat  # the runner, as Jupyter runs a notebook (not a gradscope extra)
 cp "$repo/docs/examples/gradscope_in_a_notebook.ipynb" "$work/outside/"
 "$hpy" - "$work/outside/gradscope_in_a_notebook.ipynb" <<'PY'
