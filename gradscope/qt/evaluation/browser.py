@@ -52,10 +52,12 @@ class CurvesPlot(pg.PlotWidget):
         self.setLabel("left", "target logit" if text else "class probability")
         self.show_curves(report.curves, ("morf", "lerf") if text else ("deletion", "insertion"))
 
-    def show_curves(self, curves: dict, names: tuple[str, str]) -> None:
-        """``curves[name][method]``: the first name solid, the second dashed, a colour per method."""
+    def show_curves(self, curves: dict, names: tuple[str, str], legend: bool = True) -> None:
+        """``curves[name][method]``: the first name solid, the second dashed, a colour per method (``COLOURS``, in
+        the order of the first name's methods); without ``legend`` where the methods are named beside the plot."""
         self.clear()
         self.legend.clear()
+        self.legend.setVisible(legend)
         for metric, style in zip(names, (Qt.PenStyle.SolidLine, Qt.PenStyle.DashLine)):
             for k, (method, curve) in enumerate(curves.get(metric, {}).items()):
                 y = np.asarray(curve, np.float64)
@@ -234,18 +236,23 @@ class ImageBrowser(QWidget):
         column = QWidget()
         cv = QVBoxLayout(column)
         cv.setContentsMargins(0, 0, 0, 0)
+        colour = {m: COLOURS[k % len(COLOURS)] for k, m in enumerate(sample["curves"].get("morf", {}))}
         for method, scores in sample["maps"].items():
             panel = ImagePanel(f"{method}: token map")
+            panel.caption.setStyleSheet(f"color:{colour.get(method, '#263238')}; font-weight:bold")
             panel.set_array(token_strip(sample["tokens"], scores, width=640), values=None)
-            panel.setMinimumHeight(90)
+            panel.setMinimumHeight(64)
+            panel.setMaximumHeight(100)  # a strip is one row of tokens: every method's in view, not the first only
             cv.addWidget(panel)
             self.panels.append(panel)
+        cv.addStretch(1)
         plot = CurvesPlot()
         plot.setObjectName("evaluation_text_curves")
+        plot.setTitle("MoRF solid, LeRF dashed", size="8pt")
         plot.setLabel("bottom", "fraction of tokens removed")
         plot.setLabel("left", "target logit")
-        plot.show_curves(sample["curves"], ("morf", "lerf"))
-        plot.setMinimumWidth(260)
+        plot.show_curves(sample["curves"], ("morf", "lerf"), legend=False)  # the maps' captions name the colours
+        plot.setMinimumWidth(320)
         self._row.addWidget(column, 2)
         self._row.addWidget(plot, 1)
         self.caption.setText(f"{key}: target {sample.get('class')}; red tokens count for it, blue against")
