@@ -159,10 +159,8 @@ class Conversion:
             self.arguments["tie_word_embeddings"] = bool(c.get("tie_word_embeddings", False))
             if c.get("qkv_bias", True) is not True:
                 self._refuse("qkv_bias", c["qkv_bias"], "query, key and value projections with biases")
-        elif c.get("layer_types"):
-            built = ["sliding_attention" if c.get("sliding_window") else "full_attention"] * len(c["layer_types"])
-            if list(c["layer_types"]) != built:
-                self._refuse("layer_types", c["layer_types"], f"the pattern {built}")
+        else:
+            self._layer_types(c, lambda i: True)
 
     def _gemma_common(self, c: dict, rope: float) -> None:
         field = "hidden_act" if self.model_type == "gemma" else "hidden_activation"  # what transformers 4.53 runs

@@ -31,6 +31,11 @@ from gradscope.qt.map.panels import ImagePanel
 COLOURS = ("#1565c0", "#e65100", "#2e7d32", "#6a1b9a", "#c62828", "#00838f", "#5d4037", "#455a64")
 
 
+def method_colours(methods: Any) -> dict[str, str]:
+    """Each method's colour in a curves plot (and wherever its curves are named)."""
+    return {m: COLOURS[k % len(COLOURS)] for k, m in enumerate(methods)}
+
+
 class CurvesPlot(pg.PlotWidget):
     """Mean deletion (solid) and insertion (dashed) curves: the class score as pixels go, per method."""
 
@@ -54,14 +59,15 @@ class CurvesPlot(pg.PlotWidget):
 
     def show_curves(self, curves: dict, names: tuple[str, str], legend: bool = True) -> None:
         """``curves[name][method]``: the first name solid, the second dashed, a colour per method (``COLOURS``, in
-        the order of the first name's methods); without ``legend`` where the methods are named beside the plot."""
+        the order of each name's methods); without ``legend`` where the methods are named beside the plot."""
         self.clear()
         self.legend.clear()
         self.legend.setVisible(legend)
         for metric, style in zip(names, (Qt.PenStyle.SolidLine, Qt.PenStyle.DashLine)):
-            for k, (method, curve) in enumerate(curves.get(metric, {}).items()):
+            colours = method_colours(curves.get(metric, {}))
+            for method, curve in curves.get(metric, {}).items():
                 y = np.asarray(curve, np.float64)
-                pen = pg.mkPen(COLOURS[k % len(COLOURS)], width=2, style=style)
+                pen = pg.mkPen(colours[method], width=2, style=style)
                 self.plot(np.linspace(0, 1, len(y)), y, pen=pen, name=f"{method} ({metric})")
 
 
@@ -236,7 +242,7 @@ class ImageBrowser(QWidget):
         column = QWidget()
         cv = QVBoxLayout(column)
         cv.setContentsMargins(0, 0, 0, 0)
-        colour = {m: COLOURS[k % len(COLOURS)] for k, m in enumerate(sample["curves"].get("morf", {}))}
+        colour = method_colours(sample["curves"].get("morf", {}))
         for method, scores in sample["maps"].items():
             panel = ImagePanel(f"{method}: token map")
             panel.caption.setStyleSheet(f"color:{colour.get(method, '#263238')}; font-weight:bold")
