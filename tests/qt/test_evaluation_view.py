@@ -236,8 +236,8 @@ def test_a_text_model_is_evaluated_over_texts_with_token_strips_beside_their_cur
     np.testing.assert_allclose(drawn[0].getData()[1], first["scores"]["gradient_x_input"]["morf"], rtol=1e-6)
     # no legend over the curves: each map's caption is in its method's curve colour
     assert not plot.legend.isVisible()
-    for panel, line in zip(browser.panels, drawn[: len(report.methods)]):
-        assert line.opts["pen"].color().name() in panel.caption.styleSheet()
+    for strip, line in zip(browser.panels, drawn[: len(report.methods)]):
+        assert line.opts["pen"].color().name() in strip.caption.styleSheet()
     if os.environ.get("GRADSCOPE_SHOTS"):
         panel.tabs.setCurrentWidget(browser)
         wait_idle(window)
